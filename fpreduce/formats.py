@@ -1,0 +1,248 @@
+"""The table of binary floating-point formats, ulp, and bit views.
+
+Formats are data: one frozen dataclass, one row per format. Adding a format is
+adding a row.
+
+NaN, Inf, -0.0: ``to_bits`` maps -0.0 to the pattern with only the sign bit set,
+±Inf to the all-ones exponent with a zero fraction (formats with Inf), and any NaN
+to the format's canonical quiet NaN (fp8_e4m3: S.1111.111). ``from_bits`` decodes
+every pattern, NaN patterns to ``nan``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from fpreduce._errors import InvalidArgument, unknown_name
+
+__all__ = ["FORMATS", "Format", "from_bits", "get_format", "to_bits", "ulp"]
+
+Overflow = Literal["inf", "nan"]
+
+
+@dataclass(frozen=True)
+class Format:
+    """A binary floating-point format.
+
+    Attributes:
+        name: canonical name (``fp32``, ``bf16``, ...).
+        bits: storage width of ``to_bits`` patterns (tf32 is stored in 32 bits
+            with the low 13 fraction bits zero, as NVIDIA hardware holds it).
+        precision: significand bits including the implicit bit (p).
+        exponent_bits: width of the exponent field.
+        emin: exponent of the smallest normal number, 2**emin.
+        emax: exponent of the largest binade.
+        has_inf: whether the format encodes ±Inf.
+        overflow: what a rounded overflow becomes in nearest mode: ``inf``
+            (IEEE) or ``nan`` (fp8_e4m3, OCP "fn" non-saturating).
+        max_finite: the largest finite value.
+    """
+
+    name: str
+    bits: int
+    precision: int
+    exponent_bits: int
+    emin: int
+    emax: int
+    has_inf: bool
+    overflow: Overflow
+    max_finite: float
+
+    @property
+    def fraction_bits(self) -> int:
+        """Stored fraction bits (precision - 1)."""
+        return self.precision - 1
+
+    @property
+    def smallest_normal(self) -> float:
+        """2**emin."""
+        return float(2.0**self.emin)
+
+    @property
+    def smallest_subnormal(self) -> float:
+        """2**(emin - p + 1)."""
+        return float(2.0 ** (self.emin - self.precision + 1))
+
+    @property
+    def unit_roundoff(self) -> float:
+        """u = 2**-p, the relative error bound of round-to-nearest."""
+        return float(2.0 ** (-self.precision))
+
+    @property
+    def bias(self) -> int:
+        """Exponent bias: stored exponent = e + bias."""
+        return 1 - self.emin
+
+    @property
+    def storage_bits(self) -> int:
+        """Bits actually carrying information (19 for tf32)."""
+        return 1 + self.exponent_bits + self.fraction_bits
+
+    @property
+    def uint_dtype(self) -> np.dtype[np.unsignedinteger]:
+        """The unsigned integer dtype of ``to_bits`` patterns."""
+        return np.dtype({8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[self.bits])
+
+    @property
+    def value_dtype(self) -> np.dtype[np.floating]:
+        """float32 for every format but fp64 (all hold exactly in float32)."""
+        return np.dtype(np.float64 if self.precision > 24 else np.float32)
+
+
+def _row(name: str, bits: int, p: int, ebits: int, *, inf: bool = True, emax: int | None = None,
+         max_frac_ulps: int = 0) -> Format:
+    bias = 2 ** (ebits - 1) - 1
+    emin = 1 - bias
+    if emax is None:
+        emax = bias
+    # max finite: (2 - 2**(1-p)) * 2**emax, less max_frac_ulps ulps (e4m3fn: NaN at 1.111)
+    max_finite = float((2 ** p - 1 - max_frac_ulps) * 2.0 ** (emax - p + 1))
+    return Format(name, bits, p, ebits, emin, emax, inf, "inf" if inf else "nan", max_finite)
+
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        _row("fp64", 64, 53, 11),
+        _row("fp32", 32, 24, 8),
+        _row("tf32", 32, 11, 8),
+        _row("bf16", 16, 8, 8),
+        _row("fp16", 16, 11, 5),
+        # OCP FP8 E4M3 ("fn"): no inf, the all-ones exponent is a normal binade,
+        # S.1111.111 is NaN, so max = 1.110b * 2**8 = 448.
+        _row("fp8_e4m3", 8, 4, 4, inf=False, emax=8, max_frac_ulps=1),
+        _row("fp8_e5m2", 8, 3, 5),
+    )
+}
+
+
+def get_format(fmt: str | Format) -> Format:
+    """Look up a format by name.
+
+    >>> get_format("bf16").precision
+    8
+
+    Raises:
+        InvalidArgument: unknown name, with a close-match hint.
+    """
+    if isinstance(fmt, Format):
+        return fmt
+    try:
+        return FORMATS[fmt]
+    except (KeyError, TypeError):
+        raise unknown_name("format", fmt, FORMATS) from None
+
+
+def _as_float64(x: ArrayLike) -> NDArray[np.float64]:
+    a = np.asarray(x)
+    if a.dtype.kind != "f" and a.dtype.name not in ("bfloat16",) and not a.dtype.name.startswith(
+        "float8"
+    ):
+        if a.dtype.kind in "iu" or a.dtype == bool:
+            raise InvalidArgument(
+                f"expected a float array, got dtype {a.dtype}; convert with .astype(np.float64)"
+            )
+        raise InvalidArgument(f"expected a float array, got dtype {a.dtype}")
+    return np.asarray(a, dtype=np.float64)
+
+
+def ulp(x: ArrayLike, fmt: str | Format) -> NDArray[np.float64]:
+    """The unit in the last place of ``x`` in ``fmt``: 2**(max(e, emin) - p + 1).
+
+    ``e`` is the exponent of |x| (``floor(log2|x|)``); for 0 and subnormals the ulp is
+    the smallest subnormal. ±Inf and NaN give NaN. Values need not be representable.
+
+    >>> float(ulp(1.0, "bf16"))
+    0.0078125
+    """
+    f = get_format(fmt)
+    a = _as_float64(x)
+    _, e = np.frexp(np.abs(a))
+    e = np.where(a == 0, f.emin, np.maximum(e.astype(np.int64) - 1, f.emin))
+    out = np.ldexp(1.0, (e - f.precision + 1).astype(np.int32))
+    return np.where(np.isfinite(a), out, np.nan)
+
+
+def to_bits(x: ArrayLike, fmt: str | Format) -> NDArray[np.unsignedinteger]:
+    """Bit patterns of values representable in ``fmt``.
+
+    Values must already be representable (use ``round_to`` first); a value that is
+    not raises InvalidArgument rather than being rounded silently.
+
+    >>> hex(int(to_bits(1.0, "bf16")))
+    '0x3f80'
+    """
+    f = get_format(fmt)
+    a = _as_float64(x)
+    a = np.atleast_1d(a) if a.ndim == 0 else a
+    nan = np.isnan(a)
+    inf = np.isinf(a)
+    fin = ~(nan | inf)
+    absa = np.where(fin, np.abs(a), 0.0)
+    if np.any(absa > f.max_finite) or (np.any(inf) and not f.has_inf):
+        raise InvalidArgument(f"value out of range for {f.name}; round with round_to first")
+    sign = np.signbit(a).astype(np.uint64)
+    if f.name == "fp64":
+        bits = np.ascontiguousarray(a).view(np.uint64).copy()
+        out = bits
+    else:
+        m, e = np.frexp(absa)  # absa = m * 2**e, m in [0.5, 1)
+        e = e.astype(np.int64) - 1
+        normal = (e >= f.emin) & (absa > 0)
+        biased = np.where(normal, e + f.bias, 0)
+        scale_e = np.where(normal, e, f.emin) - f.fraction_bits
+        sig = np.ldexp(absa, (-scale_e).astype(np.int32))  # integer significand
+        if np.any(sig != np.floor(sig)):
+            raise InvalidArgument(f"value not representable in {f.name}; round with round_to first")
+        frac = sig.astype(np.uint64) & np.uint64((1 << f.fraction_bits) - 1)
+        body = (biased.astype(np.uint64) << np.uint64(f.fraction_bits)) | frac
+        out = (sign << np.uint64(f.storage_bits - 1)) | body
+        emask = np.uint64(((1 << f.exponent_bits) - 1) << f.fraction_bits)
+        if f.has_inf:
+            out = np.where(inf, (sign << np.uint64(f.storage_bits - 1)) | emask, out)
+            qnan = emask | np.uint64(1 << (f.fraction_bits - 1))
+        else:
+            qnan = emask | np.uint64((1 << f.fraction_bits) - 1)
+        out = np.where(nan, qnan, out)
+        out = out << np.uint64(f.bits - f.storage_bits)
+    res = out.astype(f.uint_dtype)
+    return res.reshape(np.shape(x)) if np.ndim(x) == 0 else res
+
+
+def from_bits(bits: ArrayLike, fmt: str | Format) -> NDArray[np.floating]:
+    """Values of bit patterns, as float32 (float64 for fp64).
+
+    >>> float(from_bits(0x3F80, "bf16"))
+    1.0
+    """
+    f = get_format(fmt)
+    b = np.asarray(bits)
+    if b.dtype.kind not in "iu":
+        raise InvalidArgument(f"bit patterns must be integers, got dtype {b.dtype}")
+    b = b.astype(np.uint64)
+    if np.any(b >> np.uint64(f.bits) if f.bits < 64 else False):
+        raise InvalidArgument(f"bit pattern wider than {f.bits} bits for {f.name}")
+    if f.name == "fp64":
+        return np.ascontiguousarray(b).view(np.float64).copy()
+    b = b >> np.uint64(f.bits - f.storage_bits)
+    sign = (b >> np.uint64(f.storage_bits - 1)) & np.uint64(1)
+    expf = ((b >> np.uint64(f.fraction_bits)) & np.uint64((1 << f.exponent_bits) - 1)).astype(
+        np.int64
+    )
+    frac = (b & np.uint64((1 << f.fraction_bits) - 1)).astype(np.float64)
+    emax_field = (1 << f.exponent_bits) - 1
+    normal = expf > 0
+    sig = np.where(normal, frac + 2.0**f.fraction_bits, frac)
+    e = np.where(normal, expf - f.bias, f.emin) - f.fraction_bits
+    val = np.ldexp(sig, e.astype(np.int32))
+    if f.has_inf:
+        special = expf == emax_field
+        val = np.where(special, np.where(frac == 0, np.inf, np.nan), val)
+    else:
+        val = np.where((expf == emax_field) & (frac == (1 << f.fraction_bits) - 1), np.nan, val)
+    val = np.where(sign == 1, -val, val)
+    return val.astype(f.value_dtype)

@@ -1,0 +1,179 @@
+"""Reduction plans: the tree that associates the N workers' values.
+
+A plan is a binary tree over worker indices, given as nested tuples: a leaf is an
+``int`` (a worker), an inner node a pair ``(left, right)`` whose two partial sums
+are added (and rounded) once. A sequential fold is the degenerate left-deep tree.
+
+Text syntax (``parse``): ``sequential``, ``reverse``, ``pairwise`` or an explicit
+tree such as ``"((0,1),(2,(3,4)))"``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+from fpreduce._errors import InvalidArgument, unknown_name
+
+__all__ = ["Plan", "Tree", "pairwise", "parse", "reverse", "sequential", "tree"]
+
+Tree = Union[int, tuple["Tree", "Tree"]]
+
+
+def _leaves(t: Tree) -> list[int]:
+    if isinstance(t, int):
+        return [t]
+    return _leaves(t[0]) + _leaves(t[1])
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A named binary tree over ``n`` workers, the same for every element.
+
+    Attributes:
+        name: how the plan was built (``sequential``, ``pairwise``, ``tree``).
+        n: number of workers (leaves); every worker appears exactly once.
+        root: the tree.
+    """
+
+    name: str
+    n: int
+    root: Tree
+
+    def __post_init__(self) -> None:
+        leaves = _leaves(self.root)
+        if sorted(leaves) != list(range(self.n)):
+            raise InvalidArgument(
+                f"plan {self.name!r}: leaves must be each worker 0..{self.n - 1} exactly once, "
+                f"got {leaves}"
+            )
+
+    def leaves(self) -> list[int]:
+        """Workers in left-to-right leaf order."""
+        return _leaves(self.root)
+
+    def depths(self) -> np.ndarray:
+        """Number of additions on each worker's path to the root (d_i), indexed by worker."""
+        out = np.zeros(self.n, dtype=np.int64)
+
+        def walk(t: Tree, d: int) -> None:
+            if isinstance(t, int):
+                out[t] = d
+            else:
+                walk(t[0], d + 1)
+                walk(t[1], d + 1)
+
+        walk(self.root, 0)
+        return out
+
+    def relabel(self, perm: Sequence[int]) -> Plan:
+        """The same shape with worker ``i`` replaced by ``perm[i]`` (re-ranking)."""
+        p = [int(v) for v in perm]
+        if sorted(p) != list(range(self.n)):
+            raise InvalidArgument(f"perm must be a permutation of 0..{self.n - 1}")
+
+        def sub(t: Tree) -> Tree:
+            return p[t] if isinstance(t, int) else (sub(t[0]), sub(t[1]))
+
+        return Plan(self.name, self.n, sub(self.root))
+
+    def draw(self) -> str:
+        """The tree as text, e.g. ``((0+1)+(2+3))``."""
+
+        def fmt(t: Tree) -> str:
+            return str(t) if isinstance(t, int) else f"({fmt(t[0])}+{fmt(t[1])})"
+
+        return fmt(self.root)
+
+
+def sequential(n: int, order: Sequence[int] | None = None) -> Plan:
+    """Left fold ``((x_o0 + x_o1) + x_o2) + ...`` in ``order`` (default 0..n-1).
+
+    Used by a parameter server or an arrival-order reduce; Open MPI's basic_linear
+    reduce folds ranks N-1 down to 0 (``reverse``).
+    """
+    _check_n(n)
+    o = list(range(n)) if order is None else [int(v) for v in order]
+    t: Tree = o[0]
+    for i in o[1:]:
+        t = (t, i)
+    return Plan("sequential", n, t)
+
+
+def reverse(n: int) -> Plan:
+    """Left fold from worker n-1 down to 0."""
+    p = sequential(n, list(range(n - 1, -1, -1)))
+    return Plan("reverse", n, p.root)
+
+
+def pairwise(n: int) -> Plan:
+    """Balanced binary tree over 0..n-1 (the first half gets the extra leaf).
+
+    This is the shape of recursive doubling for a power-of-two n and of numpy's
+    pairwise summation at the top level.
+    """
+    _check_n(n)
+
+    def build(lo: int, hi: int) -> Tree:
+        if hi - lo == 1:
+            return lo
+        mid = lo + (hi - lo + 1) // 2
+        return (build(lo, mid), build(mid, hi))
+
+    return Plan("pairwise", n, build(0, n))
+
+
+def tree(spec: str | Tree) -> Plan:
+    """A plan from text ``"((0,1),(2,3))"`` or nested tuples."""
+    if isinstance(spec, str):
+        try:
+            obj = ast.literal_eval(spec)
+        except (ValueError, SyntaxError):
+            raise InvalidArgument(f"cannot parse tree {spec!r}; write e.g. '((0,1),(2,3))'") from None
+    else:
+        obj = spec
+
+    def check(t: object) -> Tree:
+        if isinstance(t, int) and not isinstance(t, bool):
+            return t
+        if isinstance(t, tuple) and len(t) == 2:
+            return (check(t[0]), check(t[1]))
+        raise InvalidArgument(f"tree nodes must be ints or pairs, got {t!r}")
+
+    root = check(obj)
+    return Plan("tree", len(_leaves(root)), root)
+
+
+_FAMILIES = ("sequential", "reverse", "pairwise")
+
+
+def parse(text: str, n: int | None = None) -> Plan:
+    """Parse a plan name (needs ``n``) or an explicit tree.
+
+    >>> parse("pairwise", 4).draw()
+    '((0+1)+(2+3))'
+    """
+    s = text.strip()
+    if s.startswith("("):
+        p = tree(s)
+        if n is not None and p.n != n:
+            raise InvalidArgument(f"tree {s!r} has {p.n} leaves but n={n}")
+        return p
+    if n is None:
+        raise InvalidArgument(f"plan {s!r} needs the number of workers n")
+    if s == "sequential":
+        return sequential(n)
+    if s == "reverse":
+        return reverse(n)
+    if s == "pairwise":
+        return pairwise(n)
+    raise unknown_name("plan", s, _FAMILIES)
+
+
+def _check_n(n: int) -> None:
+    if not isinstance(n, int | np.integer) or n < 1:
+        raise InvalidArgument(f"number of workers must be a positive int, got {n!r}")

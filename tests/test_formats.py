@@ -1,0 +1,96 @@
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fpreduce as fr
+
+SMALL = {
+    "fp16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
+    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_from_bits_matches_ml_dtypes_exhaustively(name):
+    f = fr.get_format(name)
+    bits = np.arange(2**f.bits, dtype=np.uint64)
+    ours = fr.from_bits(bits, name).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        ref = bits.astype(f.uint_dtype).view(SMALL[name]).astype(np.float64)
+    assert np.array_equal(np.isnan(ours), np.isnan(ref))
+    ok = ~np.isnan(ref)
+    assert np.array_equal(ours[ok].view(np.uint64), ref[ok].view(np.uint64))
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_bits_round_trip_exhaustively(name):
+    f = fr.get_format(name)
+    bits = np.arange(2**f.bits, dtype=np.uint64).astype(f.uint_dtype)
+    vals = fr.from_bits(bits, name)
+    back = fr.to_bits(vals, name)
+    ok = ~np.isnan(vals)
+    assert np.array_equal(back[ok], bits[ok])
+    # NaNs map to the canonical NaN, which decodes to NaN
+    assert np.all(np.isnan(fr.from_bits(back[~ok], name)))
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16"])
+def test_ulp_is_gap_to_next_exhaustively(name):
+    f = fr.get_format(name)
+    bits = np.arange(2 ** (f.bits - 1) - 1, dtype=np.uint64)  # positive, below the last
+    v = fr.from_bits(bits, name).astype(np.float64)
+    nxt = fr.from_bits(bits + 1, name).astype(np.float64)
+    ok = np.isfinite(v) & np.isfinite(nxt)
+    assert np.array_equal(fr.ulp(v[ok], name), nxt[ok] - v[ok])
+
+
+@pytest.mark.parametrize(
+    ("name", "maxv", "sub"),
+    [
+        ("fp32", float(np.finfo(np.float32).max), 2.0**-149),
+        ("fp16", 65504.0, 2.0**-24),
+        ("bf16", float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), 2.0**-133),
+        ("tf32", (2 - 2**-10) * 2.0**127, 2.0**-136),
+        ("fp8_e4m3", 448.0, 2.0**-9),
+        ("fp8_e5m2", 57344.0, 2.0**-16),
+        ("fp64", float(np.finfo(np.float64).max), 2.0**-1074),
+    ],
+)
+def test_table_limits(name, maxv, sub):
+    f = fr.get_format(name)
+    assert f.max_finite == maxv
+    assert f.smallest_subnormal == sub
+    assert f.unit_roundoff == 2.0**-f.precision
+
+
+def test_fp32_and_fp64_bits_match_numpy():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(1000).astype(np.float32) * np.float32(1e-30)
+    assert np.array_equal(fr.to_bits(x, "fp32"), x.view(np.uint32))
+    y = rng.standard_normal(1000) * 1e300
+    assert np.array_equal(fr.to_bits(y, "fp64"), y.view(np.uint64))
+    assert np.array_equal(fr.from_bits(x.view(np.uint32), "fp32").view(np.uint32), x.view(np.uint32))
+
+
+def test_tf32_stored_in_32_bits_low_bits_zero():
+    assert int(fr.to_bits(1.0, "tf32")) == 0x3F800000
+    assert int(fr.to_bits(1 + 2**-10, "tf32")) == 0x3F802000
+
+
+def test_signed_zero_bits():
+    assert int(fr.to_bits(-0.0, "bf16")) == 0x8000
+    assert np.signbit(fr.from_bits(0x8000, "fp16"))
+
+
+def test_unknown_format_hint():
+    with pytest.raises(fr.InvalidArgument, match="did you mean 'bf16'"):
+        fr.get_format("bf61")
+
+
+def test_to_bits_refuses_unrepresentable():
+    with pytest.raises(fr.InvalidArgument, match="round_to"):
+        fr.to_bits(1 + 2**-20, "bf16")
+    with pytest.raises(fr.InvalidArgument, match="float array"):
+        fr.to_bits(np.arange(3), "bf16")

@@ -1,0 +1,128 @@
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fpreduce as fr
+from fpreduce._reference import round_fraction
+
+NARROW = ["fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
+DIRECTED = ["nearest_even", "toward_zero", "up", "down"]
+
+
+def bits64(a):
+    return np.asarray(a, dtype=np.float64).view(np.uint64)
+
+
+def same(a, b):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    both_nan = np.isnan(a) & np.isnan(b)
+    return bool(np.all(both_nan | (bits64(a) == bits64(b))))
+
+
+finite64 = st.floats(allow_nan=False, allow_infinity=False, width=64)
+scaled = st.builds(
+    lambda m, e: m * 2.0**e, st.floats(-2, 2, allow_nan=False), st.integers(-160, 140)
+)
+
+
+@pytest.mark.parametrize("mode", DIRECTED)
+@pytest.mark.parametrize("name", NARROW)
+@given(x=st.one_of(finite64, scaled))
+def test_round_to_matches_fraction_reference(name, mode, x):
+    f = fr.get_format(name)
+    got = fr.round_to(np.array([x]), name, mode)[0]
+    want = x if x == 0 else round_fraction(Fraction(x), f, mode)
+    assert same(got, want), (x, got, want)
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_ties_round_to_even(name):
+    f = fr.get_format(name)
+    one_ulp = 2.0 ** (1 - f.precision)
+    grid = np.array([1.0, 1.0 + one_ulp, 2.0 * f.smallest_subnormal, f.smallest_subnormal])
+    step = np.array([one_ulp, one_ulp, f.smallest_subnormal, f.smallest_subnormal])
+    mids = grid + step / 2
+    got = fr.round_to(mids, name).astype(np.float64)
+    want = np.array([1.0, 1.0 + 2 * one_ulp, 2.0 * f.smallest_subnormal, 2.0 * f.smallest_subnormal])
+    assert same(got, want)
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16"])
+def test_idempotent_on_every_representable_value(name):
+    f = fr.get_format(name)
+    v = fr.from_bits(np.arange(2**16, dtype=np.uint64), name)
+    for mode in DIRECTED:
+        assert same(fr.round_to(v, name, mode), v)
+    assert same(fr.round_to(v, name, "stochastic", rng=0), v)
+
+
+ML = {"bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+      "fp8_e5m2": ml_dtypes.float8_e5m2, "fp16": np.float16}
+
+
+@pytest.mark.parametrize("name", sorted(ML))
+def test_float32_inputs_match_ml_dtypes_and_numpy(name):
+    # from float32 there is no double rounding, so the libraries' casts are correct
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(200_000) * np.exp(rng.uniform(-40, 40, 200_000))).astype(np.float32)
+    with np.errstate(over="ignore"):
+        ref = x.astype(ML[name]).astype(np.float64)
+    assert same(fr.round_to(x, name), ref)
+
+
+def test_float64_to_fp32_and_fp16_match_numpy():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(200_000) * np.exp(rng.uniform(-110, 110, 200_000))
+    with np.errstate(over="ignore"):
+        assert same(fr.round_to(x, "fp32"), x.astype(np.float32))
+        assert same(fr.round_to(x, "fp16"), x.astype(np.float16))
+
+
+def test_double_rounding_trap_bf16():
+    x = 1 + 2.0**-8 + 2.0**-40
+    assert fr.round_to(np.array([x]), "bf16")[0] == 1.0078125
+    # the float32 route double-rounds to 1.0, which is what we must NOT do
+    assert float(np.float32(x).astype(ml_dtypes.bfloat16)) == 1.0
+
+
+def test_fp16_overflow_boundary():
+    got = fr.round_to(np.array([65519.99, 65520.0, 65536.0, -65520.0]), "fp16")
+    assert same(got, [65504.0, np.inf, np.inf, -np.inf])
+    assert same(fr.round_to(np.array([1e6, -1e6]), "fp16", "toward_zero"), [65504.0, -65504.0])
+    assert same(fr.round_to(np.array([1e6, -1e6]), "fp16", "up"), [np.inf, -65504.0])
+    assert same(fr.round_to(np.array([1e6, -1e6]), "fp16", "down"), [65504.0, -np.inf])
+
+
+def test_fp8_e4m3_saturation_rule():
+    got = fr.round_to(np.array([448.0, 464.0, 470.0, np.inf, -1e9]), "fp8_e4m3")
+    assert same(got, [448.0, 448.0, np.nan, np.nan, np.nan])
+
+
+def test_specials_and_signed_zero():
+    got = fr.round_to(np.array([np.nan, np.inf, -np.inf, -0.0, -1e-300, 1e-300]), "bf16")
+    assert same(got, [np.nan, np.inf, -np.inf, -0.0, -0.0, 0.0])
+    assert same(fr.round_to(np.array([1e-300]), "bf16", "up"), [2.0**-133])
+
+
+def test_stochastic_is_unbiased_and_seeded():
+    x = np.full(200_000, 1 + 2.0**-9)  # a quarter of the bf16 ulp above 1
+    a = fr.round_to(x, "bf16", "stochastic", rng=7)
+    b = fr.round_to(x, "bf16", "stochastic", rng=7)
+    assert same(a, b)
+    assert set(np.unique(a).tolist()) == {1.0, 1.0078125}
+    frac_up = float(np.mean(a == 1.0078125))
+    assert abs(frac_up - 0.25) < 0.005  # 5 sigma is ~0.0048
+
+
+def test_bad_input():
+    with pytest.raises(fr.InvalidArgument, match="did you mean 'nearest_even'"):
+        fr.round_to(np.ones(2), "bf16", "nearest_evn")
+    with pytest.raises(fr.InvalidArgument, match="float array"):
+        fr.round_to(np.arange(2), "bf16")
+    with pytest.raises(fr.InvalidArgument, match="rng"):
+        fr.round_to(np.ones(2), "bf16", "stochastic")
