@@ -25,7 +25,7 @@ from numpy.typing import ArrayLike, NDArray
 from fpreduce._errors import InvalidArgument
 from fpreduce._reference import round_fraction
 from fpreduce.formats import Format, get_format
-from fpreduce.plans import Plan, Tree, parse
+from fpreduce.plans import Plan, fold, parse
 from fpreduce.rounding import Mode, get_mode, round_to
 
 __all__ = ["add_rounded", "reduce", "reduce_reference"]
@@ -136,16 +136,16 @@ def reduce(
         raise InvalidArgument("stochastic rounding needs seed= for reproducibility")
     Xa = round_to(Xi, fa, m, rng).astype(np.float64)  # inputs wider than the accumulator
 
-    def ev(t: Tree) -> NDArray[np.float64]:
-        if isinstance(t, int):
-            return Xa[t]
-        return add_rounded(ev(t[0]), ev(t[1]), fa, m, rng)
-
-    return ev(p.root).astype(fa.value_dtype)
+    out = fold(p.root, lambda i: Xa[i], lambda a, b: add_rounded(a, b, fa, m, rng))
+    return np.asarray(out).astype(fa.value_dtype)
 
 
 def _round_input(v: float, f: Format, m: Mode) -> float:
-    return v if v == 0 else round_fraction(Fraction(v), f, m.value)
+    if v == 0 or np.isnan(v):
+        return v
+    if np.isinf(v):
+        return v if f.has_inf else float("nan")
+    return round_fraction(Fraction(v), f, m.value)
 
 
 def reduce_reference(
@@ -158,12 +158,9 @@ def reduce_reference(
 ) -> NDArray[np.floating]:
     """The slow, obvious reference: exact rationals, one rounding per addition.
 
-    A Python loop per element; for tests. Finite inputs only; stochastic rounding
-    is not supported here.
+    A Python loop per element; for tests. Stochastic rounding is not supported here.
     """
     Xi, p = _prepare(X, plan, input)
-    if not np.all(np.isfinite(Xi)):
-        raise InvalidArgument("reduce_reference takes finite inputs only")
     fa = get_format(accumulate)
     m = get_mode(rounding)
     if m is Mode.STOCHASTIC:
@@ -172,10 +169,7 @@ def reduce_reference(
     for j in range(Xi.shape[1]):
         col = [_round_input(float(v), fa, m) for v in Xi[:, j]]
 
-        def ev(t: Tree, col: list[float] = col) -> float:
-            if isinstance(t, int):
-                return col[t]
-            a, b = ev(t[0]), ev(t[1])
+        def add(a: float, b: float) -> float:
             if np.isinf(a) or np.isinf(b) or np.isnan(a) or np.isnan(b):
                 return a + b
             exact = Fraction(a) + Fraction(b)
@@ -186,5 +180,5 @@ def reduce_reference(
                 return -0.0 if neg else 0.0
             return round_fraction(exact, fa, m.value)
 
-        out[j] = ev(p.root)
+        out[j] = fold(p.root, col.__getitem__, add)
     return out.astype(fa.value_dtype)

@@ -19,15 +19,44 @@ import numpy as np
 
 from fpreduce._errors import InvalidArgument, unknown_name
 
-__all__ = ["Plan", "Tree", "pairwise", "parse", "reverse", "sequential", "tree"]
+__all__ = ["Plan", "Tree", "fold", "pairwise", "parse", "reverse", "sequential", "tree"]
 
 Tree = Union[int, tuple["Tree", "Tree"]]
 
 
 def _leaves(t: Tree) -> list[int]:
-    if isinstance(t, int):
-        return [t]
-    return _leaves(t[0]) + _leaves(t[1])
+    out: list[int] = []
+    stack = [t]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, int):
+            out.append(node)
+        else:
+            stack.append(node[1])
+            stack.append(node[0])
+    return out
+
+
+def fold(t: Tree, leaf, combine):  # type: ignore[no-untyped-def]
+    """Evaluate a tree bottom-up without recursion (trees can be 10^4 deep).
+
+    ``leaf(i)`` maps a worker to a value, ``combine(a, b)`` two values to one.
+    """
+    stack: list[tuple[Tree, bool]] = [(t, False)]
+    vals: list[object] = []
+    while stack:
+        node, expanded = stack.pop()
+        if isinstance(node, int):
+            vals.append(leaf(node))
+        elif expanded:
+            b = vals.pop()
+            a = vals.pop()
+            vals.append(combine(a, b))
+        else:
+            stack.append((node, True))
+            stack.append((node[1], False))
+            stack.append((node[0], False))
+    return vals[0]
 
 
 @dataclass(frozen=True)
@@ -59,15 +88,14 @@ class Plan:
     def depths(self) -> np.ndarray:
         """Number of additions on each worker's path to the root (d_i), indexed by worker."""
         out = np.zeros(self.n, dtype=np.int64)
-
-        def walk(t: Tree, d: int) -> None:
+        stack: list[tuple[Tree, int]] = [(self.root, 0)]
+        while stack:
+            t, d = stack.pop()
             if isinstance(t, int):
                 out[t] = d
             else:
-                walk(t[0], d + 1)
-                walk(t[1], d + 1)
-
-        walk(self.root, 0)
+                stack.append((t[0], d + 1))
+                stack.append((t[1], d + 1))
         return out
 
     def relabel(self, perm: Sequence[int]) -> Plan:
@@ -76,18 +104,13 @@ class Plan:
         if sorted(p) != list(range(self.n)):
             raise InvalidArgument(f"perm must be a permutation of 0..{self.n - 1}")
 
-        def sub(t: Tree) -> Tree:
-            return p[t] if isinstance(t, int) else (sub(t[0]), sub(t[1]))
-
-        return Plan(self.name, self.n, sub(self.root))
+        root = fold(self.root, lambda i: p[i], lambda a, b: (a, b))
+        return Plan(self.name, self.n, root)
 
     def draw(self) -> str:
         """The tree as text, e.g. ``((0+1)+(2+3))``."""
 
-        def fmt(t: Tree) -> str:
-            return str(t) if isinstance(t, int) else f"({fmt(t[0])}+{fmt(t[1])})"
-
-        return fmt(self.root)
+        return str(fold(self.root, str, lambda a, b: f"({a}+{b})"))
 
 
 def sequential(n: int, order: Sequence[int] | None = None) -> Plan:

@@ -1,0 +1,132 @@
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import fpreduce as fr
+
+ACC = ["fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e5m2"]
+MODES = ["nearest_even", "toward_zero", "up", "down"]
+
+
+def same(a, b):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return bool(np.all((np.isnan(a) & np.isnan(b)) | (a.view(np.uint64) == b.view(np.uint64))))
+
+
+@st.composite
+def problems(draw):
+    n = draw(st.integers(1, 7))
+    m = draw(st.integers(1, 4))
+    mag = st.builds(
+        lambda s, e, sign: sign * s * 2.0**e,
+        st.floats(1, 2, allow_nan=False),
+        st.integers(-30, 30),
+        st.sampled_from([1.0, -1.0]),
+    )
+    vals = st.one_of(mag, st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.0**-8, 3.0]))
+    X = draw(hnp.arrays(np.float64, (n, m), elements=vals))
+    perm = draw(st.permutations(range(n)))
+    shape = draw(st.sampled_from(["sequential", "pairwise", "reverse", "random"]))
+    if shape == "random":
+        nodes = [int(p) for p in perm]
+        while len(nodes) > 1:
+            i = draw(st.integers(0, len(nodes) - 2))
+            nodes[i : i + 2] = [(nodes[i], nodes[i + 1])]
+        plan = fr.plans.tree(nodes[0])
+    else:
+        plan = fr.plans.parse(shape, n).relabel(perm)
+    return X, plan
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("acc", ACC)
+@given(prob=problems(), inp=st.sampled_from(["fp32", "bf16", "fp16"]))
+def test_fast_engine_equals_fraction_reference(acc, mode, prob, inp):
+    X, plan = prob
+    fast = fr.reduce(X, plan, input=inp, accumulate=acc, rounding=mode)
+    ref = fr.reduce_reference(X, plan, input=inp, accumulate=acc, rounding=mode)
+    assert same(fast, ref), (X, plan.draw(), fast, ref)
+
+
+@pytest.mark.parametrize(("name", "dt"), [("fp16", np.float16), ("fp32", np.float32),
+                                           ("bf16", ml_dtypes.bfloat16)])
+def test_sequential_matches_native_arithmetic(name, dt):
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((16, 20_000)) * np.exp(rng.uniform(-6, 6, (16, 20_000)))
+    Xn = X.astype(dt)
+    acc = Xn[0].copy()
+    for i in range(1, 16):
+        acc = (acc + Xn[i]).astype(dt)
+    got = fr.reduce(Xn.astype(np.float32), "sequential", input=name, accumulate=name)
+    assert same(got, acc.astype(np.float64))
+
+
+def test_order_changes_bits_but_fixed_order_reproducible():
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((32, 5000)).astype(np.float32)
+    a = fr.reduce(X, "sequential", input="bf16", accumulate="bf16")
+    b = fr.reduce(X, "sequential", input="bf16", accumulate="bf16")
+    assert same(a, b)
+    c = fr.reduce(X, fr.plans.sequential(32, rng.permutation(32)), input="bf16", accumulate="bf16")
+    assert 0.05 < float(np.mean(a != c)) < 1.0
+
+
+def test_wide_accumulator_is_order_independent():
+    # fp16 inputs into fp64: every partial sum is exact for 8 workers
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((8, 3000)).astype(np.float16).astype(np.float32)
+    base = fr.reduce(X, "sequential", input="fp16", accumulate="fp64")
+    for _ in range(5):
+        p = fr.plans.pairwise(8).relabel(rng.permutation(8))
+        assert same(fr.reduce(X, p, input="fp16", accumulate="fp64"), base)
+
+
+def test_directed_rounding_needs_exact_remainder():
+    X = np.array([[1 + 2.0**-7], [-(2.0**-30)]])
+    got = fr.reduce(X, "sequential", input="fp32", accumulate="bf16", rounding="toward_zero")
+    assert got[0] == 1.0
+
+
+def test_signed_zero_rules():
+    X = np.array([[1.0, -0.0, 0.0], [-1.0, -0.0, 0.0]])
+    assert same(fr.reduce(X, "sequential"), [0.0, -0.0, 0.0])
+    assert same(fr.reduce(X, "sequential", rounding="down"), [-0.0, -0.0, 0.0])
+
+
+def test_fp16_overflow_and_swamping():
+    X = np.full((3, 1), 40000.0)
+    assert np.isinf(fr.reduce(X, "sequential", input="fp16", accumulate="fp16")[0])
+    assert fr.reduce(X, "sequential", input="fp16", accumulate="fp32")[0] == 120000.0
+    ones = np.ones((3000, 1))
+    assert fr.reduce(ones, "sequential", input="fp16", accumulate="fp16")[0] == 2048.0
+    assert fr.reduce(ones, "sequential", input="bf16", accumulate="bf16")[0] == 256.0
+
+
+def test_stochastic_is_seeded():
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((16, 1000)).astype(np.float32)
+    a = fr.reduce(X, "pairwise", accumulate="bf16", rounding="stochastic", seed=3)
+    b = fr.reduce(X, "pairwise", accumulate="bf16", rounding="stochastic", seed=3)
+    assert same(a, b)
+    with pytest.raises(fr.InvalidArgument, match="seed"):
+        fr.reduce(X, "pairwise", accumulate="bf16", rounding="stochastic")
+
+
+def test_bad_plans():
+    with pytest.raises(fr.InvalidArgument, match="exactly once"):
+        fr.plans.tree("((0,1),(1,2))")
+    with pytest.raises(fr.InvalidArgument, match="did you mean 'pairwise'"):
+        fr.plans.parse("pairwse", 4)
+    with pytest.raises(fr.InvalidArgument, match="rows"):
+        fr.reduce(np.ones((3, 2)), fr.plans.pairwise(4))
+
+
+def test_plan_depths_and_draw():
+    p = fr.plans.parse("((0,1),(2,(3,4)))")
+    assert p.depths().tolist() == [2, 2, 2, 3, 3]
+    assert fr.plans.sequential(4).draw() == "(((0+1)+2)+3)"
+    assert fr.plans.pairwise(4).relabel([3, 2, 1, 0]).draw() == "((3+2)+(1+0))"
