@@ -37,8 +37,8 @@ _BLOCK_CELLS = 1 << 22  # bincount bins / accumulator cells per column block (bo
 _FP64 = get_format("fp64")
 
 
-def _check_input(X: ArrayLike, axis: int) -> tuple[NDArray[np.float64], tuple[int, ...], int]:
-    """Validate, move ``axis`` first, flatten the rest; returns (2-D float64, out shape, bits)."""
+def _check_input(X: ArrayLike, axis: int) -> tuple[NDArray[np.floating], tuple[int, ...], int]:
+    """Validate, move ``axis`` first, flatten the rest; returns (2-D floats, out shape, bits)."""
     a = np.asarray(X)
     name = a.dtype.name
     if a.dtype.kind != "f" and name != "bfloat16" and not name.startswith("float8"):
@@ -61,7 +61,9 @@ def _check_input(X: ArrayLike, axis: int) -> tuple[NDArray[np.float64], tuple[in
     sigbits = 53 if a.dtype.itemsize > 4 else 24
     a = np.moveaxis(a, int(axis), 0)
     out_shape = a.shape[1:]
-    a2 = np.asarray(a, dtype=np.float64).reshape(a.shape[0], -1)
+    if a.dtype not in (np.float16, np.float32, np.float64):
+        a = np.asarray(a, dtype=np.float64)  # bfloat16/float8: exact widening
+    a2 = a.reshape(a.shape[0], math.prod(out_shape))  # widened to float64 per chunk later
     return a2, out_shape, sigbits
 
 
@@ -215,7 +217,7 @@ class ExactSum:
         return out.reshape(self.shape)
 
 
-def _column_block(a: NDArray[np.float64], sigbits: int) -> list[tuple[int, int]]:
+def _column_block(a: NDArray[np.floating], sigbits: int) -> list[tuple[int, int]]:
     """Exact sums ``(V, s)`` of the columns of a finite 2-D float64 block."""
     n, c = a.shape
     split = sigbits == 53
@@ -224,7 +226,7 @@ def _column_block(a: NDArray[np.float64], sigbits: int) -> list[tuple[int, int]]
     rows = max(1, min(_CHUNK_ROWS, _BLOCK_CELLS // max(c, 1)))
     cols = np.arange(c, dtype=np.int64)
     for r0 in range(0, n, rows):
-        x = a[r0:r0 + rows]
+        x = np.asarray(a[r0:r0 + rows], dtype=np.float64)
         fr, ex = np.frexp(x)
         nz = fr != 0
         if not nz.any():
@@ -235,10 +237,7 @@ def _column_block(a: NDArray[np.float64], sigbits: int) -> list[tuple[int, int]]
         ne = e1 - e0 + 1
         key = (cols * ne + np.where(nz, ex - e0, 0)).ravel()
         m = np.ldexp(fr, sigbits).astype(np.int64).ravel()  # exact integer significands
-        if split:
-            parts = ((acc_hi, m >> 26), (acc_lo, m & ((1 << 26) - 1)))
-        else:
-            parts = ((acc_hi, m),)
+        parts = ((acc_hi, m >> 26), (acc_lo, m & ((1 << 26) - 1))) if split else ((acc_hi, m),)
         for acc, w in parts:
             b = np.bincount(key, weights=w.astype(np.float64), minlength=c * ne)
             acc[:, e0 + _E_OFFSET:e1 + _E_OFFSET + 1] += b.reshape(c, ne).astype(np.int64)

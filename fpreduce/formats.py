@@ -85,7 +85,7 @@ class Format:
     @property
     def uint_dtype(self) -> np.dtype[np.unsignedinteger]:
         """The unsigned integer dtype of ``to_bits`` patterns."""
-        return np.dtype({8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[self.bits])
+        return np.dtype(f"uint{self.bits}")  # type: ignore[return-value]
 
     @property
     def value_dtype(self) -> np.dtype[np.floating]:

@@ -98,7 +98,7 @@ class Plan:
                 stack.append((t[1], d + 1))
         return out
 
-    def relabel(self, perm: Sequence[int]) -> Plan:
+    def relabel(self, perm: Sequence[int] | np.ndarray) -> Plan:
         """The same shape with worker ``i`` replaced by ``perm[i]`` (re-ranking)."""
         p = [int(v) for v in perm]
         if sorted(p) != list(range(self.n)):
@@ -113,7 +113,7 @@ class Plan:
         return str(fold(self.root, str, lambda a, b: f"({a}+{b})"))
 
 
-def sequential(n: int, order: Sequence[int] | None = None) -> Plan:
+def sequential(n: int, order: Sequence[int] | np.ndarray | None = None) -> Plan:
     """Left fold ``((x_o0 + x_o1) + x_o2) + ...`` in ``order`` (default 0..n-1).
 
     Used by a parameter server or an arrival-order reduce; Open MPI's basic_linear

@@ -54,7 +54,6 @@ def test_ties_round_to_even(name):
 
 @pytest.mark.parametrize("name", ["fp16", "bf16"])
 def test_idempotent_on_every_representable_value(name):
-    f = fr.get_format(name)
     v = fr.from_bits(np.arange(2**16, dtype=np.uint64), name)
     for mode in DIRECTED:
         assert same(fr.round_to(v, name, mode), v)

@@ -1,0 +1,285 @@
+"""Tests for fpreduce.exact: exact sums and once-rounded results."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fpreduce._errors import InvalidArgument
+from fpreduce.exact import exact_sum, exact_sum_fraction, exact_sum_mpmath
+from fpreduce.formats import get_format
+
+SETTINGS = settings(max_examples=200, deadline=None)
+MODES = ("nearest_even", "toward_zero", "up", "down")
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(a, dtype=np.float64)).view(np.uint64)
+
+
+def frac_to_float(x: Fraction) -> float:
+    """Correctly rounded (Python's int division rounds once); ±inf beyond range."""
+    try:
+        return float(x)
+    except OverflowError:
+        return float("inf") if x > 0 else float("-inf")
+
+
+def ref_round(x: Fraction, fmt: str, mode: str) -> float:
+    """Slow Fraction reference: round x once onto fmt (unbounded exponent, then overflow)."""
+    f = get_format(fmt)
+    if x == 0:
+        return 0.0
+    neg = x < 0
+    a = -x
+    if not neg:
+        a = x
+    e = 0
+    while a >= Fraction(2) ** (e + 1):
+        e += 1
+    while a < Fraction(2) ** e:
+        e -= 1
+    q = Fraction(2) ** (max(e, f.emin) - f.precision + 1)
+    t = a / q
+    lo = t.numerator // t.denominator
+    r = t - lo
+    if r == 0:
+        m = lo
+    elif mode == "nearest_even":
+        m = lo + (r > Fraction(1, 2) or (r == Fraction(1, 2) and lo % 2 == 1))
+    elif mode == "toward_zero":
+        m = lo
+    elif mode == "up":
+        m = lo + (not neg)
+    else:
+        m = lo + neg
+    val = m * q
+    if val > Fraction(f.max_finite):
+        inf = float("inf") if f.has_inf else float("nan")
+        away = {"nearest_even": True, "toward_zero": False, "up": not neg, "down": neg}[mode]
+        res = inf if away else f.max_finite
+    else:
+        res = float(val)
+    return -res if neg else res
+
+
+# adversarial float64 columns: mixed magnitudes, cancellation, subnormals, ties
+def _adv_values():
+    mags = st.integers(-1074, 1023)
+    sig = st.integers(1, 2**53 - 1)
+    return st.one_of(
+        st.floats(allow_nan=False, allow_infinity=False, width=64),
+        st.builds(lambda m, e, s: float(s * m * Fraction(2) ** e) if e >= -1074 + 0 else 0.0,
+                  st.integers(1, 2**20), st.integers(-1074, 900), st.sampled_from([-1, 1])),
+        st.builds(lambda m, e: float(Fraction(m, 2**52) * Fraction(2) ** e), sig,
+                  mags.filter(lambda e: e <= 970)),
+        st.sampled_from([0.0, -0.0, 5e-324, -5e-324, 1.0, -1.0, 2.0**-53, 1e308, -1e308]),
+    )
+
+
+@st.composite
+def adversarial_columns(draw):
+    base = draw(st.lists(_adv_values(), min_size=1, max_size=30))
+    if draw(st.booleans()):  # heavy cancellation: append the negations of some terms
+        base += [-v for v in draw(st.lists(st.sampled_from(base), max_size=30))]
+    if draw(st.booleans()):  # a tie of the final rounding: 1 + 2**-53 style
+        k = draw(st.integers(-1000, 900))
+        base += [2.0**k, 2.0 ** (k - 53)]
+    return np.array(base, dtype=np.float64)
+
+
+@st.composite
+def float32_columns(draw):
+    vals = draw(st.lists(
+        st.one_of(
+            st.builds(lambda s, m, e: s * m * 2.0**e, st.sampled_from([-1.0, 1.0]),
+                      st.integers(1, 2**24 - 1), st.integers(-149, 104)),
+            st.floats(width=32, allow_nan=False, allow_infinity=False),
+        ), min_size=1, max_size=40))
+    a = np.array(vals, dtype=np.float64)
+    a = a[np.abs(a) <= float(np.finfo(np.float32).max)]
+    if a.size == 0:
+        a = np.array([1.0])
+    return a.astype(np.float32)
+
+
+@SETTINGS
+@given(adversarial_columns())
+def test_float64_matches_fraction_and_mpmath(col):
+    X = np.stack([col, col[::-1] * 0.5], axis=1)
+    got = exact_sum(X).to_float64()
+    want = np.array([frac_to_float(exact_sum_fraction(X[:, j])) for j in range(2)])
+    zero = want == 0
+    assert np.array_equal(bits(got)[~zero], bits(want)[~zero])
+    assert np.all(got[zero] == 0)
+    assert np.array_equal(bits(got), bits(exact_sum_mpmath(X)))
+
+
+@SETTINGS
+@given(float32_columns())
+def test_float32_mixed_magnitudes(col):
+    got = exact_sum(col.reshape(-1, 1)).to_float64()
+    want = frac_to_float(exact_sum_fraction(col))
+    if want != 0:
+        assert bits(got)[0] == bits(np.float64(want))
+    assert bits(got)[0] == bits(exact_sum_mpmath(col.reshape(-1, 1)))[0]
+
+
+@SETTINGS
+@given(adversarial_columns(), st.randoms(use_true_random=False))
+def test_order_invariance(col, rnd):
+    perm = list(range(col.size))
+    rnd.shuffle(perm)
+    a = exact_sum(col).to_float64()
+    b = exact_sum(col[perm]).to_float64()
+    assert bits(a) == bits(b)
+
+
+@SETTINGS
+@given(st.one_of(adversarial_columns(), float32_columns().map(lambda a: a.astype(np.float64))),
+       st.sampled_from(["bf16", "fp16", "fp32", "tf32", "fp8_e4m3", "fp8_e5m2", "fp64"]),
+       st.sampled_from(MODES))
+def test_round_matches_fraction_reference(col, fmt, mode):
+    es = exact_sum(col)
+    got = float(es.round(fmt, mode))
+    want = ref_round(exact_sum_fraction(col), fmt, mode)
+    if np.isnan(want):
+        assert np.isnan(got)
+    else:
+        assert got == want
+        if want != 0:
+            assert np.signbit(got) == np.signbit(want)
+
+
+@SETTINGS
+@given(adversarial_columns(), st.floats(allow_nan=False, allow_infinity=False))
+def test_error_of(col, y):
+    es = exact_sum(col)
+    got = float(es.error_of(y))
+    assert got == frac_to_float(Fraction(y) - exact_sum_fraction(col))
+    hi = float(es.to_float64())
+    if np.isfinite(hi):
+        want = frac_to_float(Fraction(hi) - exact_sum_fraction(col))
+        assert float(es.error_of(hi)) == want
+        assert float(es.lo) == -want
+
+
+def test_hi_lo_represent_exact():
+    X = np.array([[1.0, 3.0], [2.0**-60, -(2.0**-70)], [2.0**-200, 1e-300]])
+    es = exact_sum(X)
+    for j in range(2):
+        exact = exact_sum_fraction(X[:, j])
+        assert float(es.hi[j]) == float(exact)
+        assert float(es.lo[j]) == float(exact - Fraction(float(es.hi[j])))
+        assert es.fraction(j) == exact
+
+
+def test_regression_intermediate_overflow():
+    X = np.array([1e308, 1e308, -1e308])
+    assert exact_sum(X).to_float64().item() == 1e308
+    assert exact_sum_mpmath(X).item() == 1e308
+    assert exact_sum(np.array([1e308, 1e308])).to_float64().item() == np.inf
+    rz = exact_sum(np.array([-1e308, -1e308])).round("fp64", "toward_zero").item()
+    assert rz == -1.7976931348623157e308
+
+
+def test_signed_zeros():
+    X = np.array([[-0.0, -0.0, 0.0, 1.0], [-0.0, 0.0, -0.0, -1.0]])
+    got = exact_sum(X).to_float64()
+    assert list(np.signbit(got)) == [True, False, False, False]
+    assert list(np.signbit(exact_sum_mpmath(X))) == [True, False, False, False]
+    r = exact_sum(X).round("bf16", "down")
+    assert list(np.signbit(r)) == [True, False, False, False]
+    # negative value that underflows to zero keeps its sign
+    assert np.signbit(exact_sum(np.array([-(2.0**-140)])).round("bf16", "toward_zero"))
+
+
+def test_inf_nan_columns():
+    inf, nan = np.inf, np.nan
+    X = np.array([[inf, -inf, nan, 1.0, inf], [1.0, -inf, 1.0, 2.0, -inf], [2.0, 3.0, 1.0, 3.0, 0]])
+    es = exact_sum(X)
+    got = es.to_float64()
+    assert got[0] == inf
+    assert got[1] == -inf
+    assert np.isnan(got[2])
+    assert got[3] == 6.0
+    assert np.isnan(got[4])
+    assert list(es.nonfinite) == [True, True, True, False, True]
+    ref = exact_sum_mpmath(X)
+    assert np.array_equal(ref, got, equal_nan=True)
+    assert np.isnan(es.round("fp8_e4m3")[0])
+    assert es.round("bf16")[1] == -inf
+
+
+def test_overflow_modes():
+    es = exact_sum(np.array([[1e6, -1e6], [1e6, -1e6]]))
+    assert list(es.round("fp16")) == [np.inf, -np.inf]
+    assert list(es.round("fp16", "toward_zero")) == [65504.0, -65504.0]
+    assert list(es.round("fp16", "up")) == [np.inf, -65504.0]
+    assert list(es.round("fp16", "down")) == [65504.0, -np.inf]
+    assert np.isnan(es.round("fp8_e4m3")).all()
+    e8 = exact_sum(np.array([464.0, 465.0]).reshape(1, 2))
+    assert e8.round("fp8_e4m3")[0] == 448.0
+    assert np.isnan(e8.round("fp8_e4m3")[1])
+    assert es.round("fp64").dtype == np.float64
+    assert es.round("tf32").dtype == np.float32
+
+
+def test_large_n():
+    rng = np.random.default_rng(1)
+    X = (rng.standard_normal((100_000, 8)) * 2.0 ** rng.integers(-60, 60, (100_000, 8)))
+    X = X.astype(np.float32)
+    es = exact_sum(X)
+    want = np.array([frac_to_float(exact_sum_fraction(X[:, j])) for j in range(2)])
+    assert np.array_equal(bits(es.to_float64()[:2]), bits(want))
+    Y = rng.standard_normal((100_000, 3)) * 1e200
+    Y[0] = 1e308
+    Y[1] = -1e308
+    assert np.array_equal(bits(exact_sum(Y).to_float64()), bits(exact_sum_mpmath(Y)))
+
+
+def test_axis_and_shapes():
+    X = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+    assert np.array_equal(exact_sum(X, axis=1).to_float64(), X.sum(axis=1))
+    assert np.array_equal(exact_sum(X, axis=-1).to_float64(), X.sum(axis=-1))
+    assert exact_sum(np.zeros((0, 3))).to_float64().tolist() == [0.0, 0.0, 0.0]
+    assert exact_sum(np.array([1.0, 2.0], dtype=np.float16)).to_float64().item() == 3.0
+
+
+@pytest.mark.parametrize(
+    ("arg", "axis", "match"),
+    [
+        (np.arange(3), 0, "float array"),
+        (np.float64(1.0), 0, "1-D"),
+        (np.ones((2, 2)), 2, "axis"),
+    ],
+)
+def test_invalid_arguments(arg, axis, match):
+    with pytest.raises(InvalidArgument, match=match):
+        exact_sum(arg, axis=axis)
+
+
+def test_invalid_mode():
+    es = exact_sum(np.ones(3))
+    with pytest.raises(InvalidArgument, match="rounding mode"):
+        es.round("bf16", "nearest")
+    with pytest.raises(InvalidArgument, match="rng"):
+        es.round("bf16", "stochastic")
+    r = es.round("bf16", "stochastic", rng=np.random.default_rng(0))
+    assert r.item() == 3.0
+
+
+def test_ties_and_sticky_bits():
+    X = np.array([[1.0, 1.0, 1.0 + 2.0**-7], [2.0**-8, 2.0**-8, 2.0**-8], [0.0, 2.0**-300, 0.0]])
+    es = exact_sum(X)
+    assert es.round("bf16").tolist() == [1.0, 1.0 + 2.0**-7, 1.0 + 2.0**-6]
+    assert es.round("bf16", "toward_zero").tolist() == [1.0, 1.0, 1.0 + 2.0**-7]
+    assert es.to_float64().tolist() == [1.0 + 2.0**-8, 1.0 + 2.0**-8, 1.0 + 2.0**-7 + 2.0**-8]
+    assert es.lo.tolist() == [0.0, 2.0**-300, 0.0]
+    # float64 tie: 1 + 2**-53 rounds to 1, plus a tiny term it rounds up
+    Y = np.array([[1.0, 1.0], [2.0**-53, 2.0**-53], [0.0, 5e-324]])
+    assert exact_sum(Y).to_float64().tolist() == [1.0, 1.0 + 2.0**-52]
