@@ -26,7 +26,7 @@ from fpreduce._errors import InvalidArgument
 from fpreduce._reference import round_fraction
 from fpreduce.formats import Format, get_format
 from fpreduce.plans import Plan, fold, parse
-from fpreduce.rounding import Mode, get_mode, round_to
+from fpreduce.rounding import Mode, _nearest_from_float32, get_mode, round_to
 
 __all__ = ["add_rounded", "reduce", "reduce_reference"]
 
@@ -55,6 +55,25 @@ def add_rounded(
             neg = both_neg | ((mode is Mode.DOWN) & ~both_pos_zero)
             out = np.where(zero, np.where(neg, -0.0, 0.0), out)
     return out
+
+
+def _add_nearest32(a: NDArray[np.float32], b: NDArray[np.float32], f: Format) -> NDArray[np.float32]:
+    """Round-to-nearest addition for accumulators of at most 24 bits, in float32.
+
+    The float32 sum double-rounds innocuously for p <= 11 (24 >= 2p + 2) and is
+    exact IEEE for fp32; float32's IEEE addition also gives the right signed zeros.
+    fp16 sums of values <= 65504 cannot overflow float32, and a bf16/tf32 sum that
+    overflows float32 overflows the narrow format too.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = a + b
+        if f.precision == 24:
+            return s
+        if f.name == "fp16":
+            return s.astype(np.float16).astype(np.float32)  # IEEE convert, from float32
+        if f.emin == -126:
+            return _nearest_from_float32(s, f)
+        return round_to(s, f)  # type: ignore[return-value]
 
 
 def _directed(s: NDArray[np.float64], err: NDArray[np.float64], f: Format, mode: Mode):
@@ -95,7 +114,7 @@ def _prepare(X: ArrayLike, plan: Plan | str, input: str | Format):
     if p.n != A.shape[0]:
         raise InvalidArgument(f"plan has {p.n} workers but X has {A.shape[0]} rows")
     fin = get_format(input)
-    Xi = round_to(A, fin).astype(np.float64)  # explicit: inputs made representable
+    Xi = round_to(A, fin)  # explicit: inputs made representable (float32 unless fp64)
     return Xi, p
 
 
@@ -134,8 +153,13 @@ def reduce(
     rng = np.random.default_rng(seed) if m is Mode.STOCHASTIC else None
     if m is Mode.STOCHASTIC and seed is None:
         raise InvalidArgument("stochastic rounding needs seed= for reproducibility")
-    Xa = round_to(Xi, fa, m, rng).astype(np.float64)  # inputs wider than the accumulator
-
+    fin = get_format(input)
+    fits = fin.precision <= fa.precision and fin.emin >= fa.emin and fin.emax <= fa.emax
+    Xa = Xi if fits else round_to(Xi, fa, m, rng)  # inputs wider than the accumulator
+    if m is Mode.NEAREST_EVEN and fa.precision <= 24:
+        out = fold(p.root, lambda i: Xa[i], lambda a, b: _add_nearest32(a, b, fa))
+        return np.asarray(out, dtype=np.float32).copy()
+    Xa = Xa.astype(np.float64)
     out = fold(p.root, lambda i: Xa[i], lambda a, b: add_rounded(a, b, fa, m, rng))
     return np.asarray(out).astype(fa.value_dtype)
 

@@ -60,12 +60,16 @@ def get_mode(mode: str | Mode) -> Mode:
         raise unknown_name("rounding mode", mode, MODES) from None
 
 
-def _quantum_exponent(a: NDArray[np.float64], f: Format) -> NDArray[np.int64]:
-    """Exponent k of the quantum 2**k of |a| in f (via the float64 exponent field)."""
-    bits = a.view(np.uint64)
-    field = ((bits >> np.uint64(52)) & np.uint64(0x7FF)).astype(np.int64)
-    e = field - 1023  # float64 subnormals give -1023, far below every emin < 0
-    return np.maximum(e, f.emin) - (f.precision - 1)
+def _quantum_bits(a: NDArray[np.float64], f: Format) -> NDArray[np.uint64]:
+    """Float64 bit patterns of the quantum 2**k of each |a| in f.
+
+    k = max(e, emin) - p + 1 with e the float64 exponent (float64 subnormals fall
+    far below every emin), computed on the exponent field alone: three uint64 ops.
+    """
+    field = a.view(np.uint64) & np.uint64(0x7FF0000000000000)
+    np.maximum(field, np.uint64((f.emin + 1023) << 52), out=field)
+    field -= np.uint64((f.precision - 1) << 52)
+    return field
 
 
 def round_to(
@@ -109,10 +113,19 @@ def round_to(
         rng = np.random.default_rng(rng)
     if f.precision == 53:
         return a.copy()
-    k = _quantum_exponent(a, f)
-    q = np.ldexp(1.0, k.astype(np.int32))
+    if a0.dtype == np.float32 and f.precision >= 24:
+        return a0.astype(f.value_dtype)  # float32 values are fp32 (and fp64) values
+    if m is Mode.NEAREST_EVEN and a0.dtype == np.float32:
+        if f.emin == -126:
+            return _nearest_from_float32(np.ascontiguousarray(a0), f)
+        if f.name == "fp16":  # IEEE conversion from float32 rounds once (tested exhaustively)
+            with np.errstate(over="ignore"):
+                return a0.astype(np.float16).astype(np.float32)
+    qb = _quantum_bits(a, f)  # 2**k and 2**-k (|k| < 1023 for every format but fp64)
+    q = qb.view(np.float64)
+    qinv = (np.uint64(2046 << 52) - qb).view(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        s = a / q  # exact: q is a power of two and s has at most 53 bits
+        s = a * qinv  # exact: a power of two, and s has at most 53 bits
         if m is Mode.NEAREST_EVEN:
             r = np.rint(s)
         elif m is Mode.TOWARD_ZERO:
@@ -126,9 +139,8 @@ def round_to(
             lo = np.floor(s)
             frac = s - lo  # exact
             u = rng.random(size=s.shape)
-            r = lo + (u < frac)
-        out = r * q
-        out = np.copysign(out, a)  # -0.0 for negatives rounding to zero
+            r = np.copysign(lo + (u < frac), s)  # -0.0 for negatives rounding to zero
+        out = r * q  # rint/trunc/ceil/floor keep the sign of zero: -0.0 stays -0.0
         big = np.abs(out) > f.max_finite
         if np.any(big):
             fin_a = np.isfinite(a)
@@ -147,3 +159,26 @@ def round_to(
         if not f.has_inf:
             out = np.where(np.isinf(a), np.nan, out)
     return out.astype(f.value_dtype)
+
+
+def _nearest_from_float32(x: NDArray[np.float32], f: Format) -> NDArray[np.float32]:
+    """Round-to-nearest-even of float32 onto a format with fp32's exponent range.
+
+    Integer trick on the bit pattern: add half an ulp minus one plus the kept lsb,
+    then clear the dropped bits. A carry into the exponent field is exactly the
+    binade change (or overflow to Inf) of IEEE rounding; subnormals work alike since
+    the exponent range is the same. NaNs are kept as a quiet NaN.
+    """
+    drop = 24 - f.precision
+    bits = x.view(np.uint32)
+    if not np.bitwise_and(bits, np.uint32((1 << drop) - 1)).any():
+        return x.copy()  # already representable (the usual case for gradient inputs)
+    one = np.uint32(1)
+    lsb = (bits >> np.uint32(drop)) & one
+    r = bits + (np.uint32((1 << (drop - 1)) - 1) + lsb)
+    r &= np.uint32((0xFFFFFFFF >> drop) << drop)
+    out = r.view(np.float32)
+    nan = np.isnan(x)
+    if nan.any():
+        out[nan] = np.float32(np.nan)
+    return out

@@ -1,0 +1,271 @@
+"""Error metrics, result-to-result divergence and rounding-error bounds.
+
+Metrics against an :class:`~fpreduce.exact.ExactSum` measure how far a computed sum
+is from the exact one; divergence metrics compare two computed results bit by bit;
+bounds give a-priori (worst case) and probabilistic (Higham & Mary 2019) limits on
+the error of a reduction.
+
+All functions are vectorized over columns (the reduction is along axis 0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from fpreduce._errors import InvalidArgument
+from fpreduce.exact import ExactSum, exact_sum
+from fpreduce.formats import Format, get_format, to_bits, ulp
+from fpreduce.plans import Plan
+
+__all__ = [
+    "abs_error",
+    "apriori_bound",
+    "bits_equal",
+    "condition_number",
+    "correct_bits",
+    "correctly_rounded",
+    "divergence",
+    "gamma",
+    "probabilistic_bound",
+    "rel_error",
+    "ulp_distance",
+    "ulp_error",
+]
+
+_MAX_BITS = 53.0
+
+
+def abs_error(y: ArrayLike, ex: ExactSum) -> NDArray[np.float64]:
+    """Absolute error ``|y - s|`` of ``y`` against the exact sums ``s``, rounded once.
+
+    Args:
+        y: computed sums, one per column of ``ex``.
+        ex: the exact sums.
+
+    Returns:
+        float64 array of ``|y - s|`` rounded once (nearest-even) to float64. A
+        NaN/Inf ``y`` or a non-finite exact sum gives the float64 ``|y - sum|``
+        (NaN for Inf - Inf or any NaN). ``-0.0`` and ``+0.0`` are the same value
+        here: the error of either against a zero sum is 0.
+    """
+    return np.abs(ex.error_of(y))
+
+
+def rel_error(y: ArrayLike, ex: ExactSum) -> NDArray[np.float64]:
+    """Relative error ``|y - s| / |s|``.
+
+    Where the exact sum ``s`` is zero (either sign) the result is 0 if ``y`` is zero
+    (either sign) and ``inf`` otherwise. NaN in ``y`` or a NaN sum gives NaN; an
+    infinite sum gives NaN (Inf/Inf) or 0 (finite/Inf) per float64 rules.
+    ``|s|`` is the exact sum rounded once to float64 (never 0 unless ``s`` is 0).
+    """
+    err = abs_error(y, ex)
+    s = np.abs(ex.to_float64())
+    yy = np.broadcast_to(np.asarray(y, dtype=np.float64), s.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = err / s
+    zero = s == 0
+    return np.where(zero & (yy == 0), 0.0, np.where(zero & ~np.isnan(yy), np.inf, rel))
+
+
+def ulp_error(y: ArrayLike, ex: ExactSum, fmt: str | Format) -> NDArray[np.float64]:
+    """Error in units of the last place of the exact sum in ``fmt``.
+
+    ``|y - s| / ulp(s, fmt)`` with ``s`` the exact sum rounded to float64. A zero
+    sum uses the smallest subnormal of ``fmt`` as its ulp. A non-finite sum or
+    ``y`` gives NaN or Inf (ulp of ±Inf/NaN is NaN).
+    """
+    err = abs_error(y, ex)
+    u = ulp(ex.to_float64(), fmt)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return err / u
+
+
+def correct_bits(y: ArrayLike, ex: ExactSum) -> NDArray[np.float64]:
+    """Number of correct significant bits, ``-log2(rel_error)`` clipped to [0, 53].
+
+    An exact result (relative error 0, including a zero ``y`` for a zero sum) gives
+    53; relative error ``inf`` (non-zero ``y`` for a zero sum) or ``>= 1`` gives 0;
+    NaN stays NaN.
+    """
+    rel = rel_error(y, ex)
+    with np.errstate(divide="ignore"):
+        bits = -np.log2(rel)
+    return np.clip(bits, 0.0, _MAX_BITS)
+
+
+def condition_number(X: ArrayLike, ex: ExactSum) -> NDArray[np.float64]:
+    """Condition number of summation, ``sum|x| / |sum x|``, per column (axis 0).
+
+    Both sums are exact, rounded once to float64, so the result is ``>= 1``.
+    ``inf`` where the sum is zero and ``sum|x| > 0``; 1 where both are zero (all
+    terms ±0). NaN/Inf inputs give NaN (Inf/Inf) per float64 rules.
+
+    Args:
+        X: the terms, reduced along axis 0 (as given to ``exact_sum``).
+        ex: ``exact_sum(X)``.
+    """
+    a = exact_sum(np.abs(np.asarray(X, dtype=np.float64)), axis=0).to_float64().reshape(ex.shape)
+    s = np.abs(ex.to_float64())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k = a / s
+    return np.where((s == 0) & (a == 0), 1.0, np.where((s == 0) & (a > 0), np.inf, k))
+
+
+def correctly_rounded(y: ArrayLike, ex: ExactSum, fmt: str | Format) -> NDArray[np.bool_]:
+    """True where ``y`` has exactly the bits of the exact sum rounded (nearest-even) to ``fmt``.
+
+    Bitwise: a ``+0.0`` result for a ``-0.0`` sum (all terms -0.0) is False; NaN
+    matches NaN (both map to the canonical NaN pattern). ``y`` must be representable.
+    """
+    return bits_equal(y, ex.round(fmt), fmt)
+
+
+def bits_equal(y1: ArrayLike, y2: ArrayLike, fmt: str | Format) -> NDArray[np.bool_]:
+    """Elementwise bit-pattern equality of two results in ``fmt`` (via ``to_bits``).
+
+    ``-0.0 != +0.0``; every NaN maps to the canonical NaN pattern, so NaN == NaN.
+    """
+    return np.asarray(to_bits(y1, fmt) == to_bits(y2, fmt))
+
+
+def _ordered_keys(y: ArrayLike, f: Format) -> NDArray[np.int64]:
+    b = to_bits(y, f).astype(np.uint64) >> np.uint64(f.bits - f.storage_bits)
+    sign = np.uint64(1) << np.uint64(f.storage_bits - 1)
+    mag = (b & ~sign).astype(np.int64)
+    return np.where((b & sign) != 0, -mag, mag)
+
+
+def ulp_distance(y1: ArrayLike, y2: ArrayLike, fmt: str | Format) -> NDArray[np.int64]:
+    """Number of representable steps between ``y1`` and ``y2`` in ``fmt`` (int64).
+
+    Uses ordered integer keys: ``key = -(bits & ~sign)`` for negative patterns and
+    ``bits`` for positive ones, so the count is exact across zero. ``+0.0`` and
+    ``-0.0`` share key 0 and are at distance 0 (they are the same value), although
+    ``bits_equal`` tells them apart. ±Inf is one step beyond ±max_finite. Where
+    either value is NaN the distance is 0 if both are NaN and -1 otherwise.
+    """
+    f = get_format(fmt)
+    a = np.asarray(y1, dtype=np.float64)
+    b = np.asarray(y2, dtype=np.float64)
+    d = np.abs(_ordered_keys(a, f) - _ordered_keys(b, f))
+    na, nb = np.isnan(a), np.isnan(b)
+    return np.where(na & nb, 0, np.where(na | nb, -1, d)).astype(np.int64)
+
+
+def divergence(y1: ArrayLike, y2: ArrayLike, fmt: str | Format) -> dict[str, float]:
+    """Summary of how two results of the same shape in ``fmt`` differ.
+
+    Returns:
+        dict with ``frac_differ`` (fraction of elements whose bits differ; ±0 and
+        NaN follow ``bits_equal``), ``max_ulp`` and ``mean_ulp`` (of
+        ``ulp_distance`` over elements where neither is NaN unless both are; 0 if
+        there are none), ``hamming`` (mean popcount of the XOR of bit patterns)
+        and ``rel_l2`` (``||y1 - y2|| / ||y2||`` in float64; 0 if both are zero,
+        ``inf`` if only ``y2`` is; NaN/Inf inputs propagate). All zeros for
+        identical inputs.
+    """
+    f = get_format(fmt)
+    a = np.asarray(y1, dtype=np.float64)
+    b = np.asarray(y2, dtype=np.float64)
+    if a.shape != b.shape:
+        raise InvalidArgument(f"shapes differ: {a.shape} vs {b.shape}")
+    if a.size == 0:
+        return {"frac_differ": 0.0, "max_ulp": 0.0, "mean_ulp": 0.0, "hamming": 0.0, "rel_l2": 0.0}
+    eq = bits_equal(a, b, f)
+    d = ulp_distance(a, b, f)
+    valid = d[d >= 0]
+    x = (to_bits(a, f) ^ to_bits(b, f)).astype(np.uint64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        num = float(np.linalg.norm((a - b).ravel()))
+        den = float(np.linalg.norm(b.ravel()))
+    rel = (0.0 if num == 0 else np.inf) if den == 0 else num / den
+    return {
+        "frac_differ": float(np.mean(~eq)),
+        "max_ulp": float(valid.max()) if valid.size else 0.0,
+        "mean_ulp": float(valid.mean()) if valid.size else 0.0,
+        "hamming": float(np.mean(np.bitwise_count(x))),
+        "rel_l2": rel,
+    }
+
+
+def gamma(k: ArrayLike, u: float) -> NDArray[np.float64]:
+    """``(1 + u)**k - 1`` computed accurately as ``expm1(k * log1p(u))``.
+
+    This is the exact growth of ``k`` relative errors of at most ``u`` (not the
+    usual upper bound ``k u / (1 - k u)``); it is finite for every ``k``.
+    """
+    return np.expm1(np.asarray(k, dtype=np.float64) * np.log1p(u))
+
+
+def _abs_terms(X: ArrayLike, n: int) -> NDArray[np.float64]:
+    a = np.abs(np.asarray(X, dtype=np.float64))
+    if a.ndim == 0 or a.shape[0] != n:
+        raise InvalidArgument(f"X must have {n} rows (one per worker), got shape {a.shape}")
+    return a
+
+
+def apriori_bound(X: ArrayLike, plan: Plan, fmt: str | Format) -> NDArray[np.float64]:
+    """Worst-case error bound of summing ``X`` along ``plan`` in ``fmt``, per column.
+
+    ``sum_i ((1 + u)**d_i - 1) |x_i|`` with ``u = fmt.unit_roundoff`` and ``d_i =
+    plan.depths()[i]`` the additions on leaf ``i``'s path. Holds for round-to-nearest
+    without overflow (underflow is harmless: additions of subnormals are exact).
+    ``X`` should be the terms as the reduction sees them (already rounded to the
+    input format). Evaluated in float64 (relative error ~ n * 2**-53). NaN/Inf terms
+    give a NaN/Inf bound; ±0 terms contribute 0.
+
+    Raises:
+        InvalidArgument: ``X.shape[0] != plan.n``.
+    """
+    f = get_format(fmt)
+    a = _abs_terms(X, plan.n)
+    g = gamma(plan.depths(), f.unit_roundoff)
+    g = g.reshape((-1,) + (1,) * (a.ndim - 1))
+    with np.errstate(invalid="ignore"):
+        return np.sum(g * a, axis=0)
+
+
+def probabilistic_bound(X: ArrayLike, fmt: str | Format, lam: float = 5.0,
+                        n: int | None = None) -> tuple[NDArray[np.float64], float]:
+    """Higham & Mary (2019) probabilistic bound for recursive summation, per column.
+
+    With ``k = n - 1`` additions and ``u = fmt.unit_roundoff`` (Higham & Mary, "A
+    new approach to probabilistic rounding error analysis", SISC 2019, Thms 3.1 and
+    4.2, rounding errors modelled as independent mean-zero random variables)::
+
+        |error| <= gamma_tilde_k(lam) * sum|x|,
+        gamma_tilde_k(lam) = exp(lam * sqrt(k) * u + k * u**2 / (1 - u)) - 1,
+
+    failing with probability at most ``min(1, k * 2 * exp(-lam**2 * (1 - u)**2 / 2))``
+    (the union bound of the paper's Theorem 4.2, ``1 - Q(lam, k)``).
+
+    Args:
+        X: terms, reduced along axis 0.
+        fmt: accumulation format.
+        lam: the confidence parameter lambda > 0.
+        n: number of terms; defaults to ``X.shape[0]``.
+
+    Returns:
+        ``(bound, failure_probability)``; bound is float64 per column (NaN/Inf
+        terms propagate; ±0 terms contribute 0).
+
+    Raises:
+        InvalidArgument: ``lam <= 0`` or ``n < 1``.
+    """
+    f = get_format(fmt)
+    a = np.abs(np.asarray(X, dtype=np.float64))
+    if a.ndim == 0:
+        a = a.reshape(1)
+    nn = a.shape[0] if n is None else int(n)
+    if not lam > 0:
+        raise InvalidArgument(f"lam must be > 0, got {lam}")
+    if nn < 1:
+        raise InvalidArgument(f"n must be >= 1, got {nn}")
+    u = f.unit_roundoff
+    k = nn - 1
+    gt = float(np.expm1(lam * np.sqrt(k) * u + k * u * u / (1 - u)))
+    fail = min(1.0, 2.0 * k * float(np.exp(-(lam**2) * (1 - u) ** 2 / 2)))
+    with np.errstate(invalid="ignore"):
+        return gt * np.sum(a, axis=0), fail

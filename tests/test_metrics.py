@@ -1,0 +1,131 @@
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fpreduce as fr
+from fpreduce import metrics as m
+from fpreduce.formats import from_bits, get_format, to_bits
+from fpreduce.rounding import round_to
+
+BF16 = get_format("bf16")
+_ALL = from_bits(np.arange(65536, dtype=np.uint64), "bf16").astype(np.float64)
+_SORTED = np.unique(_ALL[~np.isnan(_ALL)])  # ±0 collapse into one value
+_FINITE_OR_INF = _ALL[~np.isnan(_ALL)]
+
+values = st.sampled_from(list(_FINITE_OR_INF))
+
+
+def _brute(a: float, b: float) -> int:
+    return abs(int(np.searchsorted(_SORTED, a)) - int(np.searchsorted(_SORTED, b)))
+
+
+@given(values, values)
+def test_ulp_distance_matches_brute_force(a, b):
+    d = int(m.ulp_distance(a, b, "bf16"))
+    assert d == _brute(a, b)
+    assert d == int(m.ulp_distance(b, a, "bf16"))
+    zero_pair = a == 0 and b == 0
+    assert (d == 0) == (bool(m.bits_equal(a, b, "bf16")) or zero_pair)
+
+
+def test_ulp_distance_vectorized_and_signed_zero():
+    rng = np.random.default_rng(0)
+    a = rng.choice(_FINITE_OR_INF, 2000)
+    b = rng.choice(_FINITE_OR_INF, 2000)
+    idx = np.abs(np.searchsorted(_SORTED, a) - np.searchsorted(_SORTED, b))
+    np.testing.assert_array_equal(m.ulp_distance(a, b, "bf16"), idx)
+    assert int(m.ulp_distance(0.0, -0.0, "bf16")) == 0
+    assert not bool(m.bits_equal(0.0, -0.0, "bf16"))
+    tiny = BF16.smallest_subnormal
+    assert int(m.ulp_distance(tiny, -tiny, "bf16")) == 2
+    assert int(m.ulp_distance(np.nan, np.nan, "bf16")) == 0
+    assert int(m.ulp_distance(np.nan, 1.0, "bf16")) == -1
+
+
+def test_ulp_distance_tf32_counts_steps():
+    one = 1.0
+    nxt = 1.0 + 2.0**-10
+    assert int(m.ulp_distance(one, nxt, "tf32")) == 1
+
+
+finite = st.floats(-1e3, 1e3, allow_nan=False, width=32)
+
+
+@given(st.lists(st.lists(finite, min_size=3, max_size=3), min_size=1, max_size=12))
+def test_correctly_rounded_and_rel_error(rows):
+    X = np.array(rows)
+    ex = fr.exact_sum(X)
+    r = ex.round("bf16")
+    assert m.correctly_rounded(r, ex, "bf16").all()
+    rel = m.rel_error(r, ex)
+    normal = np.abs(ex.to_float64()) >= BF16.smallest_normal
+    assert (rel[normal] <= BF16.unit_roundoff).all()  # u bounds rel error in the normal range only
+    assert (m.abs_error(r, ex)[~normal] <= BF16.smallest_subnormal / 2).all()
+    assert (m.ulp_error(r, ex, "bf16") <= 0.5).all()
+    cb = m.correct_bits(r, ex)
+    assert ((cb >= 0) & (cb <= 53)).all()
+    assert (m.condition_number(X, ex) >= 1).all()
+
+
+@given(
+    st.integers(1, 24),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(["sequential", "pairwise", "random"]),
+    st.floats(-6, 6),
+)
+def test_apriori_bound_holds(n, seed, kind, scale):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 8)) * 10.0**scale
+    X[:, 0] = np.abs(X[:, 0])
+    if kind == "sequential":
+        plan = fr.plans.sequential(n, rng.permutation(n))
+    elif kind == "pairwise":
+        plan = fr.plans.pairwise(n)
+    else:
+        plan = fr.plans.pairwise(n).relabel(rng.permutation(n))
+    Xi = round_to(X, "bf16").astype(np.float64)
+    y = fr.reduce(X, plan, input="bf16", accumulate="bf16")
+    ex = fr.exact_sum(Xi)
+    err = m.abs_error(y, ex)
+    bound = m.apriori_bound(Xi, plan, "bf16")
+    assert (err <= bound * (1 + 1e-12)).all()
+    pb, fail = m.probabilistic_bound(Xi, "bf16", lam=3.0)
+    assert pb.shape == bound.shape
+    assert 0.0 <= fail <= 1.0
+
+
+def test_zero_sums_and_condition_number():
+    X = np.array([[1.0, 0.0, -0.0], [-1.0, 0.0, -0.0]])
+    ex = fr.exact_sum(X)
+    np.testing.assert_array_equal(m.condition_number(X, ex), [np.inf, 1.0, 1.0])
+    np.testing.assert_array_equal(m.rel_error([0.0, 1.0, -0.0], ex), [0.0, np.inf, 0.0])
+    np.testing.assert_array_equal(m.correct_bits([0.0, 1.0, -0.0], ex), [53.0, 0.0, 53.0])
+    np.testing.assert_array_equal(m.correctly_rounded([0.0, 0.0, 0.0], ex, "bf16"), [True, True, False])
+
+
+def test_divergence():
+    y = np.array([1.0, -2.0, 0.0, 3.5])
+    d = m.divergence(y, y, "bf16")
+    assert d == {"frac_differ": 0.0, "max_ulp": 0.0, "mean_ulp": 0.0, "hamming": 0.0, "rel_l2": 0.0}
+    z = np.zeros(3)
+    assert m.divergence(z, z, "bf16")["rel_l2"] == 0.0
+    y2 = y.copy()
+    y2[0] = 1.0078125
+    d = m.divergence(y2, y, "bf16")
+    assert d["frac_differ"] == 0.25
+    assert d["max_ulp"] == 1.0
+    assert d["hamming"] == 0.25
+    assert d["rel_l2"] > 0
+
+
+def test_gamma_and_errors():
+    u = 2.0**-8
+    assert float(m.gamma(0, u)) == 0.0
+    assert float(m.gamma(1, u)) == pytest.approx(u)
+    with pytest.raises(fr.InvalidArgument):
+        m.apriori_bound(np.ones((3, 2)), fr.plans.pairwise(4), "bf16")
+    with pytest.raises(fr.InvalidArgument):
+        m.probabilistic_bound(np.ones(3), "bf16", lam=0.0)
+    b = to_bits(np.array([1.0]), "bf16")
+    assert b.dtype == BF16.uint_dtype
