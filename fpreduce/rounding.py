@@ -173,9 +173,10 @@ def _nearest_from_float32(x: NDArray[np.float32], f: Format) -> NDArray[np.float
     bits = x.view(np.uint32)
     if not np.bitwise_and(bits, np.uint32((1 << drop) - 1)).any():
         return x.copy()  # already representable (the usual case for gradient inputs)
-    one = np.uint32(1)
-    lsb = (bits >> np.uint32(drop)) & one
-    r = bits + (np.uint32((1 << (drop - 1)) - 1) + lsb)
+    r = bits >> np.uint32(drop)
+    r &= np.uint32(1)  # the kept lsb: ties go to even
+    r += np.uint32((1 << (drop - 1)) - 1)
+    r += bits
     r &= np.uint32((0xFFFFFFFF >> drop) << drop)
     out = r.view(np.float32)
     nan = np.isnan(x)
