@@ -25,7 +25,7 @@ from numpy.typing import ArrayLike, NDArray
 from fpreduce._errors import InvalidArgument
 from fpreduce._reference import round_fraction
 from fpreduce.formats import Format, get_format
-from fpreduce.plans import Plan, fold, parse
+from fpreduce.plans import Plan, SegmentedPlan, fold, parse
 from fpreduce.rounding import Mode, _nearest_from_float32, get_mode, round_to
 
 __all__ = ["add_rounded", "reduce", "reduce_reference"]
@@ -102,7 +102,7 @@ def _round_with_remainder(s, err, f: Format, mode: Mode, rng):
     return np.where((gap > 0) & np.isfinite(gap) & (u < p), hi, np.where(gap > 0, lo, s))
 
 
-def _prepare(X: ArrayLike, plan: Plan | str, input: str | Format):
+def _prepare(X: ArrayLike, plan: Plan | SegmentedPlan | str, input: str | Format):
     A = np.asarray(X)
     if A.dtype.kind != "f" and A.dtype.name != "bfloat16" and not A.dtype.name.startswith("float8"):
         raise InvalidArgument(f"X must be a float array of shape (workers, elements), got {A.dtype}")
@@ -120,7 +120,7 @@ def _prepare(X: ArrayLike, plan: Plan | str, input: str | Format):
 
 def reduce(
     X: ArrayLike,
-    plan: Plan | str,
+    plan: Plan | SegmentedPlan | str,
     *,
     input: str | Format = "fp32",
     accumulate: str | Format = "fp32",
@@ -156,6 +156,17 @@ def reduce(
     fin = get_format(input)
     fits = fin.precision <= fa.precision and fin.emin >= fa.emin and fin.emax <= fa.emax
     Xa = Xi if fits else round_to(Xi, fa, m, rng)  # inputs wider than the accumulator
+    if isinstance(p, SegmentedPlan):
+        b = p.bounds(Xa.shape[1])
+        out = np.empty(Xa.shape[1], dtype=fa.value_dtype)
+        for c, t in enumerate(p.trees):  # one loop step per chunk, vectorized within
+            if b[c + 1] > b[c]:
+                out[b[c] : b[c + 1]] = _reduce_tree(Xa[:, b[c] : b[c + 1]], t, fa, m, rng)
+        return out
+    return _reduce_tree(Xa, p, fa, m, rng)
+
+
+def _reduce_tree(Xa, p: Plan, fa: Format, m: Mode, rng) -> NDArray[np.floating]:  # type: ignore[no-untyped-def]
     if m is Mode.NEAREST_EVEN and fa.precision <= 24:
         out = fold(p.root, lambda i: Xa[i], lambda a, b: _add_nearest32(a, b, fa))
         return np.asarray(out, dtype=np.float32).copy()
@@ -174,7 +185,7 @@ def _round_input(v: float, f: Format, m: Mode) -> float:
 
 def reduce_reference(
     X: ArrayLike,
-    plan: Plan | str,
+    plan: Plan | SegmentedPlan | str,
     *,
     input: str | Format = "fp32",
     accumulate: str | Format = "fp32",
@@ -190,6 +201,11 @@ def reduce_reference(
     if m is Mode.STOCHASTIC:
         raise InvalidArgument("reduce_reference has no stochastic mode")
     out = np.empty(Xi.shape[1], dtype=np.float64)
+    if isinstance(p, SegmentedPlan):
+        b = p.bounds(Xi.shape[1])
+        tree_of = [p.trees[int(np.searchsorted(b, j, side="right")) - 1] for j in range(Xi.shape[1])]
+    else:
+        tree_of = [p] * Xi.shape[1]
     for j in range(Xi.shape[1]):
         col = [_round_input(float(v), fa, m) for v in Xi[:, j]]
 
@@ -204,5 +220,5 @@ def reduce_reference(
                 return -0.0 if neg else 0.0
             return round_fraction(exact, fa, m.value)
 
-        out[j] = fold(p.root, col.__getitem__, add)
+        out[j] = fold(tree_of[j].root, col.__getitem__, add)
     return out.astype(fa.value_dtype)

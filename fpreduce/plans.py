@@ -4,8 +4,8 @@ A plan is a binary tree over worker indices, given as nested tuples: a leaf is a
 ``int`` (a worker), an inner node a pair ``(left, right)`` whose two partial sums
 are added (and rounded) once. A sequential fold is the degenerate left-deep tree.
 
-Text syntax (``parse``): ``sequential``, ``reverse``, ``pairwise`` or an explicit
-tree such as ``"((0,1),(2,(3,4)))"``.
+Text syntax (``parse``): ``sequential``, ``reverse``, ``pairwise``,
+``ring:nccl|ompi|gloo`` or an explicit tree such as ``"((0,1),(2,(3,4)))"``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,18 @@ import numpy as np
 
 from fpreduce._errors import InvalidArgument, unknown_name
 
-__all__ = ["Plan", "Tree", "fold", "pairwise", "parse", "reverse", "sequential", "tree"]
+__all__ = [
+    "Plan",
+    "SegmentedPlan",
+    "Tree",
+    "fold",
+    "pairwise",
+    "parse",
+    "reverse",
+    "ring",
+    "sequential",
+    "tree",
+]
 
 Tree = Union[int, tuple["Tree", "Tree"]]
 
@@ -171,10 +182,75 @@ def tree(spec: str | Tree) -> Plan:
     return Plan("tree", len(_leaves(root)), root)
 
 
-_FAMILIES = ("sequential", "reverse", "pairwise")
+@dataclass(frozen=True)
+class SegmentedPlan:
+    """Different trees for consecutive element chunks (how ring all-reduce works).
+
+    The m elements are split into ``len(trees)`` chunks as ``np.array_split`` does
+    (the first ``m % k`` chunks get one extra element; Open MPI's ring calls them
+    "early" blocks); chunk c is reduced with ``trees[c]``. With fewer elements than
+    chunks, the trailing chunks are empty.
+
+    Attributes:
+        name: the plan's text name.
+        n: number of workers.
+        trees: one Plan per chunk.
+    """
+
+    name: str
+    n: int
+    trees: tuple[Plan, ...]
+
+    def bounds(self, m: int) -> np.ndarray:
+        """Chunk boundaries: chunk c is elements ``bounds[c]:bounds[c+1]``."""
+        k = len(self.trees)
+        sizes = np.full(k, m // k, dtype=np.int64)
+        sizes[: m % k] += 1
+        return np.concatenate([[0], np.cumsum(sizes)])
+
+    def depths(self) -> np.ndarray:
+        """Worst-case additions on each worker's path over all chunks."""
+        return np.max([t.depths() for t in self.trees], axis=0)
+
+    def relabel(self, perm: Sequence[int] | np.ndarray) -> SegmentedPlan:
+        """Every chunk's tree relabelled by ``perm`` (re-ranking the ring)."""
+        return SegmentedPlan(self.name, self.n, tuple(t.relabel(perm) for t in self.trees))
+
+    def draw(self) -> str:
+        """One line per chunk: ``chunk c: tree``."""
+        return "\n".join(f"chunk {c}: {t.draw()}" for c, t in enumerate(self.trees))
 
 
-def parse(text: str, n: int | None = None) -> Plan:
+_RING = ("nccl", "ompi", "gloo")
+
+
+def ring(n: int, convention: str = "nccl") -> SegmentedPlan:
+    """Ring all-reduce: chunk c is a sequential fold around the ring.
+
+    Conventions (the fold order of chunk c, ranks mod n), as described for these
+    libraries; modelled from their documented algorithms, not yet verified
+    against the libraries here:
+
+    * ``nccl``: starts at rank c+1 and ends at c (NCCL ring, MPICH ring).
+    * ``ompi``: starts at rank c, ascending (Open MPI ring).
+    * ``gloo``: starts at rank c-1, descending (gloo ring, torch.distributed on CPU).
+    """
+    _check_n(n)
+    if convention == "nccl":
+        orders = [[(c + 1 + k) % n for k in range(n)] for c in range(n)]
+    elif convention == "ompi":
+        orders = [[(c + k) % n for k in range(n)] for c in range(n)]
+    elif convention == "gloo":
+        orders = [[(c - 1 - k) % n for k in range(n)] for c in range(n)]
+    else:
+        raise unknown_name("ring convention", convention, _RING)
+    return SegmentedPlan(f"ring:{convention}", n, tuple(sequential(n, o) for o in orders))
+
+
+_FAMILIES = ("sequential", "reverse", "pairwise", "ring", "ring:nccl", "ring:ompi", "ring:gloo")
+
+
+def parse(text: str, n: int | None = None) -> Plan | SegmentedPlan:
     """Parse a plan name (needs ``n``) or an explicit tree.
 
     >>> parse("pairwise", 4).draw()
@@ -194,6 +270,8 @@ def parse(text: str, n: int | None = None) -> Plan:
         return reverse(n)
     if s == "pairwise":
         return pairwise(n)
+    if s == "ring" or s.startswith("ring:"):
+        return ring(n, s.partition(":")[2] or "nccl")
     raise unknown_name("plan", s, _FAMILIES)
 
 

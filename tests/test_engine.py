@@ -130,3 +130,41 @@ def test_plan_depths_and_draw():
     assert p.depths().tolist() == [2, 2, 2, 3, 3]
     assert fr.plans.sequential(4).draw() == "(((0+1)+2)+3)"
     assert fr.plans.pairwise(4).relabel([3, 2, 1, 0]).draw() == "((3+2)+(1+0))"
+
+
+@pytest.mark.parametrize("conv", ["nccl", "ompi", "gloo"])
+@pytest.mark.parametrize("m", [1, 3, 5, 17])
+def test_ring_equals_reference_and_per_chunk_folds(conv, m):
+    n = 5
+    rng = np.random.default_rng(m)
+    X = (rng.standard_normal((n, m)) * np.exp(rng.uniform(-8, 8, (n, m)))).astype(np.float32)
+    plan = fr.plans.parse(f"ring:{conv}", n)
+    for mode in MODES:
+        fast = fr.reduce(X, plan, input="bf16", accumulate="bf16", rounding=mode)
+        ref = fr.reduce_reference(X, plan, input="bf16", accumulate="bf16", rounding=mode)
+        assert same(fast, ref)
+    # independent: chunk c is a sequential fold in the convention's order
+    start = {"nccl": lambda c: [(c + 1 + k) % n for k in range(n)],
+             "ompi": lambda c: [(c + k) % n for k in range(n)],
+             "gloo": lambda c: [(c - 1 - k) % n for k in range(n)]}[conv]
+    got = fr.reduce(X, plan, input="bf16", accumulate="bf16")
+    chunks = np.array_split(np.arange(m), n)
+    for c, idx in enumerate(chunks):
+        if idx.size:
+            want = fr.reduce(X[:, idx], fr.plans.sequential(n, start(c)), input="bf16", accumulate="bf16")
+            assert same(got[idx], want)
+
+
+def test_ring_chunks_differ_from_sequential_and_relabel():
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((8, 4000)).astype(np.float32)
+    ring = fr.plans.ring(8, "nccl")
+    a = fr.reduce(X, ring, input="bf16", accumulate="bf16")
+    b = fr.reduce(X, "sequential", input="bf16", accumulate="bf16")
+    assert not same(a, b)
+    perm = rng.permutation(8)
+    r2 = ring.relabel(perm)
+    assert same(fr.reduce(X[perm], ring, input="bf16", accumulate="bf16"),
+                fr.reduce(X, r2, input="bf16", accumulate="bf16"))
+    with pytest.raises(fr.InvalidArgument, match="did you mean 'gloo'"):
+        fr.plans.parse("ring:glo", 4)
