@@ -20,15 +20,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from fpreduce.demo import DemoConfig, run_demo
 
     cfg = DemoConfig(workers=args.workers, elements=args.elements, steps=args.steps,
-                     input=args.input, accumulate=args.accumulate, seed=args.seed)
+                     input=args.input, accumulate=args.accumulate, plan=args.plan, seed=args.seed)
     if cfg.workers < 1 or cfg.elements < 1 or cfg.steps < 1:
         raise InvalidArgument("--workers, --elements and --steps must be positive")
     from fpreduce.formats import get_format
+    from fpreduce.plans import parse
 
+    parse(cfg.plan, cfg.workers)
     get_format(cfg.input)
     get_format(cfg.accumulate)
     out = Path(args.out)
-    print(f"fpreduce {__version__}: A (fixed order) vs B (random order each step), "
+    print(f"fpreduce {__version__}: A (plan {cfg.plan}, fixed ranks) vs B (ranks shuffled each step), "
           f"{cfg.workers} workers x {cfg.elements} elements, {cfg.steps} steps, "
           f"{cfg.input} -> {cfg.accumulate}")
     s = run_demo(cfg, out)
@@ -97,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--steps", type=int, default=20)
     r.add_argument("--input", default="bf16")
     r.add_argument("--accumulate", default="bf16")
+    r.add_argument("--plan", default="sequential", help="sequential, pairwise, ring:nccl, ...")
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=_cmd_run)
     s = sub.add_parser("sum", help="sum N values along several plans against the exact sum")

@@ -31,6 +31,9 @@ def test_run_is_reproducible(tmp_path):
     assert a == (tmp_path / "b" / "metrics.csv").read_bytes()
     pa = (tmp_path / "a" / "report.pdf").read_bytes()
     assert pa == (tmp_path / "b" / "report.pdf").read_bytes()
+    main(["run", "--out", str(tmp_path / "ring"), "--plan", "ring:nccl", *args])
+    assert json.loads((tmp_path / "ring" / "summary.json").read_text())["config"]["plan"] == "ring:nccl"
+
 
 
 def test_fp32_accumulator_differs_less(tmp_path):
