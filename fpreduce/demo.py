@@ -142,7 +142,7 @@ def _write_figures(rows: list[dict[str, object]], cfg: DemoConfig, out: Path) ->
         ax1.set_yscale("log")  # zeros (correctly rounded medians) stay on a linear axis
     ax1.set_ylabel("median relative error\nvs exact sum (unitless)")
     ax1.set_title(
-        f"Experiment A vs B: {cfg.workers} workers x {cfg.elements} elements, "
+        f"Experiment A vs B: {cfg.workers} workers x {cfg.elements} elements\n"
         f"{cfg.input} inputs, {cfg.accumulate} accumulator, plan {cfg.plan}"
     )
     ax1.legend()
@@ -159,7 +159,7 @@ def _write_figures(rows: list[dict[str, object]], cfg: DemoConfig, out: Path) ->
     ax2.set_ylim(0, 100)
     h1, l1 = ax2.get_legend_handles_labels()
     h2, l2 = ax2b.get_legend_handles_labels()
-    ax2.legend(h1 + h2, l1 + l2, loc="lower left", framealpha=0.9)
+    ax2.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     ax2.xaxis.get_major_locator().set_params(integer=True)
     ax2.grid(True, alpha=0.3)
     fig.tight_layout()
