@@ -123,25 +123,21 @@ def round_to(
                 return a0.astype(np.float16).astype(np.float32)
     qb = _quantum_bits(a, f)  # 2**k and 2**-k (|k| < 1023 for every format but fp64)
     q = qb.view(np.float64)
-    qinv = (np.uint64(2046 << 52) - qb).view(np.float64)
+    s = np.subtract(np.uint64(2046 << 52), qb).view(np.float64)  # 2**-k
     with np.errstate(invalid="ignore", over="ignore"):
-        s = a * qinv  # exact: a power of two, and s has at most 53 bits
-        if m is Mode.NEAREST_EVEN:
-            r = np.rint(s)
-        elif m is Mode.TOWARD_ZERO:
-            r = np.trunc(s)
-        elif m is Mode.UP:
-            r = np.ceil(s)
-        elif m is Mode.DOWN:
-            r = np.floor(s)
+        np.multiply(a, s, out=s)  # exact: a power of two, and s has at most 53 bits
+        if m is not Mode.STOCHASTIC:
+            ufunc = {Mode.NEAREST_EVEN: np.rint, Mode.TOWARD_ZERO: np.trunc,
+                     Mode.UP: np.ceil, Mode.DOWN: np.floor}[m]
+            r = ufunc(s, out=s)  # in place: fewer fresh pages, which dominate here
         else:
             assert isinstance(rng, np.random.Generator)
             lo = np.floor(s)
             frac = s - lo  # exact
             u = rng.random(size=s.shape)
             r = np.copysign(lo + (u < frac), s)  # -0.0 for negatives rounding to zero
-        out = r * q  # rint/trunc/ceil/floor keep the sign of zero: -0.0 stays -0.0
-        big = np.abs(out) > f.max_finite
+        out = np.multiply(r, q, out=r)  # rint/trunc/ceil/floor keep the sign of zero
+        big = np.abs(out, out=q) > f.max_finite
         if np.any(big):
             fin_a = np.isfinite(a)
             over = big & fin_a
