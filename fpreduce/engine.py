@@ -65,15 +65,14 @@ def _add_nearest32(a: NDArray[np.float32], b: NDArray[np.float32], f: Format) ->
     fp16 sums of values <= 65504 cannot overflow float32, and a bf16/tf32 sum that
     overflows float32 overflows the narrow format too.
     """
-    with np.errstate(over="ignore", invalid="ignore"):
-        s = a + b
-        if f.precision == 24:
-            return s
-        if f.name == "fp16":
-            return s.astype(np.float16).astype(np.float32)  # IEEE convert, from float32
-        if f.emin == -126:
-            return _nearest_from_float32(s, f)
-        return round_to(s, f)  # type: ignore[return-value]
+    s = a + b  # the caller holds np.errstate(over="ignore", invalid="ignore")
+    if f.precision == 24:
+        return s
+    if f.name == "fp16":
+        return s.astype(np.float16).astype(np.float32)  # IEEE convert, from float32
+    if f.emin == -126:
+        return _nearest_from_float32(s, f)
+    return round_to(s, f)  # type: ignore[return-value]
 
 
 def _directed(s: NDArray[np.float64], err: NDArray[np.float64], f: Format, mode: Mode):
@@ -114,6 +113,8 @@ def _prepare(X: ArrayLike, plan: Plan | SegmentedPlan | str, input: str | Format
     if p.n != A.shape[0]:
         raise InvalidArgument(f"plan has {p.n} workers but X has {A.shape[0]} rows")
     fin = get_format(input)
+    if A.dtype == np.float32 and fin.precision >= 24:
+        return A, p  # float32 values are fp32/fp64 values: no copy (read only below)
     Xi = round_to(A, fin)  # explicit: inputs made representable (float32 unless fp64)
     return Xi, p
 
@@ -168,8 +169,9 @@ def reduce(
 
 def _reduce_tree(Xa, p: Plan, fa: Format, m: Mode, rng) -> NDArray[np.floating]:  # type: ignore[no-untyped-def]
     if m is Mode.NEAREST_EVEN and fa.precision <= 24:
-        out = fold(p.root, lambda i: Xa[i], lambda a, b: _add_nearest32(a, b, fa))
-        return np.asarray(out, dtype=np.float32).copy()
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = fold(p.root, lambda i: Xa[i], lambda a, b: _add_nearest32(a, b, fa))
+        return np.array(out, dtype=np.float32)  # a copy: a single leaf is a view of X
     Xa = Xa.astype(np.float64)
     out = fold(p.root, lambda i: Xa[i], lambda a, b: add_rounded(a, b, fa, m, rng))
     return np.asarray(out).astype(fa.value_dtype)

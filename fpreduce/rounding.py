@@ -106,13 +106,12 @@ def round_to(
         raise InvalidArgument(
             f"round_to expects a float array, got dtype {a0.dtype}; convert with .astype(np.float64)"
         )
-    a = np.ascontiguousarray(a0, dtype=np.float64)
     if m is Mode.STOCHASTIC:
         if rng is None:
             raise InvalidArgument("stochastic rounding needs rng= (a numpy Generator or a seed)")
         rng = np.random.default_rng(rng)
     if f.precision == 53:
-        return a.copy()
+        return np.array(a0, dtype=np.float64)
     if a0.dtype == np.float32 and f.precision >= 24:
         return a0.astype(f.value_dtype)  # float32 values are fp32 (and fp64) values
     if m is Mode.NEAREST_EVEN and a0.dtype == np.float32:
@@ -121,6 +120,7 @@ def round_to(
         if f.name == "fp16":  # IEEE conversion from float32 rounds once (tested exhaustively)
             with np.errstate(over="ignore"):
                 return a0.astype(np.float16).astype(np.float32)
+    a = np.ascontiguousarray(a0, dtype=np.float64)
     qb = _quantum_bits(a, f)  # 2**k and 2**-k (|k| < 1023 for every format but fp64)
     q = qb.view(np.float64)
     s = np.subtract(np.uint64(2046 << 52), qb).view(np.float64)  # 2**-k

@@ -78,8 +78,10 @@ def main() -> None:
     b63 = best(lambda: [X[0] + X[i] for i in range(1, 64)], 3)
     for inp, acc in [("bf16", "fp32"), ("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32"),
                      ("bf16", "fp8_e5m2")]:
-        t = best(lambda inp=inp, acc=acc: fr.reduce(X, "sequential", input=inp, accumulate=acc), 1)
+        Xi = fr.round_to(X, inp)  # gradients already in the input format
+        t = best(lambda inp=inp, acc=acc, Xi=Xi: fr.reduce(Xi, "sequential", input=inp, accumulate=acc), 1)
         print(f"reduce 64 x 2^16 sequential {inp}->{acc}: {t / b63:6.1f} x 63 float32 adds")
+    X = fr.round_to(X, "bf16")
     t = best(lambda: fr.reduce(X, "pairwise", input="bf16", accumulate="bf16"), 1)
     print(f"reduce 64 x 2^16 pairwise bf16->bf16: {t / b63:6.1f} x 63 float32 adds")
     t = best(lambda: fr.reduce(X, "sequential", input="bf16", accumulate="bf16", rounding="toward_zero"), 1)
