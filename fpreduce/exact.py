@@ -27,10 +27,10 @@ from numpy.typing import ArrayLike, NDArray
 
 from fpreduce._errors import InvalidArgument
 from fpreduce.formats import Format, get_format
+from fpreduce.rounding import get_mode
 
 __all__ = ["ExactSum", "exact_sum", "exact_sum_fraction", "exact_sum_mpmath"]
 
-_MODES = ("nearest_even", "toward_zero", "up", "down", "stochastic")
 _E_OFFSET = 1073  # frexp exponents of finite nonzero float64 lie in [-1073, 1024]
 _NE = 1024 + _E_OFFSET + 1
 _CHUNK_ROWS = 1 << 16
@@ -187,8 +187,7 @@ class ExactSum:
             InvalidArgument: unknown mode, or stochastic mode without ``rng``.
         """
         f = get_format(fmt)
-        if mode not in _MODES:
-            raise InvalidArgument(f"unknown rounding mode {mode!r}; use one of {', '.join(_MODES)}")
+        mode = get_mode(mode).value
         if mode == "stochastic" and rng is None:
             raise InvalidArgument("stochastic rounding needs rng=np.random.default_rng(seed)")
         out = np.empty(len(self.values))

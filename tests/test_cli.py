@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fpreduce.cli import main
-from fpreduce.demo import ulp_distance
+from fpreduce.metrics import ulp_distance
 
 
 def test_run_writes_complete_run_dir(tmp_path, capsys):
