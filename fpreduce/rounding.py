@@ -117,7 +117,7 @@ def round_to(
     if m is Mode.NEAREST_EVEN and a0.dtype == np.float32:
         if f.emin == -126:
             return _nearest_from_float32(np.ascontiguousarray(a0), f)
-        if f.name == "fp16":  # IEEE conversion from float32 rounds once (tested exhaustively)
+        if f.name == "fp16":  # IEEE conversion from float32 rounds once (tested vs Fraction)
             with np.errstate(over="ignore"):
                 return a0.astype(np.float16).astype(np.float32)
     a = np.ascontiguousarray(a0, dtype=np.float64)

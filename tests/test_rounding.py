@@ -125,3 +125,13 @@ def test_bad_input():
         fr.round_to(np.arange(2), "bf16")
     with pytest.raises(fr.InvalidArgument, match="rng"):
         fr.round_to(np.ones(2), "bf16", "stochastic")
+
+
+@pytest.mark.parametrize("name", NARROW)
+@given(x=st.floats(allow_nan=False, allow_infinity=False, width=32))
+def test_float32_fast_paths_match_fraction_reference(name, x):
+    # float32 inputs take the integer (bf16/tf32) and numpy-cast (fp16) paths
+    f = fr.get_format(name)
+    got = fr.round_to(np.array([x], dtype=np.float32), name)[0]
+    want = x if x == 0 else round_fraction(Fraction(x), f, "nearest_even")
+    assert same(got, want), (x, got, want)
