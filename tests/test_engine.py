@@ -7,7 +7,7 @@ from hypothesis.extra import numpy as hnp
 
 import fpreduce as fr
 
-ACC = ["fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e5m2"]
+ACC = ["fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e5m2", "fp8_e4m3"]
 MODES = ["nearest_even", "toward_zero", "up", "down"]
 
 
@@ -148,8 +148,9 @@ def test_ring_equals_reference_and_per_chunk_folds(conv, m):
              "ompi": lambda c: [(c + k) % n for k in range(n)],
              "gloo": lambda c: [(c - 1 - k) % n for k in range(n)]}[conv]
     got = fr.reduce(X, plan, input="bf16", accumulate="bf16")
-    chunks = np.array_split(np.arange(m), n)
-    for c, idx in enumerate(chunks):
+    b = plan.bounds(m)  # gloo sizes its chunks its own way; the others split like array_split
+    for c in range(n):
+        idx = np.arange(b[c], b[c + 1])
         if idx.size:
             want = fr.reduce(X[:, idx], fr.plans.sequential(n, start(c)), input="bf16", accumulate="bf16")
             assert same(got[idx], want)
@@ -168,3 +169,58 @@ def test_ring_chunks_differ_from_sequential_and_relabel():
                 fr.reduce(X, r2, input="bf16", accumulate="bf16"))
     with pytest.raises(fr.InvalidArgument, match="did you mean 'gloo'"):
         fr.plans.parse("ring:glo", 4)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("average", ["none", "after", "premultiply", "predivide"])
+@given(prob=problems(), pair=st.sampled_from([("fp32", "bf16"), ("fp32", "fp16"), ("fp64", "fp32"),
+                                              ("bf16", "bf16"), ("fp16", "fp8_e4m3")]))
+def test_output_and_averaging_equal_fraction_reference(mode, average, prob, pair):
+    X, plan = prob
+    acc, out = pair
+    kw = dict(input="fp16" if acc == "fp16" else "bf16", accumulate=acc, output=out, rounding=mode,
+              average=average)
+    fast = fr.reduce(X, plan, **kw)
+    ref = fr.reduce_reference(X, plan, **kw)
+    assert same(fast, ref), (X, plan.draw(), fast, ref)
+
+
+def test_accumulate_wide_round_once_beats_narrow_accumulator():
+    # 1 + 256 * 2^-9 : a bf16 accumulator swamps every addend; fp32 then one rounding does not
+    X = np.concatenate([[[1.0]], np.full((256, 1), 2.0**-9)])
+    narrow = fr.reduce(X, "sequential", input="bf16", accumulate="bf16")
+    wide = fr.reduce(X, "sequential", input="bf16", accumulate="fp32", output="bf16")
+    assert narrow[0] == 1.0
+    assert wide[0] == 1.5
+
+
+def test_premultiply_differs_from_sum_then_divide():
+    # NCCL's Avg rounds x/N per input; sum-then-divide rounds once at the end
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((3, 4000)).astype(np.float32)
+    pre = fr.reduce(X, "sequential", input="bf16", accumulate="bf16", average="premultiply")
+    after = fr.reduce(X, "sequential", input="bf16", accumulate="bf16", average="after")
+    assert 0.01 < float(np.mean(pre != after)) < 0.9
+    # with N a power of two both are exact scalings of the same sum
+    X4 = X[:2]
+    assert same(fr.reduce(X4, "sequential", input="bf16", accumulate="fp32", average="premultiply"),
+                fr.reduce(X4, "sequential", input="bf16", accumulate="fp32", average="after"))
+
+
+def test_blocking_does_not_change_bits():
+    # sizes around the engine's internal block of 2^14 elements, ring segments straddling blocks
+    rng = np.random.default_rng(11)
+    m = (1 << 14) * 2 + 37
+    X = rng.standard_normal((6, m)).astype(np.float32)
+    for plan in ["sequential", "pairwise", "ring:nccl"]:
+        whole = fr.reduce(X, plan, input="bf16", accumulate="bf16")
+        p = fr.plans.parse(plan, 6)
+        if isinstance(p, fr.plans.SegmentedPlan):
+            b = p.bounds(m)
+            for c in range(6):
+                part = fr.reduce(X[:, b[c]:b[c + 1]], p.trees[c], input="bf16", accumulate="bf16")
+                assert same(whole[b[c]:b[c + 1]], part)
+        else:
+            cut = 5000
+            assert same(whole[:cut], fr.reduce(X[:, :cut], p, input="bf16", accumulate="bf16"))
+            assert same(whole[cut:], fr.reduce(X[:, cut:], p, input="bf16", accumulate="bf16"))

@@ -1,0 +1,95 @@
+"""Benchmark of the reduction engine: ratios against 63 float32 numpy adds, same run.
+
+Run: python tests/benchmarks/bench_engine.py [--small]
+The baseline is ``s = X[0] + X[1]; s = s + X[k] ...``: N-1 plain float32 adds of
+rows of the same length. ml_dtypes and torch are measured side by side when installed.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import fpreduce as fr
+
+
+def best(fn: Callable[[], object], repeat: int = 2) -> float:
+    t = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        t = min(t, time.perf_counter() - t0)
+    return t
+
+
+def plain_adds(X: np.ndarray) -> np.ndarray:
+    s = X[0] + X[1]
+    for k in range(2, X.shape[0]):
+        s = s + X[k]
+    return s
+
+
+def run(n: int, m: int, cases: list[tuple[str, dict[str, str]]]) -> None:
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, m), dtype=np.float32)
+    base = best(lambda: plain_adds(X), 3)
+    print(f"\nN={n} x {m} elements: baseline {n - 1} float32 adds = {base * 1e3:.1f} ms")
+    seq: dict[tuple[str, str], float] = {}
+    for plan, kw in cases:
+        Xi = fr.round_to(X, kw["input"])  # inputs already in their format
+        t = best(lambda Xi=Xi, plan=plan, kw=kw: fr.reduce(Xi, plan, **kw))
+        key = (kw["input"], kw["accumulate"])
+        extra = ""
+        if plan == "sequential" and kw.get("rounding", "nearest_even") == "nearest_even":
+            seq[key] = t
+        elif key in seq:
+            extra = f"  ({t / seq[key]:.1f} x sequential)"
+        args = " ".join(f"{k}={v}" for k, v in kw.items())
+        print(f"  {plan:12s} {args:48s} {t / base:6.2f} x baseline{extra}")
+    if n == 64:
+        try:
+            import ml_dtypes
+
+            Xb = X.astype(ml_dtypes.bfloat16)
+            t = best(lambda: plain_adds(Xb))
+            print(f"  ml_dtypes bfloat16 sequential adds{'':29s} {t / base:6.2f} x baseline")
+        except ImportError:
+            pass
+        try:
+            import torch  # type: ignore[import-not-found]
+
+            Xt = torch.from_numpy(X).to(torch.bfloat16)
+            t = best(lambda: plain_adds(Xt))  # type: ignore[arg-type]
+            print(f"  torch CPU bf16 sequential adds{'':33s} {t / base:6.2f} x baseline")
+        except ImportError:
+            pass
+
+
+def main() -> None:
+    small = "--small" in sys.argv
+    m = 1 << (16 if small else 20)
+    bf = {"input": "bf16", "accumulate": "bf16"}
+    cases = [
+        ("sequential", {"input": "bf16", "accumulate": "fp32"}),
+        ("sequential", bf),
+        ("sequential", {"input": "fp16", "accumulate": "fp16"}),
+        ("sequential", {"input": "fp32", "accumulate": "fp32"}),
+        ("pairwise", bf),
+        ("ring:nccl", bf),
+        ("atomic", bf),
+        ("sequential", {"input": "bf16", "accumulate": "fp32", "output": "bf16"}),
+        ("sequential", {"input": "bf16", "accumulate": "bf16", "rounding": "toward_zero"}),
+        ("sequential", {"input": "bf16", "accumulate": "bf16", "algorithm": "kahan"}),
+        ("sequential", {"input": "bf16", "accumulate": "bf16", "algorithm": "binned"}),
+        ("sequential", {"input": "bf16", "accumulate": "bf16", "algorithm": "exact"}),
+    ]
+    run(64, m, cases)
+    run(1024, 1 << (12 if small else 16), [("sequential", bf), ("ring:nccl", bf), ("pairwise", bf)])
+
+
+if __name__ == "__main__":
+    main()
