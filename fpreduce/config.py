@@ -1,0 +1,266 @@
+"""Experiment configuration: a TOML file validated eagerly into frozen dataclasses.
+
+Unknown keys and bad values raise :class:`InvalidArgument` naming the key (with a
+close-match hint); every default is written back out by :func:`to_toml` into the
+run directory's ``config.toml``. The embedded default (``default.toml``, package
+data) is what ``fpreduce run`` uses without a file.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fpreduce._errors import InvalidArgument, unknown_name
+from fpreduce.formats import FORMATS
+from fpreduce.plans import parse
+from fpreduce.rounding import MODES
+from fpreduce.sources import SourceSpec, spec_from_dict
+
+__all__ = ["ArmSpec", "ArrivalSpec", "Config", "ExperimentSpec", "default_config", "load_config", "to_toml"]
+
+POLICIES = ("fixed", "shuffle", "arrival", "atomic", "random_tree")
+ALGORITHMS = ("plain", "kahan", "neumaier", "binned", "exact")
+AVERAGES = ("none", "after", "premultiply", "predivide")
+JITTERS = ("exponential", "normal", "lognormal")
+
+
+def _typed(key: str, value: object, typ: type) -> Any:
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if typ is not bool and isinstance(value, bool) or not isinstance(value, typ):
+        raise InvalidArgument(f"{key}: expected {typ.__name__}, got {value!r}")
+    if typ is float and not math.isfinite(value):  # type: ignore[arg-type]
+        raise InvalidArgument(f"{key}: must be finite, got {value!r}")
+    return value
+
+
+def _build(cls: type, table: str, d: object) -> Any:
+    if not isinstance(d, dict):
+        raise InvalidArgument(f"[{table}] must be a table, got {d!r}")
+    names = {f.name: f for f in fields(cls)}
+    kwargs = {}
+    for k, v in d.items():
+        if k not in names:
+            raise unknown_name(f"key in [{table}]", k, tuple(names))
+        typ = {"int": int, "float": float, "str": str, "bool": bool}[str(names[k].type)]
+        kwargs[k] = _typed(f"{table}.{k}", v, typ)
+    return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """``[experiment]``: name, steps, workers (N), seed, and how many first steps are
+    re-run with a re-seeded order policy to test run-to-run reproducibility."""
+
+    name: str = "ab-bf16"
+    steps: int = 40
+    workers: int = 16
+    seed: int = 0
+    check_steps: int = 3
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise InvalidArgument(f"experiment.steps must be >= 1, got {self.steps}")
+        if self.workers < 1:
+            raise InvalidArgument(f"experiment.workers must be >= 1, got {self.workers}")
+        if self.check_steps < 0:
+            raise InvalidArgument(f"experiment.check_steps must be >= 0, got {self.check_steps}")
+        if not self.name or any(c in self.name for c in "/\\\n"):
+            raise InvalidArgument(f"experiment.name must be a plain non-empty name, got {self.name!r}")
+
+
+@dataclass(frozen=True)
+class ArrivalSpec:
+    """``[arrival]``: the latency model of the ``arrival`` order policy.
+
+    Worker w's message arrives at ``base + mean_w + jitter``: ``mean_w`` is drawn
+    once per run, uniform in [0, spread); ``jitter`` is drawn every step from
+    ``exponential`` (scale), ``normal`` (std scale) or ``lognormal`` (sigma scale).
+    Messages are summed sequentially in arrival order (ties: lower rank first).
+    """
+
+    base: float = 1.0
+    spread: float = 0.5
+    jitter: str = "exponential"
+    scale: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.jitter not in JITTERS:
+            raise unknown_name("arrival.jitter", self.jitter, JITTERS)
+        if self.spread < 0 or self.scale < 0:
+            raise InvalidArgument("arrival.spread and arrival.scale must be >= 0")
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """One ``[[arms]]`` entry: how this arm reduces (everything else is shared).
+
+    ``order`` is a policy: ``fixed:<plan>``, ``shuffle:<plan>`` (the plan re-ranked by
+    a fresh random permutation every step), ``arrival`` (sequential in the arrival
+    order of the latency model), ``atomic`` (every element its own random order,
+    new every step), ``random_tree`` (a random tree shape and order every step).
+    ``output`` is the format the result is rounded to once (default: accumulate).
+    """
+
+    name: str = "A"
+    order: str = "fixed:sequential"
+    input: str = "bf16"
+    accumulate: str = "bf16"
+    output: str = ""
+    rounding: str = "nearest_even"
+    algorithm: str = "plain"
+    average: str = "none"
+
+    def __post_init__(self) -> None:
+        key = f"arms.{self.name}"
+        for k in ("input", "accumulate") + (("output",) if self.output else ()):
+            if getattr(self, k) not in FORMATS:
+                raise unknown_name(f"{key}.{k} format", getattr(self, k), tuple(FORMATS))
+        if self.rounding not in MODES:
+            raise unknown_name(f"{key}.rounding", self.rounding, MODES)
+        if self.algorithm not in ALGORITHMS:
+            raise unknown_name(f"{key}.algorithm", self.algorithm, ALGORITHMS)
+        if self.average not in AVERAGES:
+            raise unknown_name(f"{key}.average", self.average, AVERAGES)
+        policy = self.order.partition(":")[0]
+        if policy not in POLICIES:
+            raise unknown_name(f"{key}.order policy", policy, POLICIES)
+        if policy in ("fixed", "shuffle") and not self.order.partition(":")[2]:
+            raise InvalidArgument(f"{key}.order: {policy!r} needs a plan, e.g. '{policy}:ring:nccl'")
+
+    @property
+    def out_format(self) -> str:
+        return self.output or self.accumulate
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole experiment; ``arms[0]`` is the reference arm."""
+
+    experiment: ExperimentSpec
+    source: SourceSpec
+    arrival: ArrivalSpec = field(default_factory=ArrivalSpec)
+    arms: tuple[ArmSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.arms:
+            raise InvalidArgument("config needs at least one [[arms]] entry")
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names):
+            raise InvalidArgument(f"arm names must be unique, got {names}")
+        n = self.experiment.workers
+        for a in self.arms:
+            policy, _, plan = a.order.partition(":")
+            if policy in ("fixed", "shuffle"):
+                try:
+                    parse(plan, n)
+                except InvalidArgument as e:
+                    raise InvalidArgument(f"arms.{a.name}.order: {e}") from None
+        if self.source.kind == "model" and any(a.algorithm == "binned" for a in self.arms):
+            pass  # allowed: binned works on any float32 gradients
+
+    def warnings(self) -> list[str]:
+        """Legal but questionable settings, printed by the CLI."""
+        out = []
+        for a in self.arms:
+            if a.accumulate.startswith("fp8") and self.experiment.workers > 1000:
+                out.append(f"arm {a.name}: an {a.accumulate} accumulator with "
+                           f"{self.experiment.workers} workers will mostly saturate")
+        return out
+
+
+_TABLES = ("experiment", "source", "arrival", "arms")
+
+
+def from_dict(d: dict[str, Any]) -> Config:
+    """Validate a parsed TOML document."""
+    for k in d:
+        if k not in _TABLES:
+            raise unknown_name("table", k, _TABLES)
+    exp = _build(ExperimentSpec, "experiment", d.get("experiment", {}))
+    src = spec_from_dict(d.get("source", {}))
+    arr = _build(ArrivalSpec, "arrival", d.get("arrival", {}))
+    arms_raw = d.get("arms", [])
+    if not isinstance(arms_raw, list):
+        raise InvalidArgument("arms must be an array of tables: [[arms]]")
+    arms = []
+    for i, a in enumerate(arms_raw):
+        name = a.get("name", f"arm{i}") if isinstance(a, dict) else f"arm{i}"
+        arms.append(_build(ArmSpec, f"arms.{name}", {"name": name, **a} if isinstance(a, dict) else a))
+    return Config(exp, src, arr, tuple(arms))
+
+
+def _set(d: dict[str, Any], assignment: str) -> None:
+    """Apply ``--set key=value`` (``experiment.steps=10``, ``arms.B.accumulate=fp32``)."""
+    key, eq, raw = assignment.partition("=")
+    if not eq:
+        raise InvalidArgument(f"--set expects key=value, got {assignment!r}")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare word is a string
+    parts = key.strip().split(".")
+    if parts[0] == "arms" and len(parts) == 3:
+        for a in d.get("arms", []):
+            if a.get("name") == parts[1]:
+                a[parts[2]] = value
+                return
+        raise InvalidArgument(f"--set {key}: no arm named {parts[1]!r}")
+    if len(parts) != 2 or parts[0] not in ("experiment", "source", "arrival"):
+        raise InvalidArgument(f"--set {key}: write table.key, e.g. experiment.steps=10 or arms.B.accumulate=fp32")
+    d.setdefault(parts[0], {})[parts[1]] = value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a TOML config (the embedded default when ``path`` is None), apply overrides."""
+    if path is None:
+        text = resources.files("fpreduce").joinpath("default.toml").read_text()
+        where = "the default config"
+    else:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise InvalidArgument(f"cannot read config {p}: {e.strerror}") from None
+        where = str(p)
+    try:
+        d = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InvalidArgument(f"{where}: malformed TOML: {e}") from None
+    for s in overrides:
+        _set(d, s)
+    return from_dict(d)
+
+
+def default_config() -> Config:
+    """The embedded default experiment."""
+    return load_config(None)
+
+
+def _value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def to_toml(cfg: Config) -> str:
+    """The resolved config, every key written out (parses back to an equal Config)."""
+    lines = ["# resolved by fpreduce: every default written out", "[experiment]"]
+    lines += [f"{f.name} = {_value(getattr(cfg.experiment, f.name))}" for f in fields(cfg.experiment)]
+    lines += ["", "[source]"] + [f"{k} = {_value(v)}" for k, v in cfg.source.to_dict().items()]
+    lines += ["", "[arrival]"] + [f"{f.name} = {_value(getattr(cfg.arrival, f.name))}" for f in fields(cfg.arrival)]
+    for a in cfg.arms:
+        lines += ["", "[[arms]]"] + [f"{f.name} = {_value(getattr(a, f.name))}" for f in fields(a)]
+    return "\n".join(lines) + "\n"
+
+
+def with_steps(cfg: Config, steps: int) -> Config:
+    """``cfg`` with another number of steps (the CLI's ``--steps``)."""
+    return replace(cfg, experiment=replace(cfg.experiment, steps=steps))

@@ -1,0 +1,193 @@
+import json
+import tomllib
+
+import numpy as np
+import pytest
+
+import fpreduce as fr
+from fpreduce import config as cf
+from fpreduce.experiment import plan_for, run_experiment
+from fpreduce.results import load_run
+
+BASE = """
+[experiment]
+name = "t"
+steps = 4
+workers = 6
+seed = 1
+[source]
+kind = "synthetic"
+elements = 300
+[[arms]]
+name = "A"
+order = "fixed:sequential"
+input = "bf16"
+accumulate = "bf16"
+[[arms]]
+name = "B"
+order = "arrival"
+input = "bf16"
+accumulate = "bf16"
+[[arms]]
+name = "B32"
+order = "arrival"
+input = "bf16"
+accumulate = "fp32"
+"""
+
+
+def cfg_from(text=BASE, **sets):
+    d = tomllib.loads(text)
+    for k, v in sets.items():
+        table, key = k.split("__")
+        d[table][key] = v
+    return cf.from_dict(d)
+
+
+def test_default_config_roundtrips_through_resolved_toml():
+    c = cf.default_config()
+    assert cf.from_dict(tomllib.loads(cf.to_toml(c))) == c
+    assert c.arms[0].order.startswith("fixed:")
+
+
+@pytest.mark.parametrize(("text", "msg"), [
+    (BASE.replace("steps = 4", "stesp = 4"), "did you mean 'steps'"),
+    (BASE.replace("workers = 6", "workers = 0"), "workers must be >= 1"),
+    (BASE.replace('order = "arrival"', 'order = "arival"', 1), "did you mean 'arrival'"),
+    (BASE.replace('order = "fixed:sequential"', 'order = "fixed:pairwse"'), "did you mean 'pairwise'"),
+    (BASE.replace('accumulate = "fp32"', 'accumulate = "fp23"'), "did you mean 'fp32'"),
+    (BASE.replace("steps = 4", "steps = 4.5"), "expected int"),
+    (BASE.replace('name = "B32"', 'name = "B"'), "unique"),
+    (BASE + "\n[extra]\n", "unknown table"),
+])
+def test_bad_configs_name_the_key(text, msg):
+    with pytest.raises(fr.InvalidArgument, match=msg):
+        cf.from_dict(tomllib.loads(text))
+
+
+def test_malformed_toml_is_a_clear_error(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text("[experiment\nsteps=")
+    with pytest.raises(fr.InvalidArgument, match="malformed TOML"):
+        cf.load_config(p)
+
+
+def test_order_policies():
+    c = cfg_from()
+    a, b = c.arms[0], c.arms[1]
+    assert plan_for(c, a, 0).draw() == plan_for(c, a, 3).draw()
+    orders = {tuple(plan_for(c, b, s).leaves()) for s in range(20)}
+    assert len(orders) > 10  # arrival order changes from step to step
+    assert plan_for(c, b, 5).leaves() == plan_for(c, c.arms[2], 5).leaves()  # same policy, same orders
+    assert plan_for(c, b, 5, salt=1).leaves() != plan_for(c, b, 5).leaves()
+    shuffle = cf.ArmSpec(name="S", order="shuffle:ring:nccl")
+    p = plan_for(c, shuffle, 2)
+    assert isinstance(p, fr.plans.SegmentedPlan)
+    t = plan_for(c, cf.ArmSpec(name="T", order="random_tree"), 2)
+    assert sorted(t.leaves()) == list(range(6))
+
+
+def test_ab_run_measures_what_it_should(tmp_path):
+    res = run_experiment(cfg_from(), tmp_path / "r")
+    s = res.summary
+    assert s["complete"]
+    assert s["steps_done"] == 4
+    arms = {a["name"]: a for a in s["arms"]}
+    assert arms["A"]["reproducible"] is True
+    assert arms["B"]["reproducible"] is False
+    assert arms["B"]["first_divergence_step"] == 0
+    assert arms["A"]["first_divergence_step"] is None
+    m = res.metrics
+    assert np.all(m["A"]["diff_frac"] == 0)
+    assert np.all(m["B"]["diff_frac"] > 0.05)
+    # the fp32 accumulator is far more accurate than bf16, by at least 4x on average
+    assert np.mean(m["B32"]["err_mean_rel"]) * 4 < np.mean(m["B"]["err_mean_rel"])
+    # histogram counts every element of every step once
+    assert sum(arms["B"]["ulp_hist"]["counts"]) == 4 * 300
+    # errors recomputed independently for one step
+    X = fr.sources.open_source(cfg_from().source, workers=6, seed=1).gradients(2)
+    Xin = fr.round_to(X, "bf16")
+    y = fr.reduce(Xin, "sequential", input="bf16", accumulate="bf16")
+    exact = fr.exact_sum(Xin)
+    cr = exact.round("bf16")
+    assert m["A"]["frac_correct"][2] == pytest.approx(np.mean(y == cr))
+
+
+def test_same_config_same_bits(tmp_path):
+    a = run_experiment(cfg_from(), tmp_path / "a")
+    b = run_experiment(cfg_from(), tmp_path / "b")
+    assert (a.dir / "metrics.csv").read_bytes() == (b.dir / "metrics.csv").read_bytes()
+    assert (a.dir / "config.toml").read_bytes() == (b.dir / "config.toml").read_bytes()
+
+
+def test_interrupted_run_is_readable_and_resumes_to_the_same_bits(tmp_path):
+    full = run_experiment(cfg_from(), tmp_path / "full")
+
+    def stop(done, total, eta):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg_from(), tmp_path / "part", progress=stop)
+    part = load_run(tmp_path / "part")
+    assert part.summary["complete"] is False
+    assert part.summary["steps_done"] == 2
+    with pytest.raises(fr.InvalidArgument, match="--resume"):
+        run_experiment(cfg_from(), tmp_path / "part")
+    done = run_experiment(cfg_from(), tmp_path / "part", resume=True)
+    assert done.summary["complete"]
+    assert (done.dir / "metrics.csv").read_bytes() == (full.dir / "metrics.csv").read_bytes()
+    fa = {a["name"]: a for a in full.summary["arms"]}
+    for a in done.summary["arms"]:
+        assert a["ulp_hist"] == fa[a["name"]]["ulp_hist"]
+
+
+def test_training_run_tracks_parameter_divergence(tmp_path):
+    model = 'kind = "model"\nhidden = 16\ninputs = 8\noutputs = 4'
+    text = BASE.replace('kind = "synthetic"\nelements = 300', model)
+    res = run_experiment(cfg_from(text, experiment__steps=6), tmp_path / "m")
+    m = res.metrics
+    assert np.all(np.isfinite(m["A"]["loss"]))
+    assert np.all(m["A"]["param_dist"] == 0)
+    b = res.arm("B")
+    assert b["first_param_divergence_step"] is not None
+    assert m["B"]["param_diff_frac"][-1] > 0
+    assert m["B"]["param_dist"][-1] > 0
+    # resume of a training run restores the replicas' parameters exactly
+    full = (res.dir / "metrics.csv").read_bytes()
+
+    def stop(done, total, eta):
+        if done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg_from(text, experiment__steps=6), tmp_path / "m2", progress=stop)
+    run_experiment(cfg_from(text, experiment__steps=6), tmp_path / "m2", resume=True)
+    assert (tmp_path / "m2" / "metrics.csv").read_bytes() == full
+
+
+def test_file_source_and_nan_recorded(tmp_path):
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((3, 6, 50)).astype(np.float32)
+    g[1, 2, 7] = np.nan
+    np.save(tmp_path / "g.npy", g)
+    text = BASE.replace('kind = "synthetic"\nelements = 300', f'kind = "file"\npath = "{tmp_path / "g.npy"}"')
+    res = run_experiment(cfg_from(text, experiment__steps=3), tmp_path / "f")
+    assert res.metrics["A"]["nonfinite"].tolist() == [0, 1, 0]
+    with pytest.raises(fr.InvalidArgument, match="3 steps"):
+        run_experiment(cfg_from(text, experiment__steps=5), tmp_path / "f5")
+
+
+def test_refuses_foreign_directory(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "precious.txt").write_text("keep")
+    with pytest.raises(fr.InvalidArgument, match="not a fpreduce run directory"):
+        run_experiment(cfg_from(), tmp_path / "x")
+    assert (tmp_path / "x" / "precious.txt").read_text() == "keep"
+
+
+def test_summary_is_json_with_versions(tmp_path):
+    res = run_experiment(cfg_from(), tmp_path / "r")
+    s = json.loads((res.dir / "summary.json").read_text())
+    assert s["versions"]["fpreduce"] == fr.__version__
+    assert s["reference"] == "A"
