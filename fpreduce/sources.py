@@ -1,0 +1,504 @@
+"""Where the workers' gradients come from: synthetic scenarios, a small model, files.
+
+A source yields, for each step, a float32 array ``X`` of shape ``(workers,
+elements)``: row ``w`` is worker ``w``'s gradient. Three kinds:
+
+- ``synthetic`` (:class:`SyntheticSpec`): ``X[w] = scale_t * (signal * s + noise *
+  e_w)``, ``s`` a signal shared by all workers and ``e_w`` worker ``w``'s noise,
+  both redrawn every step from ``dist``; ``scale_t = exp(-decay * t)`` (gradients
+  shrink as training converges; rows are computed in float64 and rounded once to
+  float32, so a large decay underflows to subnormals and zeros as fp32 would).
+  ``normal``; ``student_t`` (standard t, ``df`` degrees of freedom: heavy tails);
+  ``lognormal`` (``exp(N(0, log_sigma^2))`` magnitudes, random signs: swamping);
+  ``sparse`` (normal values; each worker keeps each entry with probability ``1 -
+  sparsity`` independently, like embedding gradients; dropped entries are +0.0).
+  Outlier ``outlier_worker`` (-1: none): ``scale`` multiplies its row by
+  ``outlier_scale``; ``corrupt`` replaces it by ``outlier_scale * noise * e'``,
+  fresh draws uncorrelated with the signal (a buggy worker: finite garbage);
+  ``nan`` makes it all NaN (a diverged worker). Row ``w`` depends on ``(seed,
+  step, w)`` only: adding workers leaves the first rows unchanged.
+- ``model`` (:class:`ModelSpec`): a teacher-student MLP trained data-parallel
+  (``ModelSource``, documented in ``fpreduce._model``).
+- ``file`` (:class:`FileSpec`): gradients dumped from a real run (see below).
+
+Randomness: every draw comes from ``np.random.default_rng([seed, step, stream,
+...])``: step ``t`` does not depend on which steps were generated before
+(resume-safe); no global RNG. Same seed, same numpy: same bits (numpy's SIMD
+``exp``/``log`` and the model's float64 BLAS ``matmul`` may differ in a last bit
+between CPUs).
+
+Dumping per-rank gradients from PyTorch DDP into this layout
+------------------------------------------------------------
+The ``file`` source reads one array ``(steps, workers, elements)`` (``.npy``, or
+``.npz``: key ``grads``, else its first array) or a directory of per-step ``.npy``
+files ``(workers, elements)`` in name order (digit runs compare as numbers:
+``step_2`` before ``step_10``; other files are ignored). Row ``w`` is rank ``w``'s
+*local* gradient, before any all-reduce. DDP's ``param.grad`` after ``backward()``
+is already averaged, so either skip DDP's reduction with ``no_sync()`` and reduce
+by hand::
+
+    import numpy as np, torch, torch.distributed as dist
+
+    def local_grad(model):  # fixed layout: parameters in order, None -> zeros
+        return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()
+                          for p in model.parameters()]).detach()
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for step, (x, y) in enumerate(loader):
+        with ddp_model.no_sync():              # backward without DDP's all-reduce
+            loss_fn(ddp_model(x), y).backward()
+        g = local_grad(ddp_model.module)       # this rank's gradient (fp32 view)
+        parts = [torch.empty_like(g) for _ in range(world)]
+        dist.all_gather(parts, g)              # or dist.gather(g, parts, dst=0)
+        if rank == 0:
+            np.save(f"grads/step_{step:06d}.npy", torch.stack(parts).cpu().numpy())
+        for p in ddp_model.parameters():       # the reduction DDP skipped
+            if p.grad is not None:
+                dist.all_reduce(p.grad); p.grad /= world
+        optimizer.step(); optimizer.zero_grad()
+
+or register a DDP communication hook that keeps ``bucket.buffer().float().clone()``
+(this rank's flattened local gradients of one bucket; clone it, the default hook
+divides in place) and then returns ``default_hooks.allreduce_hook(None, bucket)``
+(``torch.distributed.algorithms.ddp_comm_hooks``); buckets hold parameters in
+roughly reverse order and DDP rebuilds them after the first iteration: concatenate
+by ``bucket.index()`` and skip step 0. ``.float()`` is exact for fp16/bf16 (numpy
+has no bf16). For big models dump a fixed slice (a layer, a random subset of
+elements). ``np.stack`` the per-step files for a single ``.npy``.
+
+Files: ``allow_pickle=False`` (object arrays refused); ``.npy`` memory-mapped,
+``.npz`` read into memory once. Dtype float16, float32 or float64;
+``gradients(t)`` returns float32 (float64 dumps are rounded to nearest fp32, and
+values beyond the fp32 range become ±Inf). NaN and ±Inf values are passed
+through unchanged, never rejected: the runner records them per step.
+
+>>> src = open_source(SyntheticSpec(elements=8), workers=4, seed=0)
+>>> src.gradients(3).shape, src.gradients(3).dtype.name
+((4, 8), 'float32')
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fpreduce._errors import InvalidArgument
+from fpreduce._model import ModelSource, check_step
+
+__all__ = ["FileSource", "FileSpec", "ModelSource", "ModelSpec", "Source", "SourceSpec", "SyntheticSource",
+           "SyntheticSpec", "open_source", "spec_from_dict"]
+
+DISTS = ("normal", "student_t", "lognormal", "sparse")
+OUTLIER_KINDS = ("scale", "corrupt", "nan")
+ACTIVATIONS = ("tanh", "relu")
+KINDS = ("synthetic", "model", "file")
+_ALIASES = {"gaussian": "normal", "t": "student_t", "student": "student_t", "studentt": "student_t",
+            "log_normal": "lognormal", "log-normal": "lognormal"}
+# stream tags of default_rng([seed, step, tag, ...]) keys (the model's are >= 1000)
+_SIGNAL, _NOISE, _MASK, _CORRUPT = range(4)
+
+S = TypeVar("S", bound="_Spec")
+
+
+def _choice(key: str, value: object, choices: tuple[str, ...]) -> None:
+    if value in choices:
+        return
+    hints = [_ALIASES.get(str(value).lower(), ""), *difflib.get_close_matches(str(value), choices, 1)]
+    hint = next((f"; did you mean {h!r}?" for h in hints if h in choices), "")
+    raise InvalidArgument(f"source.{key}: unknown {value!r}{hint} (choices: {', '.join(choices)})")
+
+
+def _check(ok: bool, key: str, what: str, value: object) -> None:
+    if not ok:
+        raise InvalidArgument(f"source.{key}: must be {what}, got {value!r}")
+
+
+class _Spec:
+    """Shared from_dict/to_dict of the spec dataclasses (type names are field annotations)."""
+
+    kind: ClassVar[str]
+
+    @classmethod
+    def from_dict(cls: type[S], d: dict[str, Any]) -> S:
+        """Build the spec from a mapping (a TOML table), checking keys and value types.
+
+        Args:
+            d: field values; a ``kind`` key is allowed and must name this spec's kind.
+
+        Returns:
+            The validated spec.
+
+        Raises:
+            InvalidArgument: unknown key (with a close-match hint), missing required
+                key, wrong type (bools are not numbers, floats are not ints; an int is
+                accepted for a float field) or invalid value; the message names the key.
+        """
+        if not isinstance(d, dict):
+            raise InvalidArgument(f"source: expected a table, got {type(d).__name__}")
+        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        kw: dict[str, Any] = {}
+        for key, v in d.items():
+            if key == "kind":
+                _check(v == cls.kind, "kind", repr(cls.kind), v)
+                continue
+            if key not in names:
+                hint = difflib.get_close_matches(str(key), names, 1, cutoff=0.5)
+                raise InvalidArgument(f"source.{key}: unknown key" + (
+                    f"; did you mean {hint[0]!r}?" if hint else "") + f" (keys: kind, {', '.join(names)})")
+            kw[key] = _typed(key, v, cls.__dataclass_fields__[key].type)  # type: ignore[attr-defined]
+        try:
+            return cls(**kw)
+        except TypeError:
+            missing = [n for n in names if n not in kw]
+            raise InvalidArgument(f"source.{missing[0]}: required for kind {cls.kind!r}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field (and ``kind``) as plain Python values, for the resolved config."""
+        return {"kind": self.kind, **{f.name: getattr(self, f.name) for f in fields(self)}}  # type: ignore[arg-type]
+
+
+def _typed(key: str, v: object, typ: object) -> object:
+    t = str(typ)
+    if t == "int":
+        _check(_int(v), key, "an integer", v)
+        return v
+    if t == "float":
+        _check(isinstance(v, int | float) and not isinstance(v, bool), key, "a number", v)
+        return float(v)  # type: ignore[arg-type]
+    _check(isinstance(v, str), key, "a string", v)
+    return v
+
+
+def _int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _finite(v: float) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _num(spec: object, key: str, lo: float, *, gt: bool = False, hi: float | None = None,
+         integer: bool = False) -> None:
+    """Check that field ``key`` is a finite number (or an int) > or >= lo, and < hi."""
+    v = getattr(spec, key)
+    ok = (_int(v) if integer else _finite(v)) and (v > lo if gt else v >= lo) and (hi is None or v < hi)
+    what = f"{'an integer' if integer else 'finite and'} {'>' if gt else '>='} {lo}"
+    _check(ok, key, what + ("" if hi is None else f" and < {hi}"), v)
+
+
+@dataclass(frozen=True)
+class SyntheticSpec(_Spec):
+    """Synthetic gradients (see the module docstring for the formula).
+
+    Attributes:
+        dist: ``normal``, ``student_t``, ``lognormal`` or ``sparse``.
+        elements: gradient length (>= 1).
+        signal: scale of the shared signal (>= 0).
+        noise: scale of the per-worker noise (>= 0).
+        df: Student t degrees of freedom (> 0).
+        log_sigma: std of log|x| for ``lognormal`` (> 0).
+        sparsity: probability that an entry is zero for ``sparse``, in [0, 1).
+        outlier_worker: worker index of the outlier, -1 for none.
+        outlier_scale: outlier factor (finite).
+        outlier_kind: ``scale``, ``corrupt`` or ``nan``.
+        decay: scale_t = exp(-decay * t) (>= 0).
+    """
+
+    kind: ClassVar[str] = "synthetic"
+    dist: str = "normal"
+    elements: int = 4096
+    signal: float = 1.0
+    noise: float = 1.0
+    df: float = 3.0
+    log_sigma: float = 1.0
+    sparsity: float = 0.9
+    outlier_worker: int = -1
+    outlier_scale: float = 10.0
+    outlier_kind: str = "scale"
+    decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        _choice("dist", self.dist, DISTS)
+        _choice("outlier_kind", self.outlier_kind, OUTLIER_KINDS)
+        _num(self, "elements", 1, integer=True)
+        _num(self, "outlier_worker", -1, integer=True)
+        for k in ("signal", "noise", "decay", "sparsity"):
+            _num(self, k, 0, hi=1 if k == "sparsity" else None)
+        for k in ("df", "log_sigma"):
+            _num(self, k, 0, gt=True)
+        _check(_finite(self.outlier_scale), "outlier_scale", "finite", self.outlier_scale)
+
+
+@dataclass(frozen=True)
+class ModelSpec(_Spec):
+    """The teacher-student MLP trained data-parallel.
+
+    Attributes:
+        hidden: student hidden width.
+        inputs: input width.
+        outputs: output width.
+        batch_per_worker: samples per worker shard (global batch = workers x this).
+        lr: learning rate (> 0).
+        momentum: heavy-ball momentum in [0, 1) (0: plain SGD).
+        loss_scale: static loss scale (> 0): gradients are of ``loss_scale * loss``
+            and ``update`` divides it out; use a power of two.
+        teacher_noise: std of Gaussian noise added to the teacher's targets (>= 0).
+        teacher_hidden: teacher hidden width.
+        activation: student activation, ``tanh`` or ``relu`` (the teacher uses tanh).
+    """
+
+    kind: ClassVar[str] = "model"
+    hidden: int = 64
+    inputs: int = 32
+    outputs: int = 8
+    batch_per_worker: int = 16
+    lr: float = 0.05
+    momentum: float = 0.0
+    loss_scale: float = 1.0
+    teacher_noise: float = 0.0
+    teacher_hidden: int = 64
+    activation: str = "tanh"
+
+    def __post_init__(self) -> None:
+        _choice("activation", self.activation, ACTIVATIONS)
+        for k in ("hidden", "inputs", "outputs", "batch_per_worker", "teacher_hidden"):
+            _num(self, k, 1, integer=True)
+        for k in ("lr", "loss_scale"):
+            _num(self, k, 0, gt=True)
+        _num(self, "momentum", 0, hi=1)
+        _num(self, "teacher_noise", 0)
+
+
+@dataclass(frozen=True)
+class FileSpec(_Spec):
+    """Gradients from a file or directory (layout in the module docstring).
+
+    Attributes:
+        path: a ``.npy``/``.npz`` file or a directory of per-step ``.npy`` files.
+    """
+
+    kind: ClassVar[str] = "file"
+    path: str
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.path, str) and self.path != "", "path", "a non-empty path", self.path)
+
+
+SourceSpec = SyntheticSpec | ModelSpec | FileSpec
+_SPECS: dict[str, type[SourceSpec]] = {"synthetic": SyntheticSpec, "model": ModelSpec, "file": FileSpec}
+
+
+def spec_from_dict(d: dict[str, Any]) -> SourceSpec:
+    """Build a spec from a ``[source]`` table, dispatching on its ``kind`` (default synthetic)."""
+    kind = d.get("kind", "synthetic") if isinstance(d, dict) else None
+    _choice("kind", kind, KINDS)
+    return _SPECS[str(kind)].from_dict(d)
+
+
+class Source(Protocol):
+    """What every gradient source provides (ModelSource adds the training methods).
+
+    Attributes:
+        kind: ``synthetic``, ``model`` or ``file``.
+        workers: number of workers (rows).
+        elements: gradient length (columns).
+        max_steps: number of available steps (files), None if unbounded.
+    """
+
+    kind: str
+    workers: int
+    elements: int
+    max_steps: int | None
+
+    def gradients(self, step: int, params: NDArray[np.float32] | None = None) -> NDArray[np.float32]:
+        """The workers' gradients of ``step``: float32, shape (workers, elements)."""
+        ...
+
+
+class SyntheticSource(Source):
+    """Synthetic gradients from a :class:`SyntheticSpec`."""
+
+    kind = "synthetic"
+    max_steps: int | None = None
+
+    def __init__(self, spec: SyntheticSpec, *, workers: int, seed: int) -> None:
+        self.spec, self.workers, self.seed, self.elements = spec, workers, seed, spec.elements
+
+    def _draw(self, rng: np.random.Generator) -> NDArray[np.float64]:
+        sp, m = self.spec, self.elements
+        if sp.dist == "student_t":
+            return rng.standard_t(sp.df, m)
+        z = rng.standard_normal(m)
+        if sp.dist == "lognormal":
+            z *= sp.log_sigma
+            np.exp(z, out=z)
+            np.negative(z, out=z, where=rng.random(m) < 0.5)
+        return z
+
+    def gradients(self, step: int, params: NDArray[np.float32] | None = None) -> NDArray[np.float32]:
+        """Float32 (workers, elements) gradients of ``step`` (``params`` is ignored).
+
+        Each row is computed in float64 and rounded once to float32 (nearest-even,
+        overflow to ±Inf); masked ``sparse`` entries are +0.0.
+        """
+        check_step(step, None)
+        sp, seed = self.spec, self.seed
+        scale = math.exp(-sp.decay * step)
+        shared = self._draw(np.random.default_rng([seed, step, _SIGNAL]))
+        shared *= scale * sp.signal
+        out = np.empty((self.workers, self.elements), dtype=np.float32)
+        for w in range(self.workers):
+            row = self._draw(np.random.default_rng([seed, step, _NOISE, w]))
+            row *= scale * sp.noise
+            row += shared
+            if w == sp.outlier_worker:
+                if sp.outlier_kind == "scale":
+                    row *= sp.outlier_scale
+                elif sp.outlier_kind == "corrupt":
+                    row = self._draw(np.random.default_rng([seed, step, _CORRUPT, w]))
+                    row *= scale * sp.noise * sp.outlier_scale
+                else:
+                    row[:] = np.nan
+            if sp.dist == "sparse":
+                row[np.random.default_rng([seed, step, _MASK, w]).random(self.elements) < sp.sparsity] = 0.0
+            with np.errstate(over="ignore"):
+                out[w] = row  # float64 -> float32, nearest-even, overflow -> ±Inf
+        return out
+
+
+class FileSource(Source):
+    """Gradients read from ``.npy``/``.npz`` or a directory of per-step ``.npy`` files."""
+
+    kind = "file"
+
+    def __init__(self, spec: FileSpec, *, workers: int) -> None:
+        self.spec, self.workers = spec, workers
+        path = Path(spec.path)
+        self._files: list[Path] | None = None
+        self._array: Any = None
+        if path.is_dir():
+            files = sorted((f for f in path.iterdir() if f.suffix == ".npy" and f.is_file()),
+                           key=lambda f: [(0, int(t), "") if t.isdigit() else (1, 0, t)
+                                          for t in re.split(r"(\d+)", f.name) if t])
+            if not files:
+                raise InvalidArgument(f"{path}: no .npy files in this directory")
+            shapes = {_npy_header(f, 2)[0] for f in files}
+            if len(shapes) > 1:
+                raise InvalidArgument(f"{path}: per-step files differ in shape: {sorted(shapes)}")
+            self._files, self.max_steps = files, len(files)
+            _, self.elements = self._check_shape(path, (len(files), *shapes.pop()))[1:]
+        elif path.is_file():
+            if path.suffix == ".npz":
+                self._array = _load_npz(path)
+            else:
+                _npy_header(path, 3)
+                self._array = _load(path, mmap_mode="r")
+            self.max_steps, _, self.elements = self._check_shape(path, self._array.shape)
+        else:
+            raise InvalidArgument(f"{path}: no such file or directory")
+
+    def _check_shape(self, path: Path, shape: tuple[int, ...]) -> tuple[int, int, int]:
+        if 0 in shape:
+            raise InvalidArgument(f"{path}: empty gradients, shape (steps, workers, elements) = {shape}")
+        if shape[1] != self.workers:
+            raise InvalidArgument(f"{path}: holds {shape[1]} workers but the experiment has "
+                                  f"workers = {self.workers}")
+        return shape[0], shape[1], shape[2]
+
+    def gradients(self, step: int, params: NDArray[np.float32] | None = None) -> NDArray[np.float32]:
+        """Float32 (workers, elements) gradients of ``step`` (float64 rounded to nearest fp32)."""
+        check_step(step, self.max_steps)
+        if self._files is not None:
+            f = self._files[step]
+            a = _load(f, mmap_mode="r")
+            if a.shape != (self.workers, self.elements):
+                raise InvalidArgument(f"{f}: shape {a.shape}, expected {(self.workers, self.elements)}")
+        else:
+            a = self._array[step]
+        with np.errstate(over="ignore"):
+            return np.array(a, dtype=np.float32)
+
+
+def _npy_header(path: Path, ndim: int) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """Shape and dtype from a .npy header, checked, without reading the data."""
+    try:
+        with open(path, "rb") as fh:
+            fmt = np.lib.format
+            version = fmt.read_magic(fh)
+            read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _, dtype = read(fh)
+    except (OSError, ValueError) as e:
+        raise InvalidArgument(f"{path}: not a readable .npy file ({e})") from None
+    _check_array(path, shape, dtype, ndim)
+    return shape, dtype
+
+
+def _check_array(path: Path, shape: tuple[int, ...], dtype: np.dtype[Any], ndim: int) -> None:
+    if dtype.hasobject:
+        raise InvalidArgument(f"{path}: holds Python objects (pickled); refused: save a float array")
+    if dtype.kind != "f" or dtype.itemsize > 8:
+        raise InvalidArgument(f"{path}: dtype {dtype} is not float16/float32/float64")
+    if len(shape) != ndim:
+        want = "(steps, workers, elements)" if ndim == 3 else "(workers, elements)"
+        raise InvalidArgument(f"{path}: has {len(shape)} dimensions {shape}, expected {want}")
+
+
+def _load(path: Path, mmap_mode: Any = None) -> Any:
+    try:
+        return np.load(path, allow_pickle=False, mmap_mode=mmap_mode)
+    except (OSError, ValueError) as e:
+        raise InvalidArgument(f"{path}: cannot be read ({e})") from None
+
+
+def _load_npz(path: Path) -> NDArray[Any]:
+    z = _load(path)
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise InvalidArgument(f"{path}: not an .npz archive")
+    with z:
+        if not z.files:
+            raise InvalidArgument(f"{path}: empty .npz archive")
+        key = "grads" if "grads" in z.files else z.files[0]
+        try:
+            a = z[key]
+        except (OSError, ValueError) as e:
+            why = "holds Python objects (pickled); refused" if "Object arrays" in str(e) else f"({e})"
+            raise InvalidArgument(f"{path}: array {key!r} cannot be read: {why}") from None
+    _check_array(path, a.shape, a.dtype, 3)
+    return a
+
+
+def open_source(spec: SourceSpec, *, workers: int, seed: int) -> Source:
+    """Open the gradient source described by ``spec`` for ``workers`` workers.
+
+    Args:
+        spec: a SyntheticSpec, ModelSpec or FileSpec.
+        workers: number of workers (>= 1); a file must hold exactly this many.
+        seed: experiment seed (>= 0); unused by files.
+
+    Returns:
+        A SyntheticSource, ModelSource or FileSource.
+
+    Raises:
+        InvalidArgument: bad workers/seed, outlier_worker >= workers, or any file
+            problem (one line naming the file).
+    """
+    for k, v, lo in (("workers", workers, 1), ("seed", seed, 0)):
+        if not _int(v) or v < lo:
+            raise InvalidArgument(f"experiment.{k}: must be an integer >= {lo}, got {v!r}")
+    if isinstance(spec, SyntheticSpec):
+        if spec.outlier_worker >= workers:
+            raise InvalidArgument(f"source.outlier_worker: {spec.outlier_worker} is not a worker "
+                                  f"(workers = {workers})")
+        return SyntheticSource(spec, workers=workers, seed=seed)
+    if isinstance(spec, ModelSpec):
+        return ModelSource(spec, workers=workers, seed=seed)
+    if isinstance(spec, FileSpec):
+        return FileSource(spec, workers=workers)
+    raise InvalidArgument(f"source: expected a SyntheticSpec, ModelSpec or FileSpec, got {type(spec)}")
