@@ -27,7 +27,7 @@ from fpreduce._errors import InvalidArgument, unknown_name
 from fpreduce._reference import round_fraction
 from fpreduce.formats import Format, get_format
 from fpreduce.plans import Plan, SegmentedPlan, Tree, fold, parse, sequential
-from fpreduce.rounding import Mode, _nearest_from_float32, get_mode, round_to
+from fpreduce.rounding import Mode, _nearest_from_float32, _round_with_remainder, get_mode, round_to
 
 __all__ = ["add_rounded", "reduce", "reduce_reference"]
 
@@ -77,32 +77,6 @@ def _add_nearest32(a: NDArray[np.float32], b: NDArray[np.float32], f: Format) ->
     if f.emin == -126:
         return _nearest_from_float32(s, f)
     return round_to(s, f)  # type: ignore[return-value]
-
-
-def _directed(s: NDArray[np.float64], err: NDArray[np.float64], f: Format, mode: Mode):
-    if f.precision == 53:
-        if mode is Mode.UP:
-            return np.where(err > 0, np.nextafter(s, np.inf), s)
-        if mode is Mode.DOWN:
-            return np.where(err < 0, np.nextafter(s, -np.inf), s)
-        toward = (err != 0) & (np.signbit(err) != np.signbit(s))
-        return np.where(toward, np.nextafter(s, 0.0), s)
-    on_grid = round_to(s, f, Mode.TOWARD_ZERO).astype(np.float64) == s
-    nudge = on_grid & (err != 0)
-    t = np.where(nudge, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
-    return round_to(t, f, mode).astype(np.float64)
-
-
-def _round_with_remainder(s, err, f: Format, mode: Mode, rng):
-    if mode is not Mode.STOCHASTIC:
-        return _directed(s, err, f, mode)
-    lo = _directed(s, err, f, Mode.DOWN)
-    hi = _directed(s, err, f, Mode.UP)
-    gap = hi - lo
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = ((s - lo) + err) / gap
-    u = rng.random(size=s.shape)
-    return np.where((gap > 0) & np.isfinite(gap) & (u < p), hi, np.where(gap > 0, lo, s))
 
 
 _BLOCK = 1 << 14  # elements per block: a few rows of this stay in L2 while they are summed

@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fpreduce._errors import InvalidArgument
 from fpreduce.formats import Format, get_format
-from fpreduce.rounding import get_mode
+from fpreduce.rounding import Mode, _quantum_bits, _round_with_remainder, get_mode, round_to
 
 __all__ = ["ExactSum", "exact_sum", "exact_sum_fraction", "exact_sum_mpmath"]
 
@@ -132,7 +132,7 @@ class ExactSum:
         shape: shape of the result arrays.
     """
 
-    def __init__(self, values: list[tuple[int, int]] | _LazyValues, special: NDArray[np.float64],
+    def __init__(self, values: list[tuple[int, int]] | _LazyValues | _MixedValues, special: NDArray[np.float64],
                  nonfinite: NDArray[np.bool_], negzero: NDArray[np.bool_],
                  shape: tuple[int, ...], hi: NDArray[np.float64] | None = None,
                  lo: NDArray[np.float64] | None = None) -> None:
@@ -187,19 +187,35 @@ class ExactSum:
             InvalidArgument: unknown mode, or stochastic mode without ``rng``.
         """
         f = get_format(fmt)
-        mode = get_mode(mode).value
-        if mode == "stochastic" and rng is None:
+        m = get_mode(mode)
+        if m is Mode.STOCHASTIC and rng is None:
             raise InvalidArgument("stochastic rounding needs rng=np.random.default_rng(seed)")
-        out = np.empty(len(self.values))
-        us = rng.random(len(self.values)) if rng is not None else None
-        for j, (v, s) in enumerate(self.values):
-            if self.nonfinite.flat[j]:
-                sp = self.special[j]
-                out[j] = sp if (f.has_inf or np.isnan(sp)) else np.nan
-            elif v == 0:
-                out[j] = -0.0 if self.negzero[j] else 0.0
+        hi = self.hi.reshape(-1)
+        lo = self.lo.reshape(-1)
+        with np.errstate(invalid="ignore", over="ignore"):
+            if m is Mode.NEAREST_EVEN:
+                out = round_to(hi, f).astype(np.float64)
+                if f.precision < 53:
+                    # hi = RN64(exact) rounds like the exact sum unless hi sits on a midpoint of
+                    # f's grid (midpoints are float64 numbers): then lo's sign decides
+                    a = np.abs(hi)
+                    dz = round_to(a, f, Mode.TOWARD_ZERO).astype(np.float64)
+                    q = _quantum_bits(dz, f).view(np.float64)
+                    mid = np.isfinite(a) & ((a - dz) * 2 == q) & (lo != 0)
+                    if mid.any():
+                        up = round_to(hi[mid], f, Mode.UP).astype(np.float64)
+                        down = round_to(hi[mid], f, Mode.DOWN).astype(np.float64)
+                        out[mid] = np.where(lo[mid] > 0, up, down)
             else:
-                out[j] = _round_int(v, s, f, mode, None if us is None else float(us[j]))
+                out = np.asarray(_round_with_remainder(hi, lo, f, m, rng), dtype=np.float64)
+            nf = self.nonfinite.reshape(-1)
+            for j in np.flatnonzero(~np.isfinite(hi) & ~nf):  # exact sum beyond float64's range
+                v, s = self.values[int(j)]
+                u = None if rng is None else float(rng.random())
+                out[j] = _round_int(v, s, f, m.value, u)
+            if nf.any():
+                sp = self.special[nf]
+                out[nf] = np.where(np.isnan(sp) | f.has_inf, sp, np.nan)
         return out.astype(f.value_dtype).reshape(self.shape)
 
     def error_of(self, y: ArrayLike) -> NDArray[np.float64]:
@@ -402,6 +418,91 @@ def exact_sum(X: ArrayLike, axis: int = 0) -> ExactSum:
     1e+308
     """
     a, out_shape, sigbits = _check_input(X, axis)
+    n, c = a.shape
+    if n and c:
+        ok = _float64_exact_columns(a, sigbits)
+        if ok.any():
+            return _with_fast_columns(a, ok, out_shape, sigbits)
+    return _exact_general(a, out_shape, sigbits)
+
+
+def _float64_exact_columns(a: NDArray[np.floating], sigbits: int) -> NDArray[np.bool_]:
+    """Columns whose float64 sum is exact in any order (a proof, per column).
+
+    Every nonzero ``x = f * 2**e`` (frexp) of ``sigbits`` significand bits is a multiple
+    of ``2**(e_min - sigbits)``, and every partial sum is such a multiple below
+    ``n * 2**e_max``: with ``e_max + ceil(log2 n) - e_min + sigbits <= 53`` every
+    partial sum, in any order, is a float64, so float64 addition never rounds.
+    Columns with NaN/Inf are left to the general path.
+    """
+    n = a.shape[0]
+    with np.errstate(invalid="ignore"):
+        ax = np.abs(a)
+        mx = np.max(ax, axis=0)
+        mn = np.min(ax, axis=0, where=ax != 0, initial=np.inf)
+    fin = np.isfinite(mx)
+    e_max = np.frexp(np.where(fin, mx, 1.0))[1]
+    e_min = np.frexp(np.where(np.isfinite(mn), mn, 1.0))[1]
+    need = e_max.astype(np.int64) - e_min + sigbits + max(1, math.ceil(math.log2(n)) if n > 1 else 0)
+    return fin & ((need <= 53) | ~np.isfinite(mn))
+
+
+def _with_fast_columns(a: NDArray[np.floating], ok: NDArray[np.bool_], out_shape: tuple[int, ...],
+                       sigbits: int) -> ExactSum:
+    c = a.shape[1]
+    fast = np.flatnonzero(ok)
+    x = a if fast.size == c else a[:, fast]
+    s = np.add.reduce(x, axis=0, dtype=np.float64)  # exact (proved above): hi, and lo = 0
+    hi = np.empty(c)
+    lo = np.zeros(c)
+    special = np.zeros(c)
+    nonfinite = np.zeros(c, dtype=bool)
+    negzero = np.zeros(c, dtype=bool)
+    zero = np.flatnonzero(s == 0)
+    if zero.size:  # the sum is -0.0 only if every term is -0.0
+        z = x[:, zero]
+        nz = np.all((z == 0) & np.signbit(z), axis=0)
+        negzero[fast[zero]] = nz
+        s[zero] = np.where(nz, -0.0, 0.0)
+    hi[fast] = s
+    slow = np.flatnonzero(~ok)
+    rest: ExactSum | None = None
+    if slow.size:
+        rest = _exact_general(a[:, slow], (slow.size,), sigbits)
+        hi[slow], lo[slow] = rest.hi, rest.lo
+        special[slow], nonfinite[slow], negzero[slow] = rest.special, rest.nonfinite, rest.negzero
+    values = _MixedValues(hi, slow, rest)
+    return ExactSum(values, special, nonfinite, negzero, out_shape, hi, lo)
+
+
+class _MixedValues:
+    """``(V, s)`` per column: from the exact float64 sum, or from the general path."""
+
+    def __init__(self, hi: NDArray[np.float64], slow: NDArray[np.intp], rest: ExactSum | None) -> None:
+        self._hi = hi
+        self._pos = {int(j): i for i, j in enumerate(slow)}
+        self._rest = rest
+
+    def __len__(self) -> int:
+        return len(self._hi)
+
+    def __getitem__(self, j: int) -> tuple[int, int]:
+        if j < 0:
+            j += len(self._hi)
+        i = self._pos.get(j)
+        if i is not None:
+            assert self._rest is not None
+            return self._rest.values[i]  # type: ignore[no-any-return]
+        return _split(float(self._hi[j])) if self._hi[j] != 0 else (0, 0)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return (self[j] for j in range(len(self._hi)))
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if hasattr(other, "__iter__") else NotImplemented
+
+
+def _exact_general(a: NDArray[np.floating], out_shape: tuple[int, ...], sigbits: int) -> ExactSum:
     n, c = a.shape
     nan = np.zeros(c, dtype=bool)
     pinf = np.zeros(c, dtype=bool)

@@ -13,6 +13,7 @@ what the config says), and a run is bitwise reproducible from its config and see
 
 from __future__ import annotations
 
+import copy
 import json
 import platform
 import time
@@ -32,7 +33,7 @@ from fpreduce.exact import exact_sum
 from fpreduce.formats import get_format
 from fpreduce.metrics import bits_equal, ulp_distance
 from fpreduce.results import Results, atomic_write, columns, load_run, read_rows, rows_to_csv
-from fpreduce.rounding import Mode, round_to
+from fpreduce.rounding import round_to
 from fpreduce.sources import Source, open_source
 
 __all__ = ["plan_for", "run_experiment"]
@@ -80,19 +81,6 @@ def plan_for(cfg: Config, arm: ArmSpec, step: int, *, salt: int = 0) -> Any:
     return _random_tree(n, rng)
 
 
-def _correctly_rounded(hi: np.ndarray, lo: np.ndarray, fmt: str) -> np.ndarray:
-    """The exact sum hi + lo rounded to nearest even in ``fmt`` (hi alone can sit on a tie)."""
-    f = get_format(fmt)
-    if f.precision == 53:
-        return hi
-    with np.errstate(invalid="ignore", over="ignore"):
-        down = round_to(hi, f, Mode.DOWN).astype(np.float64)
-        up = round_to(hi, f, Mode.UP).astype(np.float64)
-        tie = (down != up) & ((down + up) / 2 == hi) & (lo != 0)
-        t = np.where(tie, np.nextafter(hi, np.where(lo > 0, np.inf, -np.inf)), hi)
-    return round_to(t, f).astype(np.float64)
-
-
 def _error_metrics(y: np.ndarray, ex: Any, arm: ArmSpec, n: int) -> dict[str, float]:
     out_fmt = get_format(arm.out_format)
     hi, lo = np.asarray(ex.hi, dtype=np.float64), np.asarray(ex.lo, dtype=np.float64)
@@ -106,7 +94,10 @@ def _error_metrics(y: np.ndarray, ex: Any, arm: ArmSpec, n: int) -> dict[str, fl
         q = np.maximum(np.abs(hi[ok]), out_fmt.smallest_normal)
         ulp = 2.0 ** (np.floor(np.log2(q)) - out_fmt.precision + 1)
         ulps = err[ok] / ulp
-    cr = _correctly_rounded(hi, lo, arm.out_format)
+    if arm.average != "none":  # the mean hi/N + lo/N (exact for N a power of two)
+        ex = copy.copy(ex)
+        ex.hi, ex.lo = hi, lo
+    cr = ex.round(arm.out_format).astype(np.float64)
     same = (y64 == cr) | (np.isnan(y64) & np.isnan(cr))
     return {
         "nonfinite": int(np.count_nonzero(~np.isfinite(y64))),

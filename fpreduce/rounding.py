@@ -179,3 +179,31 @@ def _nearest_from_float32(x: NDArray[np.float32], f: Format) -> NDArray[np.float
     if nan.any():
         out[nan] = np.float32(np.nan)
     return out
+
+
+def _directed(s: NDArray[np.float64], err: NDArray[np.float64], f: Format, mode: Mode):  # type: ignore[no-untyped-def]
+    """Round ``s + err`` (err: the exact remainder, or one of its sign) in a directed mode."""
+    if f.precision == 53:
+        if mode is Mode.UP:
+            return np.where(err > 0, np.nextafter(s, np.inf), s)
+        if mode is Mode.DOWN:
+            return np.where(err < 0, np.nextafter(s, -np.inf), s)
+        toward = (err != 0) & (np.signbit(err) != np.signbit(s))
+        return np.where(toward, np.nextafter(s, 0.0), s)
+    on_grid = round_to(s, f, Mode.TOWARD_ZERO).astype(np.float64) == s
+    nudge = on_grid & (err != 0)
+    t = np.where(nudge, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+    return round_to(t, f, mode).astype(np.float64)
+
+
+def _round_with_remainder(s, err, f: Format, mode: Mode, rng):  # type: ignore[no-untyped-def]
+    """Round the exact value ``s + err`` (s a float64, err its remainder) in a directed or stochastic mode."""
+    if mode is not Mode.STOCHASTIC:
+        return _directed(s, err, f, mode)
+    lo = _directed(s, err, f, Mode.DOWN)
+    hi = _directed(s, err, f, Mode.UP)
+    gap = hi - lo
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = ((s - lo) + err) / gap
+    u = rng.random(size=s.shape)
+    return np.where((gap > 0) & np.isfinite(gap) & (u < p), hi, np.where(gap > 0, lo, s))

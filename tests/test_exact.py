@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fpreduce._errors import InvalidArgument
+from fpreduce._reference import round_fraction
 from fpreduce.exact import exact_sum, exact_sum_fraction, exact_sum_mpmath
 from fpreduce.formats import get_format
 
@@ -283,3 +284,34 @@ def test_ties_and_sticky_bits():
     # float64 tie: 1 + 2**-53 rounds to 1, plus a tiny term it rounds up
     Y = np.array([[1.0, 1.0], [2.0**-53, 2.0**-53], [0.0, 5e-324]])
     assert exact_sum(Y).to_float64().tolist() == [1.0, 1.0 + 2.0**-52]
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(-40, 40), st.integers(0, 30)), min_size=1, max_size=12),
+       st.integers(1, 9), st.randoms(use_true_random=False))
+def test_float64_fast_path_and_general_path_mix_exactly(cols, n, rnd):
+    # columns of float32 values with a chosen exponent spread: narrow ones take the proven-exact
+    # float64 path, wide ones the general path; every column must equal the Fraction sum
+    X = np.empty((n, len(cols)), dtype=np.float32)
+    for j, (e0, spread) in enumerate(cols):
+        for i in range(n):
+            X[i, j] = np.float32(rnd.choice([-1, 1]) * (1 + rnd.random()) * 2.0 ** (e0 + rnd.randint(0, spread)))
+    got = exact_sum(X)
+    for j in range(len(cols)):
+        want = exact_sum_fraction(X[:, j])
+        assert got.fraction(j) == want
+        assert got.to_float64()[j] == frac_to_float(want)
+    assert np.array_equal(got.round("bf16"), np.array([fr_round(exact_sum_fraction(X[:, j])) for j in range(len(cols))],
+                                                      dtype=np.float32))
+
+
+def fr_round(v):
+    return round_fraction(v, get_format("bf16"), "nearest_even") if v != 0 else 0.0
+
+
+def test_fast_path_refuses_columns_float64_would_round():
+    X = np.array([[2.0**30, 2.0**30], [2.0**-20, 1.0], [-(2.0**30), -(2.0**30)]], dtype=np.float32)
+    got = exact_sum(X)
+    assert got.to_float64().tolist() == [2.0**-20, 1.0]
+    Y = np.array([[2.0**53], [1.0], [1.0]])  # float64: naive left-to-right gives 2^53
+    assert exact_sum(Y).fraction(0) == 2**53 + 2
