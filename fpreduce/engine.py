@@ -27,7 +27,7 @@ from fpreduce._errors import InvalidArgument, unknown_name
 from fpreduce._reference import round_fraction
 from fpreduce.formats import Format, get_format
 from fpreduce.plans import Plan, SegmentedPlan, Tree, fold, parse, sequential
-from fpreduce.rounding import Mode, _nearest_from_float32, _round_with_remainder, get_mode, round_to
+from fpreduce.rounding import Mode, _nearest32_inplace, _nearest_from_float32, _round_with_remainder, get_mode, round_to
 
 __all__ = ["add_rounded", "reduce", "reduce_reference"]
 
@@ -156,22 +156,6 @@ class _Arith:
             _nearest32_inplace(acc, fa, scratch)
         else:
             _nearest_small_inplace(acc, fa, scratch)
-
-
-def _nearest32_inplace(acc: NDArray[np.float32], f: Format, tmp: NDArray[np.uint32]) -> None:
-    """Round float32 to nearest even onto bf16/tf32 in place (see rounding._nearest_from_float32).
-
-    NaNs stay NaN: the engine only sees the quiet NaN of inputs (canonicalized on
-    loading) and of inf - inf, whose payload keeps the rounding from carrying.
-    """
-    drop = 24 - f.precision
-    bits = acc.view(np.uint32)
-    t = tmp[: acc.size].reshape(acc.shape)
-    np.right_shift(bits, np.uint32(drop), out=t)
-    t &= np.uint32(1)
-    t += np.uint32((1 << (drop - 1)) - 1)
-    t += bits
-    np.bitwise_and(t, np.uint32((0xFFFFFFFF >> drop) << drop), out=bits)
 
 
 def _nearest_small_inplace(acc: NDArray[np.float32], f: Format, tmp: NDArray[np.uint32]) -> None:

@@ -436,14 +436,29 @@ def _float64_exact_columns(a: NDArray[np.floating], sigbits: int) -> NDArray[np.
     Columns with NaN/Inf are left to the general path.
     """
     n = a.shape[0]
+    log_n = math.ceil(math.log2(n)) if n > 1 else 0
+    if a.dtype in (np.float32, np.float64):
+        # on the bit patterns: |x| is bits & ~sign; (|x| - 1) wraps zeros to the top, so a
+        # min over it finds the smallest nonzero |x|; exponents are the top bits
+        wide = a.dtype == np.float64
+        ut, shift, bias = (np.uint64, 52, 1022) if wide else (np.uint32, 23, 126)
+        ab = a.view(ut) & ut(0x7FFFFFFFFFFFFFFF if wide else 0x7FFFFFFF)
+        top = np.max(ab, axis=0)
+        ab -= ut(1)
+        low = np.min(ab, axis=0) + ut(1)  # 0 for an all-zero column
+        inf_bits = ut(0x7FF0000000000000 if wide else 0x7F800000)
+        fin = top < inf_bits
+        e_max = np.maximum(top >> ut(shift), ut(1)).astype(np.int64) - bias
+        e_min = np.maximum(low >> ut(shift), ut(1)).astype(np.int64) - bias
+        return fin & ((e_max - e_min + sigbits + log_n <= 53) | (top == 0))
     with np.errstate(invalid="ignore"):
         ax = np.abs(a)
         mx = np.max(ax, axis=0)
         mn = np.min(ax, axis=0, where=ax != 0, initial=np.inf)
     fin = np.isfinite(mx)
-    e_max = np.frexp(np.where(fin, mx, 1.0))[1]
-    e_min = np.frexp(np.where(np.isfinite(mn), mn, 1.0))[1]
-    need = e_max.astype(np.int64) - e_min + sigbits + max(1, math.ceil(math.log2(n)) if n > 1 else 0)
+    e_hi = np.frexp(np.where(fin, mx, 1.0))[1]
+    e_lo = np.frexp(np.where(np.isfinite(mn), mn, 1.0))[1]
+    need = e_hi.astype(np.int64) - e_lo + sigbits + log_n
     return fin & ((need <= 53) | ~np.isfinite(mn))
 
 
@@ -451,8 +466,8 @@ def _with_fast_columns(a: NDArray[np.floating], ok: NDArray[np.bool_], out_shape
                        sigbits: int) -> ExactSum:
     c = a.shape[1]
     fast = np.flatnonzero(ok)
-    x = a if fast.size == c else a[:, fast]
-    s = np.add.reduce(x, axis=0, dtype=np.float64)  # exact (proved above): hi, and lo = 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = np.add.reduce(a, axis=0, dtype=np.float64)[fast]  # exact where proved: hi, and lo = 0
     hi = np.empty(c)
     lo = np.zeros(c)
     special = np.zeros(c)
@@ -460,7 +475,7 @@ def _with_fast_columns(a: NDArray[np.floating], ok: NDArray[np.bool_], out_shape
     negzero = np.zeros(c, dtype=bool)
     zero = np.flatnonzero(s == 0)
     if zero.size:  # the sum is -0.0 only if every term is -0.0
-        z = x[:, zero]
+        z = a[:, fast[zero]]
         nz = np.all((z == 0) & np.signbit(z), axis=0)
         negzero[fast[zero]] = nz
         s[zero] = np.where(nz, -0.0, 0.0)

@@ -33,7 +33,7 @@ from fpreduce.exact import exact_sum
 from fpreduce.formats import get_format
 from fpreduce.metrics import bits_equal, ulp_distance
 from fpreduce.results import Results, atomic_write, columns, load_run, read_rows, rows_to_csv
-from fpreduce.rounding import round_to
+from fpreduce.rounding import _quantum_bits, round_to
 from fpreduce.sources import Source, open_source
 
 __all__ = ["plan_for", "run_experiment"]
@@ -91,9 +91,7 @@ def _error_metrics(y: np.ndarray, ex: Any, arm: ArmSpec, n: int) -> dict[str, fl
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         err = np.abs((y64 - hi) - lo)
         rel = err[ok] / np.abs(hi[ok])
-        q = np.maximum(np.abs(hi[ok]), out_fmt.smallest_normal)
-        ulp = 2.0 ** (np.floor(np.log2(q)) - out_fmt.precision + 1)
-        ulps = err[ok] / ulp
+        ulps = err[ok] / _quantum_bits(hi[ok], out_fmt).view(np.float64)  # ulp of |s| in the format
     if arm.average != "none":  # the mean hi/N + lo/N (exact for N a power of two)
         ex = copy.copy(ex)
         ex.hi, ex.lo = hi, lo
@@ -175,20 +173,25 @@ def run_experiment(
     for a in arms:
         _restore(a, rows, old)
     t0 = time.perf_counter()
-    engine_time = 0.0
+    engine_time = source_time = 0.0
     ref_name = cfg.arms[0].name
     for step in range(start, e.steps):
+        t1 = time.perf_counter()
         shared = None if training else source.gradients(step)
+        source_time += time.perf_counter() - t1
         exact_cache: dict[tuple[str, int], Any] = {}
         ys: dict[str, np.ndarray] = {}
         for i, a in enumerate(arms):
             spec = a.spec
+            t1 = time.perf_counter()
             X = shared if shared is not None else source.gradients(step, a.params)
+            source_time += time.perf_counter() - t1
             loss = source.loss(step, a.params) if training else float("nan")  # type: ignore[attr-defined]
-            Xin = round_to(X, spec.input)
             key = (spec.input, id(X))
-            if key not in exact_cache:
-                exact_cache[key] = exact_sum(Xin)
+            if key not in exact_cache:  # arms sharing inputs share their rounding and exact sum
+                Xr = round_to(X, spec.input)
+                exact_cache[key] = (Xr, exact_sum(Xr), int(np.count_nonzero((X != 0) & (Xr == 0))))
+            Xin, ex, underflow = exact_cache[key]
             plan = plan_for(cfg, spec, step)
             t1 = time.perf_counter()
             y = _reduce(Xin, plan, spec, seed=e.seed * 1_000_003 + step * 131 + i)
@@ -197,8 +200,8 @@ def run_experiment(
             if step < e.check_steps:
                 a.check_inputs[step], a.check_outputs[step] = Xin, y
             row: dict[str, Any] = {"step": step, "arm": spec.name, "elements": int(y.size), "loss": loss,
-                                   "underflow": int(np.count_nonzero((X != 0) & (Xin == 0)))}
-            row.update(_error_metrics(y, exact_cache[key], spec, n))
+                                   "underflow": underflow}
+            row.update(_error_metrics(y, ex, spec, n))
             if training:
                 g = y.astype(np.float64) * (n if spec.average != "none" else 1)
                 a.params = source.update(a.params, g, a.state)  # type: ignore[attr-defined]
@@ -222,14 +225,15 @@ def run_experiment(
                     a.first_param_div = step
             else:
                 row["param_dist"] = row["param_diff_frac"] = float("nan")
-        _checkpoint(d, cfg, rows, arms, step + 1, training, time.perf_counter() - t0, engine_time)
+        times = (time.perf_counter() - t0, engine_time, source_time)
+        _checkpoint(d, cfg, rows, arms, step + 1, training, times)
         if progress is not None:
             done = step + 1 - start
             eta = (time.perf_counter() - t0) / done * (e.steps - step - 1)
             progress(step + 1, e.steps, eta)
     repro = {a.spec.name: _reproducible(cfg, a) for a in arms}
-    _write_summary(d, cfg, rows, arms, e.steps, complete=True, wall=time.perf_counter() - t0,
-                   engine=engine_time, repro=repro)
+    _write_summary(d, cfg, rows, arms, e.steps, complete=True,
+                   times=(time.perf_counter() - t0, engine_time, source_time), repro=repro)
     return load_run(d)
 
 
@@ -299,7 +303,7 @@ def _reproducible(cfg: Config, a: _Arm) -> bool | None:
 
 
 def _checkpoint(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[_Arm], steps_done: int,
-                training: bool, wall: float, engine: float) -> None:
+                training: bool, times: tuple[float, float, float]) -> None:
     try:
         atomic_write(d / "metrics.csv", rows_to_csv(rows))
         if training:
@@ -310,13 +314,13 @@ def _checkpoint(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[_Ar
             arrays.update({f"state/{a.spec.name}/{k}": v for a in arms for k, v in a.state.items()})
             np.savez(buf, **arrays)  # type: ignore[arg-type]
             atomic_write(d / "state.npz", buf.getvalue())
-        _write_summary(d, cfg, rows, arms, steps_done, complete=False, wall=wall, engine=engine, repro={})
+        _write_summary(d, cfg, rows, arms, steps_done, complete=False, times=times, repro={})
     except OSError as err:
         raise InvalidArgument(f"cannot write to {d}: {err.strerror}") from None
 
 
 def _write_summary(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[_Arm], steps_done: int, *,
-                   complete: bool, wall: float, engine: float, repro: dict[str, bool | None]) -> None:
+                   complete: bool, times: tuple[float, float, float], repro: dict[str, bool | None]) -> None:
     cols = columns(rows)
     out_arms = []
     for a in arms:
@@ -345,7 +349,8 @@ def _write_summary(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[
         "format": 1, "name": e.name, "complete": complete, "steps": e.steps, "steps_done": steps_done,
         "workers": e.workers, "elements": int(rows[-1]["elements"]) if rows else None,
         "source": cfg.source.kind, "seed": e.seed, "reference": cfg.arms[0].name,
-        "wall_time_s": round(wall, 3), "engine_time_s": round(engine, 3),
+        "wall_time_s": round(times[0], 3), "engine_time_s": round(times[1], 3),
+        "source_time_s": round(times[2], 3),
         "versions": {"fpreduce": __version__, "numpy": np.__version__, "python": platform.python_version()},
         "arms": out_arms,
     }

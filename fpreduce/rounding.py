@@ -160,25 +160,42 @@ def round_to(
 def _nearest_from_float32(x: NDArray[np.float32], f: Format) -> NDArray[np.float32]:
     """Round-to-nearest-even of float32 onto a format with fp32's exponent range.
 
-    Integer trick on the bit pattern: add half an ulp minus one plus the kept lsb,
-    then clear the dropped bits. A carry into the exponent field is exactly the
-    binade change (or overflow to Inf) of IEEE rounding; subnormals work alike since
-    the exponent range is the same. NaNs are kept as a quiet NaN.
+    Integer trick on the bit pattern, in place on a copy, in cache-sized blocks (see
+    ``_nearest32_inplace``); blocks already representable are left alone. NaNs are
+    kept as a quiet NaN.
+    """
+    out = np.array(x, dtype=np.float32, order="C")
+    flat = out.reshape(-1)
+    block = 1 << 16
+    tmp = np.empty(min(flat.size, block), dtype=np.uint32)
+    low = np.uint32((1 << (24 - f.precision)) - 1)
+    for lo in range(0, flat.size, block):
+        blk = flat[lo : lo + block]
+        t = tmp[: blk.size]
+        np.bitwise_and(blk.view(np.uint32), low, out=t)
+        if not t.any():
+            continue  # already representable (the usual case for gradient inputs)
+        nan = np.isnan(blk)
+        _nearest32_inplace(blk, f, tmp)
+        if nan.any():
+            blk[nan] = np.float32(np.nan)
+    return out
+
+
+def _nearest32_inplace(acc: NDArray[np.float32], f: Format, tmp: NDArray[np.uint32]) -> None:
+    """Round float32 to nearest even onto bf16/tf32 in place.
+
+    NaNs stay NaN: the engine only sees the quiet NaN of inputs (canonicalized on
+    loading) and of inf - inf, whose payload keeps the rounding from carrying.
     """
     drop = 24 - f.precision
-    bits = x.view(np.uint32)
-    if not np.bitwise_and(bits, np.uint32((1 << drop) - 1)).any():
-        return x.copy()  # already representable (the usual case for gradient inputs)
-    r = bits >> np.uint32(drop)
-    r &= np.uint32(1)  # the kept lsb: ties go to even
-    r += np.uint32((1 << (drop - 1)) - 1)
-    r += bits
-    r &= np.uint32((0xFFFFFFFF >> drop) << drop)
-    out = r.view(np.float32)
-    nan = np.isnan(x)
-    if nan.any():
-        out[nan] = np.float32(np.nan)
-    return out
+    bits = acc.view(np.uint32)
+    t = tmp[: acc.size].reshape(acc.shape)
+    np.right_shift(bits, np.uint32(drop), out=t)
+    t &= np.uint32(1)
+    t += np.uint32((1 << (drop - 1)) - 1)
+    t += bits
+    np.bitwise_and(t, np.uint32((0xFFFFFFFF >> drop) << drop), out=bits)
 
 
 def _directed(s: NDArray[np.float64], err: NDArray[np.float64], f: Format, mode: Mode):  # type: ignore[no-untyped-def]

@@ -129,3 +129,21 @@ def test_gamma_and_errors():
         m.probabilistic_bound(np.ones(3), "bf16", lam=0.0)
     b = to_bits(np.array([1.0]), "bf16")
     assert b.dtype == BF16.uint_dtype
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "tf32", "fp32"])
+def test_float32_fast_path_equals_bit_pattern_path(fmt):
+    rng = np.random.default_rng(3)
+    raw = rng.standard_normal(4000) * np.exp2(rng.integers(-140, 120, 4000))
+    raw[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 2.0**-149, -(2.0**-149), 3.0e38]
+    a = fr.round_to(raw, fmt)
+    b = fr.round_to(raw * (1 + rng.standard_normal(4000) * 2.0**-6), fmt)
+    b[::7] = a[::7]
+    b[1] = 0.0  # -0 vs +0
+    fast_eq = m.bits_equal(a, b, fmt)  # float32 inputs: fast path
+    slow_eq = m.bits_equal(a.astype(np.float64), b.astype(np.float64), fmt)
+    assert np.array_equal(fast_eq, slow_eq)
+    fast_d = m.ulp_distance(a, b, fmt)
+    slow_d = m.ulp_distance(a.astype(np.float64), b.astype(np.float64), fmt)
+    assert np.array_equal(fast_d, slow_d)
+    assert fast_eq.any() and not fast_eq.all()

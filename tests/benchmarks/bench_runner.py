@@ -1,0 +1,58 @@
+"""Runner overhead: wall time of a synthetic run vs the engine's reduction time, same run.
+
+Run: python tests/benchmarks/bench_runner.py [--small]
+Overhead = (wall - engine - gradient generation) / engine, where the runner itself
+records the time spent in fr.reduce and in the gradient source.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import tomllib
+
+from fpreduce import config as cf
+from fpreduce.experiment import run_experiment
+
+CONFIG = """
+[experiment]
+name = "bench"
+steps = 3
+workers = 64
+seed = 0
+check_steps = 0
+[source]
+kind = "synthetic"
+elements = {elements}
+[[arms]]
+name = "A"
+order = "fixed:sequential"
+input = "bf16"
+accumulate = "bf16"
+[[arms]]
+name = "B"
+order = "arrival"
+input = "bf16"
+accumulate = "bf16"
+[[arms]]
+name = "B-fp32"
+order = "arrival"
+input = "bf16"
+accumulate = "fp32"
+"""
+
+
+def main() -> None:
+    elements = 1 << (16 if "--small" in sys.argv else 20)
+    cfg = cf.from_dict(tomllib.loads(CONFIG.format(elements=elements)))
+    with tempfile.TemporaryDirectory() as d:
+        s = run_experiment(cfg, d).summary
+    wall, eng, src = s["wall_time_s"], s["engine_time_s"], s["source_time_s"]
+    over = wall - eng - src
+    print(f"64 workers x {elements} elements, 3 arms, 3 steps")
+    print(f"wall {wall:.2f} s = engine {eng:.2f} s + gradient source {src:.2f} s + runner {over:.2f} s")
+    print(f"runner overhead: {100 * over / eng:.0f}% of the engine's reduction time (target <= 50%)")
+
+
+if __name__ == "__main__":
+    main()
