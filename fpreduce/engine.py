@@ -99,8 +99,7 @@ def _prepare(X: ArrayLike, plan: AnyPlan | str, seed: int | None = None):  # typ
     if A.ndim != 2:
         raise InvalidArgument(f"X must have shape (workers, elements), got shape {A.shape}")
     if isinstance(plan, str):
-        seeded = seed is not None and plan.strip().startswith("atomic")
-        p = parse(plan, A.shape[0], seed=seed) if seeded else parse(plan, A.shape[0])
+        p = parse(plan, A.shape[0], seed=seed or 0)
     else:
         p = plan
     if p.n != A.shape[0]:

@@ -224,3 +224,30 @@ def test_blocking_does_not_change_bits():
             cut = 5000
             assert same(whole[:cut], fr.reduce(X[:, :cut], p, input="bf16", accumulate="bf16"))
             assert same(whole[cut:], fr.reduce(X[:, cut:], p, input="bf16", accumulate="bf16"))
+
+
+@pytest.mark.parametrize("acc", ["bf16", "fp16", "fp32"])
+def test_atomic_plan_equals_per_element_sequential_folds(acc):
+    rng = np.random.default_rng(12)
+    X = (rng.standard_normal((7, 300)) * np.exp(rng.uniform(-5, 5, (7, 300)))).astype(np.float32)
+    plan = fr.plans.atomic(7, seed=5)
+    got = fr.reduce(X, plan, input="bf16", accumulate=acc)
+    orders = plan.orders(0, 300)
+    for j in range(0, 300, 17):
+        want = fr.reduce(X[:, j:j + 1], fr.plans.sequential(7, orders[j]), input="bf16", accumulate=acc)
+        assert same(got[j:j + 1], want)
+    ref = fr.reduce_reference(X[:, :40], plan, input="bf16", accumulate=acc)
+    assert same(got[:40], ref)
+    assert same(fr.reduce(X, "atomic", input="bf16", accumulate=acc, seed=5), got)
+    assert not same(fr.reduce(X, "atomic", input="bf16", accumulate=acc, seed=6), got) or acc == "fp32"
+
+
+@pytest.mark.parametrize("name", ["kary:3", "blocked:3", "rd", "rabenseifner", "linear", "tree:nccl:2",
+                                  "hier:2", "ring:gloo", "ring:mpich", "numpy"])
+@given(X=hnp.arrays(np.float64, (6, 9), elements=st.floats(-1e4, 1e4, width=32)))
+def test_collective_plans_fast_equals_reference(name, X):
+    plan = fr.plans.parse(name, 6)
+    for mode in ["nearest_even", "toward_zero"]:
+        fast = fr.reduce(X, plan, input="bf16", accumulate="bf16", rounding=mode)
+        ref = fr.reduce_reference(X, plan, input="bf16", accumulate="bf16", rounding=mode)
+        assert same(fast, ref)
