@@ -16,28 +16,98 @@ from fpreduce._errors import InvalidArgument
 from fpreduce._version import __version__
 
 
+def _progress(done: int, total: int, eta: float) -> None:
+    width = 30
+    fill = int(width * done / total)
+    sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] step {done}/{total}  ETA {eta:5.1f} s")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def _artifacts(run_dir: Path) -> list[Path]:
+    """Figures and the PDF report of a finished (or interrupted) run."""
+    from fpreduce import plots, report
+
+    files = [p for p in plots.plot_run(run_dir) if p.suffix == ".png"]
+    files.append(report.write_report(run_dir))
+    return files
+
+
+def _summary_table(results) -> str:  # type: ignore[no-untyped-def]
+    s = results.summary
+    head = (f"{'arm':<12} {'order':<20} {'formats':<16} {'bits differ':>11} {'max ulp':>8} "
+            f"{'mean rel err':>13} {'repro':>6}")
+    lines = [head, "-" * len(head)]
+    for a in s["arms"]:
+        fmts = f"{a['input']}->{a['accumulate']}" + (f"->{a['output']}" if a["output"] != a["accumulate"] else "")
+        if a["algorithm"] != "plain":
+            fmts += f" {a['algorithm']}"
+        diff = "ref" if a["name"] == s["reference"] else f"{100 * (a['mean_diff_frac'] or 0):.1f}%"
+        mx = "" if a["name"] == s["reference"] else f"{a['max_ulp'] or 0:.0f}"
+        err = a["mean_err_rel"]
+        lines.append(f"{a['name']:<12} {a['order']:<20} {fmts:<16} {diff:>11} {mx:>8} "
+                     f"{'n/a' if err is None else f'{err:.2e}':>13} {str(a['reproducible']):>6}")
+    return "\n".join(lines)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
-    from fpreduce.demo import DemoConfig, run_demo
+    from fpreduce.config import load_config, with_steps
+    from fpreduce.experiment import run_experiment
 
-    cfg = DemoConfig(workers=args.workers, elements=args.elements, steps=args.steps,
-                     input=args.input, accumulate=args.accumulate, plan=args.plan, seed=args.seed)
-    if cfg.workers < 1 or cfg.elements < 1 or cfg.steps < 1:
-        raise InvalidArgument("--workers, --elements and --steps must be positive")
-    from fpreduce.formats import get_format
-    from fpreduce.plans import parse
+    cfg = load_config(args.config, args.set or [])
+    if args.steps is not None:
+        if args.steps < 1:
+            raise InvalidArgument("--steps must be >= 1")
+        cfg = with_steps(cfg, args.steps)
+    for w in cfg.warnings():
+        print(f"fpreduce: warning: {w}", file=sys.stderr)
+    e = cfg.experiment
+    out = Path(args.out) if args.out else Path("runs") / e.name
+    print(f"fpreduce {__version__}: experiment {e.name!r}: {len(cfg.arms)} arms, {e.workers} workers, "
+          f"{e.steps} steps, source {cfg.source.kind} -> {out}")
+    try:
+        res = run_experiment(cfg, out, resume=args.resume, progress=None if args.quiet else _progress)
+    except KeyboardInterrupt:
+        print(f"\nfpreduce: interrupted; the partial run in {out} is readable and marked incomplete: "
+              f"continue it with `fpreduce run {args.config or ''} --out {out} --resume`", file=sys.stderr)
+        return 130
+    print(_summary_table(res))
+    files = [] if args.no_report else _artifacts(out)
+    print(f"wrote {out}/config.toml, metrics.csv, summary.json" +
+          "".join(f", {p.relative_to(out)}" for p in files))
+    return 0
 
-    parse(cfg.plan, cfg.workers)
-    get_format(cfg.input)
-    get_format(cfg.accumulate)
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from fpreduce import plots
+    from fpreduce.results import load_run
+
+    load_run(args.run)  # a clear error for a missing or foreign directory
+    for p in plots.plot_run(Path(args.run)):
+        print(p)
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from fpreduce import plots, report
+    from fpreduce.sweep import load_sweep, run_sweep
+
+    _, points = load_sweep(args.config)
+    if args.jobs < 1:
+        raise InvalidArgument("--jobs must be >= 1")
     out = Path(args.out)
-    print(f"fpreduce {__version__}: A (plan {cfg.plan}, fixed ranks) vs B (ranks shuffled each step), "
-          f"{cfg.workers} workers x {cfg.elements} elements, {cfg.steps} steps, "
-          f"{cfg.input} -> {cfg.accumulate}")
-    s = run_demo(cfg, out)
-    print(f"steps where A and B differ bitwise: {s['steps_with_any_difference']}/{cfg.steps}")
-    print(f"median fraction of elements differing per step: {s['median_frac_bits_differ']:.3f}")
-    print(f"worst ulp distance between A and B: {s['worst_ulp_distance']}")
-    print(f"wrote {out}/metrics.csv, {out}/summary.json, {out}/figures/ab.png, {out}/report.pdf")
+    print(f"fpreduce sweep: {len(points)} points (A vs B each), {args.jobs} process(es) -> {out}")
+    table = run_sweep(args.config, out, jobs=args.jobs)
+    files = [table, *plots.plot_sweep(out), report.write_sweep_report(out)]
+    print("wrote " + ", ".join(str(p) for p in files))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from fpreduce import report
+
+    print(report.write_report(Path(args.run), args.output))
     return 0
 
 
@@ -92,16 +162,28 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fpreduce", description=__doc__.splitlines()[0])
     ap.add_argument("--version", action="version", version=__version__)
     sub = ap.add_subparsers(dest="cmd")
-    r = sub.add_parser("run", help="run the A-vs-B demo experiment and write a run directory")
-    r.add_argument("--out", default="runs/default")
-    r.add_argument("--workers", type=int, default=16)
-    r.add_argument("--elements", type=int, default=4096)
-    r.add_argument("--steps", type=int, default=20)
-    r.add_argument("--input", default="bf16")
-    r.add_argument("--accumulate", default="bf16")
-    r.add_argument("--plan", default="sequential", help="sequential, pairwise, ring:nccl, ...")
-    r.add_argument("--seed", type=int, default=0)
+    r = sub.add_parser("run", help="run an experiment (default: the embedded A-vs-B config)")
+    r.add_argument("config", nargs="?", default=None, help="TOML config (default: the embedded one)")
+    r.add_argument("--out", default=None, help="run directory (default: runs/<experiment name>)")
+    r.add_argument("--steps", type=int, default=None, help="override experiment.steps")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config key, e.g. experiment.workers=32 or arms.B.accumulate=fp32")
+    r.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
+    r.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_cmd_run)
+    pl = sub.add_parser("plot", help="regenerate a run's figures from its results")
+    pl.add_argument("run", help="run directory")
+    pl.set_defaults(func=_cmd_plot)
+    sw = sub.add_parser("sweep", help="run A vs B over a grid of workers, plans and formats")
+    sw.add_argument("config", help="TOML config with a [sweep] table (see examples/sweep-ring.toml)")
+    sw.add_argument("--out", default="runs/sweep", help="sweep directory")
+    sw.add_argument("--jobs", type=int, default=1, help="worker processes")
+    sw.set_defaults(func=_cmd_sweep)
+    rp = sub.add_parser("report", help="write a run's PDF report")
+    rp.add_argument("run", help="run directory")
+    rp.add_argument("-o", "--output", default=None, help="PDF path (default RUN/report.pdf)")
+    rp.set_defaults(func=_cmd_report)
     s = sub.add_parser("sum", help="sum N values along several plans against the exact sum")
     s.add_argument("values", help="comma-separated values or a .npy file of shape (N,) or (N, d)")
     s.add_argument("--input", default="fp32")

@@ -98,10 +98,7 @@ def _prepare(X: ArrayLike, plan: AnyPlan | str, seed: int | None = None):  # typ
         A = A[:, None]
     if A.ndim != 2:
         raise InvalidArgument(f"X must have shape (workers, elements), got shape {A.shape}")
-    if isinstance(plan, str):
-        p = parse(plan, A.shape[0], seed=seed or 0)
-    else:
-        p = plan
+    p = parse(plan, A.shape[0], seed=seed or 0) if isinstance(plan, str) else plan
     if p.n != A.shape[0]:
         raise InvalidArgument(f"plan has {p.n} workers but X has {A.shape[0]} rows")
     return A, p

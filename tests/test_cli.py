@@ -6,50 +6,41 @@ import pytest
 from fpreduce.cli import main
 from fpreduce.metrics import ulp_distance
 
+SMALL = ["--set", "experiment.workers=4", "--set", "source.elements=64", "--steps", "3", "--quiet"]
+
 
 def test_run_writes_complete_run_dir(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = main(["run", "--out", str(out), "--workers", "8", "--elements", "256", "--steps", "3"])
-    assert rc == 0
+    assert main(["run", "--out", str(out), *SMALL]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] is True
-    assert summary["config"]["workers"] == 8
+    assert summary["workers"] == 4
+    assert summary["steps_done"] == 3
     lines = (out / "metrics.csv").read_text().strip().splitlines()
-    assert len(lines) == 4
-    assert (out / "figures" / "ab.png").stat().st_size > 1000
+    assert len(lines) == 1 + 3 * len(summary["arms"])
     assert (out / "report.pdf").read_bytes().startswith(b"%PDF")
-    # bf16 A vs B really differ at every step
-    assert summary["steps_with_any_difference"] == 3
-    assert "wrote" in capsys.readouterr().out
+    assert any(p.suffix == ".png" and p.stat().st_size > 1000 for p in (out / "figures").iterdir())
+    printed = capsys.readouterr().out
+    assert "wrote" in printed
+    assert "B-fp32acc" in printed
 
 
 def test_run_is_reproducible(tmp_path):
-    args = ["--workers", "4", "--elements", "64", "--steps", "2"]
-    main(["run", "--out", str(tmp_path / "a"), *args])
-    main(["run", "--out", str(tmp_path / "b"), *args])
-    a = (tmp_path / "a" / "metrics.csv").read_bytes()
-    assert a == (tmp_path / "b" / "metrics.csv").read_bytes()
-    pa = (tmp_path / "a" / "report.pdf").read_bytes()
-    assert pa == (tmp_path / "b" / "report.pdf").read_bytes()
-    main(["run", "--out", str(tmp_path / "ring"), "--plan", "ring:nccl", *args])
-    assert json.loads((tmp_path / "ring" / "summary.json").read_text())["config"]["plan"] == "ring:nccl"
-
-
-
-def test_fp32_accumulator_differs_less(tmp_path):
-    common = ["--workers", "16", "--elements", "512", "--steps", "2"]
-    main(["run", "--out", str(tmp_path / "a"), *common])
-    main(["run", "--out", str(tmp_path / "b"), *common, "--accumulate", "fp32"])
-    lo = json.loads((tmp_path / "b" / "summary.json").read_text())["median_frac_bits_differ"]
-    hi = json.loads((tmp_path / "a" / "summary.json").read_text())["median_frac_bits_differ"]
-    assert lo < hi
+    main(["run", "--out", str(tmp_path / "a"), *SMALL, "--no-report"])
+    main(["run", "--out", str(tmp_path / "b"), *SMALL, "--no-report"])
+    for name in ("metrics.csv", "config.toml"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
 @pytest.mark.parametrize(
     ("argv", "msg"),
     [
-        (["run", "--input", "bf61"], "did you mean 'bf16'"),
-        (["run", "--workers", "0"], "positive"),
+        (["run", "--set", "arms.A.input=bf61"], "did you mean 'bf16'"),
+        (["run", "--set", "experiment.workers=0"], ">= 1"),
+        (["run", "--set", "experiment.stpes=3"], "did you mean 'steps'"),
+        (["run", "missing.toml"], "cannot read config"),
+        (["plot", "nowhere"], "no such run directory"),
+        (["report", "nowhere"], "nowhere"),
         (["sum", "1,x"], "comma-separated"),
         (["sum", "missing.npy"], "cannot read"),
         (["sum", "1,2", "--plans", "pairwize"], "did you mean 'pairwise'"),

@@ -146,4 +146,5 @@ def test_float32_fast_path_equals_bit_pattern_path(fmt):
     fast_d = m.ulp_distance(a, b, fmt)
     slow_d = m.ulp_distance(a.astype(np.float64), b.astype(np.float64), fmt)
     assert np.array_equal(fast_d, slow_d)
-    assert fast_eq.any() and not fast_eq.all()
+    assert fast_eq.any()
+    assert not fast_eq.all()
