@@ -52,6 +52,12 @@ def add_rounded(
             err = (a - (s - bb)) + (b - bb)
             err = np.where(np.isfinite(s), err, 0.0)
             out = _round_with_remainder(s, err, f, mode, rng)
+            over = np.isinf(s) & np.isfinite(a) & np.isfinite(b)  # fp64 overflow: IEEE 7.4 per mode
+            if np.any(over):
+                pos = s > 0
+                to_inf = {Mode.TOWARD_ZERO: np.zeros_like(pos), Mode.UP: pos, Mode.DOWN: ~pos}.get(
+                    mode, np.ones_like(pos))
+                out = np.where(over & ~to_inf, np.copysign(f.max_finite, s), out)
         zero = (s == 0) & (a == b * -1)
         if np.any(zero):
             both_neg = np.signbit(a) & np.signbit(b)

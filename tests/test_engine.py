@@ -251,3 +251,37 @@ def test_collective_plans_fast_equals_reference(name, X):
         fast = fr.reduce(X, plan, input="bf16", accumulate="bf16", rounding=mode)
         ref = fr.reduce_reference(X, plan, input="bf16", accumulate="bf16", rounding=mode)
         assert same(fast, ref)
+
+
+@pytest.mark.parametrize(("mode", "want"), [("nearest_even", np.inf), ("toward_zero", 1.7976931348623157e308),
+                                            ("up", np.inf), ("down", 1.7976931348623157e308)])
+def test_fp64_overflow_follows_the_rounding_mode(mode, want):
+    X = np.array([[1.7976931348623157e308, -1.7976931348623157e308], [2.0**971, -(2.0**971)]])
+    got = fr.reduce(X, "sequential", input="fp64", accumulate="fp64", rounding=mode)
+    assert got[0] == want
+    assert got[1] == -{"up": 1.7976931348623157e308, "down": np.inf}.get(mode, want)
+    assert same(got, fr.reduce_reference(X, "sequential", input="fp64", accumulate="fp64", rounding=mode))
+
+
+@pytest.mark.parametrize("algorithm", ["binned", "exact"])
+def test_order_free_algorithms_are_order_independent_through_reduce(algorithm):
+    rng = np.random.default_rng(13)
+    X = (rng.standard_normal((9, 500)) * np.exp(rng.uniform(-10, 10, (9, 500)))).astype(np.float32)
+    base = fr.reduce(X, "sequential", input="bf16", accumulate="bf16", algorithm=algorithm)
+    for plan in ["pairwise", "ring:nccl", "atomic", "rd"]:
+        assert same(fr.reduce(X[rng.permutation(9)], plan, input="bf16", accumulate="bf16",
+                              algorithm=algorithm), base)
+    assert same(base, fr.exact_sum(fr.round_to(X, "bf16")).round("bf16")) or algorithm == "binned"
+
+
+def test_compensated_through_reduce_uses_the_plan_leaf_order():
+    from fpreduce.algorithms import compensated
+    from fpreduce.formats import get_format
+    from fpreduce.rounding import Mode
+
+    rng = np.random.default_rng(14)
+    X = fr.round_to(rng.standard_normal((8, 300)).astype(np.float32), "bf16")
+    order = rng.permutation(8)
+    got = fr.reduce(X, fr.plans.sequential(8, order), input="bf16", accumulate="bf16", algorithm="kahan")
+    want = compensated(X[order], get_format("bf16"), Mode.NEAREST_EVEN, kind="kahan")
+    assert same(got, want)
