@@ -115,11 +115,12 @@ def _load_values(spec: str) -> np.ndarray:
     if spec.endswith(".npy"):
         try:
             a = np.load(spec, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise InvalidArgument(f"cannot read {spec}: {e}") from None
-        if a.dtype.kind != "f" or a.ndim not in (1, 2):
-            raise InvalidArgument(f"{spec}: need a float array of shape (N,) or (N, d), "
-                                  f"got {a.dtype} {a.shape}")
+        except ValueError as e:
+            raise InvalidArgument(f"cannot read {spec}: {e} (pickled object arrays are refused)") from None
+        except OSError as e:
+            raise InvalidArgument(f"cannot read {spec}: {e.strerror or e}") from None
+        if a.dtype.kind != "f" or a.ndim not in (1, 2) or a.shape[0] < 1:
+            raise InvalidArgument(f"{spec}: need a float array of shape (N,) or (N, d), got {a.dtype} {a.shape}")
         return a.astype(np.float64)
     try:
         return np.array([float(v) for v in spec.split(",")])
@@ -127,34 +128,62 @@ def _load_values(spec: str) -> np.ndarray:
         raise InvalidArgument(f"values must be comma-separated numbers or a .npy file: {spec!r}") from None
 
 
+def _split_top(text: str) -> list[str]:
+    """Split a plan list on commas outside parentheses: ``sequential,((0,1),2)``."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return [p for p in [*out, cur.strip()] if p]
+
+
 def _cmd_sum(args: argparse.Namespace) -> int:
     from fpreduce import plans
     from fpreduce.engine import reduce
     from fpreduce.exact import exact_sum
+    from fpreduce.metrics import apriori_bound, ulp_error
+    from fpreduce.outcomes import order_outcomes
     from fpreduce.rounding import round_to
 
     x = _load_values(args.values)
     X = x if x.ndim == 2 else x[:, None]
-    if np.any(~np.isfinite(X)):
-        raise InvalidArgument("values contain NaN or Inf")
+    bad = ~np.isfinite(X)
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise InvalidArgument(f"value [{i}{'' if x.ndim == 1 else f', {j}'}] is {X[i, j]}: NaN/Inf are not allowed")
     Xi = round_to(X, args.input)
     ex = exact_sum(Xi)
     s = ex.to_float64()
-    print(f"exact sum (of the {args.input} inputs): {float(s[0])!r} = {float(s[0]).hex()}")
-    for name in args.plans.split(","):
-        p = plans.parse(name, X.shape[0])
-        y = reduce(Xi, p, input=args.input, accumulate=args.accumulate, rounding=args.rounding)
-        err = ex.error_of(y)
-        print(f"{name:>12}: {float(y[0])!r:<24} error {float(err[0]):+.3e}  tree {p.draw()[:60]}")
+    n, d = X.shape
+    out_fmt = args.output or args.accumulate
+    print(f"{n} values{'' if d == 1 else f' x {d} columns'}, {args.input} -> {args.accumulate}"
+          + (f" -> {args.output}" if args.output else "") + f", {args.rounding}, algorithm {args.algorithm}")
+    if d == 1:
+        print(f"exact sum of the {args.input} inputs: {float(s[0])!r} ({float(s[0]).hex()})"
+              + ("" if ex.lo[0] == 0 else " (rounded to float64)"))
+    for name in _split_top(args.plans):
+        p = plans.parse(name, n, seed=args.seed)
+        y = reduce(Xi, p, input=args.input, accumulate=args.accumulate, rounding=args.rounding,
+                   seed=args.seed, algorithm=args.algorithm, output=args.output)
+        ue = ulp_error(y, ex, out_fmt)
+        bound = apriori_bound(Xi, p, args.accumulate)
+        if d == 1:
+            print(f"{name:>14}: {float(y[0])!r:<24} {float(y[0]).hex():<24} error {float(ue[0]):6.2f} ulp   "
+                  f"bound {float(bound[0]):.3g}")
+        else:
+            cr = np.mean(y.astype(np.float64) == ex.round(out_fmt).astype(np.float64))
+            print(f"{name:>14}: max error {float(np.nanmax(ue)):.2f} ulp, {100 * cr:.1f}% correctly rounded")
     if args.orders:
-        rng = np.random.default_rng(args.seed)
-        res = [float(reduce(Xi, plans.sequential(X.shape[0], rng.permutation(X.shape[0])),
-                            input=args.input, accumulate=args.accumulate,
-                            rounding=args.rounding)[0]) for _ in range(args.orders)]
-        vals, counts = np.unique(res, return_counts=True)
-        print(f"{args.orders} random sequential orders gave {len(vals)} distinct results:")
-        for v, c in zip(vals, counts, strict=True):
-            print(f"  {float(v)!r:<24} x{c}")
+        if d != 1:
+            raise InvalidArgument("--orders needs a single sum: N values, not an (N, d) array")
+        oc = order_outcomes(X[:, 0], args.family, samples=args.orders, input=args.input,
+                            accumulate=args.accumulate, rounding=args.rounding, seed=args.seed,
+                            algorithm=args.algorithm, output=args.output)
+        print(oc.summary())
     return 0
 
 
@@ -189,8 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--input", default="fp32")
     s.add_argument("--accumulate", default="fp32")
     s.add_argument("--rounding", default="nearest_even")
-    s.add_argument("--plans", default="sequential,reverse,pairwise")
-    s.add_argument("--orders", type=int, default=0)
+    s.add_argument("--output", default=None, help="round the sum once to this format at the end")
+    s.add_argument("--algorithm", default="plain", help="plain, kahan, neumaier, binned or exact")
+    s.add_argument("--plans", default="sequential,reverse,pairwise",
+                   help="comma-separated plans: sequential, pairwise, kary:4, ring:nccl, rd, atomic, ((0,1),2) ...")
+    s.add_argument("--orders", type=int, default=0, help="also sample K random orders of --family")
+    s.add_argument("--family", default="sequential", help="plan family for --orders (or random_tree)")
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(func=_cmd_sum)
     return ap

@@ -320,7 +320,12 @@ def _pieces(p: AnyPlan, nel: int):  # type: ignore[no-untyped-def]
     if isinstance(p, SegmentedPlan):
         b = p.bounds(nel)
         groups: dict[bytes, tuple[Tree, list[tuple[int, int, np.ndarray]]]] = {}
-        for c, t in enumerate(p.trees):
+        P = p.orders
+        if P is not None and p.shape is not None:  # one shape, a leaf order per chunk: one group
+            key, shape, slots = _shape_of(p.shape)
+            Pc = P[:, slots]  # chunk c: k-th leaf (left to right) is worker Pc[c, k]
+            groups[key] = (shape, [(int(b[c]), int(b[c + 1]), Pc[c]) for c in range(len(P)) if b[c + 1] > b[c]])
+        for c, t in enumerate(p.trees if P is None else ()):
             if b[c + 1] > b[c]:
                 key, shape, perm = _shape_of(t)
                 groups.setdefault(key, (shape, []))[1].append((int(b[c]), int(b[c + 1]), perm))

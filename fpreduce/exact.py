@@ -442,7 +442,7 @@ def _float64_exact_columns(a: NDArray[np.floating], sigbits: int) -> NDArray[np.
         # min over it finds the smallest nonzero |x|; exponents are the top bits
         wide = a.dtype == np.float64
         ut, shift, bias = (np.uint64, 52, 1022) if wide else (np.uint32, 23, 126)
-        ab = a.view(ut) & ut(0x7FFFFFFFFFFFFFFF if wide else 0x7FFFFFFF)
+        ab = np.bitwise_and(a.view(ut), ut(0x7FFFFFFFFFFFFFFF if wide else 0x7FFFFFFF))
         top = np.max(ab, axis=0)
         ab -= ut(1)
         low = np.min(ab, axis=0) + ut(1)  # 0 for an all-zero column

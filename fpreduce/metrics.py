@@ -16,7 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 from fpreduce._errors import InvalidArgument
 from fpreduce.exact import ExactSum, exact_sum
 from fpreduce.formats import Format, get_format, to_bits, ulp
-from fpreduce.plans import Plan
+from fpreduce.plans import PerElementPlan, Plan, SegmentedPlan
 
 __all__ = [
     "abs_error",
@@ -234,7 +234,7 @@ def _abs_terms(X: ArrayLike, n: int) -> NDArray[np.float64]:
     return a
 
 
-def apriori_bound(X: ArrayLike, plan: Plan, fmt: str | Format) -> NDArray[np.float64]:
+def apriori_bound(X: ArrayLike, plan: Plan | SegmentedPlan | PerElementPlan, fmt: str | Format) -> NDArray[np.float64]:
     """Worst-case error bound of summing ``X`` along ``plan`` in ``fmt``, per column.
 
     ``sum_i ((1 + u)**d_i - 1) |x_i|`` with ``u = fmt.unit_roundoff`` and ``d_i =

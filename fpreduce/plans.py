@@ -309,6 +309,30 @@ def linear(n: int) -> Plan:
     return Plan("linear", n, _c.right_fold(list(range(n))))
 
 
+class _ShapedTrees(Sequence[Plan]):
+    """``trees`` of a SegmentedPlan given as one shape and a leaf order per chunk (lazy)."""
+
+    def __init__(self, name: str, shape: Plan, perms: NDArray[np.intp]) -> None:
+        self._name, self._shape, self._perms = name, shape, perms
+
+    def __len__(self) -> int:
+        return int(self._perms.shape[0])
+
+    def __getitem__(self, c):  # type: ignore[no-untyped-def, override]
+        if isinstance(c, slice):
+            return [self[i] for i in range(*c.indices(len(self)))]
+        t = self._shape.relabel(self._perms[c])
+        return Plan(self._name, t.n, t.root)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _ShapedTrees):
+            return self._shape == other._shape and np.array_equal(self._perms, other._perms)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self._shape, self._perms.tobytes()))
+
+
 @dataclass(frozen=True)
 class SegmentedPlan:
     """Different trees for consecutive element chunks (how ring all-reduce works).
@@ -318,17 +342,40 @@ class SegmentedPlan:
     element; Open MPI's ring calls them "early" blocks); chunk c is reduced with
     ``trees[c]``. With fewer elements than chunks, the trailing chunks are empty.
 
+    When every chunk has the same tree shape and only the leaf order changes (a
+    ring), give ``shape`` (a tree over slots 0..n-1) and ``perms`` (chunk c puts
+    worker ``perms[c][k]`` in slot k) instead of ``trees``: ``trees`` is then built
+    lazily, and the engine runs all chunks as one vectorized fold.
+
     Attributes:
         name: the plan's text name.
         n: number of workers.
         trees: one Plan per chunk.
         split: how chunk sizes are derived from the element count.
+        shape: the common tree over slots (or None).
+        perms: per chunk, slot -> worker (with ``shape``).
     """
 
     name: str
     n: int
-    trees: tuple[Plan, ...]
+    trees: Sequence[Plan] = ()
     split: Split = field(default_factory=Split)
+    shape: Plan | None = None
+    perms: Sequence[Sequence[int]] | NDArray[np.intp] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.shape is None:
+            return
+        P = np.array(self.perms, dtype=np.intp).reshape(len(self.perms), self.n)  # a private copy
+        P.flags.writeable = False
+        if not np.array_equal(np.sort(P, axis=1), np.broadcast_to(np.arange(self.n), P.shape)):
+            raise InvalidArgument(f"plan {self.name!r}: every chunk's order must be a permutation of 0..{self.n - 1}")
+        object.__setattr__(self, "trees", _ShapedTrees(self.name, self.shape, P))
+
+    @property
+    def orders(self) -> NDArray[np.intp] | None:
+        """(chunks, n) slot -> worker array of a shaped plan, else None."""
+        return self.trees._perms if isinstance(self.trees, _ShapedTrees) else None
 
     def bounds(self, m: int) -> NDArray[np.int64]:
         """Chunk boundaries: chunk c is elements ``bounds[c]:bounds[c+1]``."""
@@ -337,12 +384,23 @@ class SegmentedPlan:
 
     def depths(self) -> NDArray[np.int64]:
         """Worst-case additions on each worker's path over all chunks."""
-        return np.max([t.depths() for t in self.trees], axis=0)
+        P = self.orders
+        if P is None or self.shape is None:
+            return np.max([t.depths() for t in self.trees], axis=0)
+        out = np.zeros(self.n, dtype=np.int64)
+        np.maximum.at(out, P.ravel(), np.tile(self.shape.depths(), P.shape[0]))
+        return out
 
     def relabel(self, perm: Sequence[int] | np.ndarray) -> SegmentedPlan:
         """Every chunk's tree relabelled by ``perm`` (re-ranking the ring)."""
-        trees = tuple(t.relabel(perm) for t in self.trees)
-        return SegmentedPlan(self.name, self.n, trees, self.split)
+        P = self.orders
+        if P is None or self.shape is None:
+            trees = tuple(t.relabel(perm) for t in self.trees)
+            return SegmentedPlan(self.name, self.n, trees, self.split)
+        p = np.asarray(perm, dtype=np.intp)
+        if p.shape != (self.n,) or not np.array_equal(np.sort(p), np.arange(self.n)):
+            raise InvalidArgument(f"perm must be a permutation of 0..{self.n - 1}")
+        return SegmentedPlan(self.name, self.n, (), self.split, self.shape, p[P])
 
     def draw(self) -> str:
         """One line per chunk: ``chunk c: tree``."""
@@ -368,22 +426,22 @@ def ring(n: int, convention: str = "nccl", *, item_bytes: int = 4) -> SegmentedP
     """
     _check_n(n)
     _check_param(f"ring:{convention}", "item_bytes", item_bytes, 1)
+    c, k = np.arange(n)[:, None], np.arange(n)[None, :]
     if convention in ("nccl", "mpich"):
-        orders = [[(c + 1 + k) % n for k in range(n)] for c in range(n)]
+        orders = (c + 1 + k) % n
     elif convention == "ompi":
-        orders = [[(c + k) % n for k in range(n)] for c in range(n)]
+        orders = (c + k) % n
     elif convention == "gloo":
-        orders = [[(c - 1 - k) % n for k in range(n)] for c in range(n)]
+        orders = (c - 1 - k) % n
     else:
         raise unknown_name("ring convention", convention, _RING)
     split = {"gloo": Split("gloo", item_bytes=item_bytes), "mpich": Split("ceil")}.get(
         convention, Split()
     )
-    if convention == "gloo":  # gloo computes ``local (op) received``: right-nested
-        trees = tuple(Plan("sequential", n, _c.right_fold(o[::-1])) for o in orders)
-    else:
-        trees = tuple(sequential(n, o) for o in orders)
-    return SegmentedPlan(f"ring:{convention}", n, trees, split)
+    # gloo computes ``local (op) received``: right-nested
+    gloo = Plan("sequential", n, _c.right_fold(list(range(n))[::-1])) if convention == "gloo" else None
+    shape = gloo or sequential(n)
+    return SegmentedPlan(f"ring:{convention}", n, (), split, shape, orders)
 
 
 def rabenseifner(n: int) -> SegmentedPlan:
