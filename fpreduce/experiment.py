@@ -31,7 +31,7 @@ from fpreduce.config import ArmSpec, Config, load_config, to_toml
 from fpreduce.engine import reduce
 from fpreduce.exact import exact_sum
 from fpreduce.formats import get_format
-from fpreduce.metrics import bits_equal, ulp_distance
+from fpreduce.metrics import bits_equal
 from fpreduce.results import Results, atomic_write, columns, load_run, read_rows, rows_to_csv
 from fpreduce.rounding import _quantum_bits, round_to
 from fpreduce.sources import Source, open_source
@@ -113,11 +113,21 @@ def _wider(a: str, b: str) -> str:
 
 
 def _compare(y: np.ndarray, yref: np.ndarray, fmt: str) -> tuple[dict[str, float], np.ndarray]:
+    """Bits that differ, and the distance in ulps of the larger magnitude (in ``fmt``).
+
+    ``|y - y_ref| / ulp(max(|y|, |y_ref|))``: the step count between two values of one
+    binade, and a fair size for differences across binades or zero (the ordered-bit
+    count between +tiny and -tiny would be the number of floats between them).
+    NaN or Inf on one side only counts as the largest distance.
+    """
+    f = get_format(fmt)
     eq = bits_equal(y, yref, fmt)
-    d = ulp_distance(y, yref, fmt)
-    d = np.where(d < 0, ULP_EDGES[-1], d)  # NaN on one side: counted in the last bin
     a, b = y.astype(np.float64), yref.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
+        big = np.maximum(np.abs(a), np.abs(b))
+        d = np.abs(a - b) / _quantum_bits(np.where(np.isfinite(big), big, 0.0), f).view(np.float64)
+        d = np.where(eq | ((a == b) & np.isfinite(a)), 0.0, d)
+        d = np.where(np.isfinite(d), d, float(ULP_EDGES[-1]))
         den = float(np.sqrt(np.sum(b * b)))
         rel_l2 = float(np.sqrt(np.sum((a - b) ** 2))) / den if den > 0 else float("nan")
     return ({"diff_frac": float(np.mean(~eq)), "ulp_max": float(d.max()), "ulp_mean": float(d.mean()),
@@ -211,7 +221,8 @@ def run_experiment(
             fmt = _wider(a.spec.out_format, ref.spec.out_format)
             cmp, dist = _compare(ys[a.spec.name], ys[ref_name], fmt)
             row.update(cmp)
-            a.hist += np.bincount(np.searchsorted(ULP_EDGES, dist, side="right") - 1, minlength=len(ULP_EDGES))
+            bins = np.searchsorted(ULP_EDGES, np.ceil(dist), side="right") - 1
+            a.hist += np.bincount(bins, minlength=len(ULP_EDGES))
             if cmp["diff_frac"] > 0 and a.first_div is None:
                 a.first_div = step
             if training:

@@ -1,0 +1,113 @@
+"""A sweep: one small A-vs-B experiment per point of a grid (workers x plan x formats).
+
+The sweep file is an experiment config plus a ``[sweep]`` table::
+
+    [sweep]
+    workers = [4, 8, 16, 32, 64]
+    plans = ["sequential", "ring:nccl", "pairwise"]
+    formats = ["bf16:bf16", "bf16:fp32"]     # input:accumulate
+    order = "shuffle"                         # B's policy: shuffle (re-rank the plan) or arrival
+
+Each point runs arm A = ``fixed:<plan>`` and arm B = ``<order>:<plan>`` (``arrival``
+ignores the plan) with the point's formats, on the config's source and steps, into
+``SWEEP/points/<id>/`` (a normal run directory). ``SWEEP/sweep.csv`` has one row per
+point and arm: workers, plan, input, accumulate, arm, mean_err_rel, max_err_rel,
+mean_diff_frac, max_ulp. Does the error of a ring in bf16 grow like sqrt(N)? The
+sweep figure answers with the sqrt(N) and N slopes drawn beside the data.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import tomllib
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fpreduce._errors import InvalidArgument, unknown_name
+from fpreduce.config import ArmSpec, Config, from_dict
+from fpreduce.experiment import run_experiment
+from fpreduce.results import atomic_write
+
+__all__ = ["SWEEP_COLUMNS", "load_sweep", "run_sweep"]
+
+SWEEP_COLUMNS = ("workers", "plan", "input", "accumulate", "arm", "mean_err_rel", "max_err_rel",
+                 "mean_diff_frac", "max_ulp")
+_KEYS = ("workers", "plans", "formats", "order")
+
+
+def load_sweep(path: str | Path) -> tuple[Config, list[Config]]:
+    """The base config and one config per grid point."""
+    p = Path(path)
+    try:
+        d = tomllib.loads(p.read_text())
+    except OSError as e:
+        raise InvalidArgument(f"cannot read sweep config {p}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InvalidArgument(f"{p}: malformed TOML: {e}") from None
+    sw = d.pop("sweep", None)
+    if not isinstance(sw, dict):
+        raise InvalidArgument(f"{p}: a sweep needs a [sweep] table (workers, plans, formats)")
+    for k in sw:
+        if k not in _KEYS:
+            raise unknown_name("key in [sweep]", k, _KEYS)
+    d.setdefault("arms", [{"name": "A"}])
+    base = from_dict(d)
+    workers = sw.get("workers", [base.experiment.workers])
+    plans = sw.get("plans", ["sequential"])
+    formats = sw.get("formats", [f"{base.arms[0].input}:{base.arms[0].accumulate}"])
+    order = sw.get("order", "shuffle")
+    if order not in ("shuffle", "arrival"):
+        raise unknown_name("sweep.order", order, ("shuffle", "arrival"))
+    if not (isinstance(workers, list) and all(isinstance(w, int) and w >= 1 for w in workers)):
+        raise InvalidArgument(f"sweep.workers must be a list of positive ints, got {workers!r}")
+    points = []
+    for w in workers:
+        for plan in plans:
+            for fm in formats:
+                inp, _, acc = str(fm).partition(":")
+                if not acc:
+                    raise InvalidArgument(f"sweep.formats entries are input:accumulate, got {fm!r}")
+                b_order = "arrival" if order == "arrival" else f"shuffle:{plan}"
+                arms = (ArmSpec(name="A", order=f"fixed:{plan}", input=inp, accumulate=acc),
+                        ArmSpec(name="B", order=b_order, input=inp, accumulate=acc))
+                name = f"n{w}-{plan.replace(':', '_')}-{inp}-{acc}"
+                exp = replace(base.experiment, workers=w, name=name, check_steps=0)
+                points.append(Config(exp, base.source, base.arrival, arms))
+    return base, points
+
+
+def _one(args: tuple[Config, str]) -> list[dict[str, Any]]:
+    cfg, out = args
+    res = run_experiment(cfg, out)
+    plan = cfg.arms[0].order.partition(":")[2]
+    rows = []
+    for a in res.summary["arms"]:
+        rows.append({"workers": cfg.experiment.workers, "plan": plan, "input": a["input"],
+                     "accumulate": a["accumulate"], "arm": a["name"], "mean_err_rel": a["mean_err_rel"],
+                     "max_err_rel": a["max_err_rel"], "mean_diff_frac": a["mean_diff_frac"] or 0.0,
+                     "max_ulp": a["max_ulp"] or 0.0})
+    return rows
+
+
+def run_sweep(path: str | Path, out: str | Path, *, jobs: int = 1) -> Path:
+    """Run every grid point (``jobs`` processes) and write ``sweep.csv``; returns its path."""
+    _, points = load_sweep(path)
+    d = Path(out)
+    if d.is_dir() and any(d.iterdir()) and not (d / "sweep.csv").is_file() and not (d / "points").is_dir():
+        raise InvalidArgument(f"{d} is not empty and not a fpreduce sweep directory; choose another --out")
+    work = [(c, str(d / "points" / c.experiment.name)) for c in points]
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as ex:
+            results = list(ex.map(_one, work))
+    else:
+        results = [_one(w) for w in work]
+    buf = io.StringIO()
+    wr = csv.DictWriter(buf, fieldnames=SWEEP_COLUMNS, lineterminator="\n")
+    wr.writeheader()
+    for rows in results:
+        wr.writerows({k: (repr(v) if isinstance(v, float) else v) for k, v in r.items()} for r in rows)
+    atomic_write(d / "sweep.csv", buf.getvalue())
+    return d / "sweep.csv"
