@@ -1,0 +1,61 @@
+import csv
+
+import pytest
+
+import fpreduce as fr
+from fpreduce.cli import main
+from fpreduce.sweep import SWEEP_COLUMNS, load_sweep, run_sweep
+
+SWEEP = """
+[experiment]
+name = "sw"
+steps = 2
+seed = 3
+[source]
+kind = "synthetic"
+elements = 256
+[sweep]
+workers = [2, 4, 8]
+plans = ["sequential", "ring:nccl"]
+formats = ["bf16:bf16", "bf16:fp32"]
+"""
+
+
+def test_sweep_grid_and_table(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP)
+    base, points = load_sweep(cfg)
+    assert len(points) == 3 * 2 * 2
+    assert {p.experiment.workers for p in points} == {2, 4, 8}
+    table = run_sweep(cfg, tmp_path / "out", jobs=1)
+    rows = list(csv.DictReader(table.read_text().splitlines()))
+    assert tuple(rows[0]) == SWEEP_COLUMNS
+    assert len(rows) == 2 * len(points)
+    b = {(int(r["workers"]), r["plan"], r["accumulate"]): r for r in rows if r["arm"] == "B"}
+    # re-ranking changes bits in bf16 for N >= 4, and a sequential fold of 2 workers is one addition
+    assert float(b[(8, "sequential", "bf16")]["mean_diff_frac"]) > 0.05
+    assert float(b[(2, "sequential", "bf16")]["mean_diff_frac"]) == 0.0
+    # an fp32 accumulator is more accurate than a bf16 one at every N
+    for n in (4, 8):
+        assert float(b[(n, "ring:nccl", "fp32")]["mean_err_rel"]) < float(b[(n, "ring:nccl", "bf16")]["mean_err_rel"])
+
+
+def test_sweep_cli_writes_figures_and_report(tmp_path, capsys):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP.replace("[2, 4, 8]", "[2, 4]"))
+    assert main(["sweep", str(cfg), "--out", str(tmp_path / "o")]) == 0
+    assert (tmp_path / "o" / "report.pdf").read_bytes().startswith(b"%PDF")
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("text", "msg"), [
+    (SWEEP.replace("[sweep]", "[swep]"), r"needs a \[sweep\] table"),
+    (SWEEP.replace("workers = [2, 4, 8]", "workrs = [2]"), "did you mean 'workers'"),
+    (SWEEP.replace('"bf16:fp32"', '"bf16"'), "input:accumulate"),
+    (SWEEP.replace("[2, 4, 8]", "[0, 2]"), "positive ints"),
+])
+def test_bad_sweeps(tmp_path, text, msg):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(text)
+    with pytest.raises(fr.InvalidArgument, match=msg):
+        load_sweep(cfg)
