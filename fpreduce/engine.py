@@ -320,7 +320,7 @@ def _pieces(p: AnyPlan, nel: int):  # type: ignore[no-untyped-def]
     if isinstance(p, SegmentedPlan):
         b = p.bounds(nel)
         groups: dict[bytes, tuple[Tree, list[tuple[int, int, np.ndarray]]]] = {}
-        P = p.orders
+        P = p.chunk_orders
         if P is not None and p.shape is not None:  # one shape, a leaf order per chunk: one group
             key, shape, slots = _shape_of(p.shape)
             Pc = P[:, slots]  # chunk c: k-th leaf (left to right) is worker Pc[c, k]

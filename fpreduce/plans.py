@@ -373,7 +373,7 @@ class SegmentedPlan:
         object.__setattr__(self, "trees", _ShapedTrees(self.name, self.shape, P))
 
     @property
-    def orders(self) -> NDArray[np.intp] | None:
+    def chunk_orders(self) -> NDArray[np.intp] | None:
         """(chunks, n) slot -> worker array of a shaped plan, else None."""
         return self.trees._perms if isinstance(self.trees, _ShapedTrees) else None
 
@@ -384,7 +384,7 @@ class SegmentedPlan:
 
     def depths(self) -> NDArray[np.int64]:
         """Worst-case additions on each worker's path over all chunks."""
-        P = self.orders
+        P = self.chunk_orders
         if P is None or self.shape is None:
             return np.max([t.depths() for t in self.trees], axis=0)
         out = np.zeros(self.n, dtype=np.int64)
@@ -393,7 +393,7 @@ class SegmentedPlan:
 
     def relabel(self, perm: Sequence[int] | np.ndarray) -> SegmentedPlan:
         """Every chunk's tree relabelled by ``perm`` (re-ranking the ring)."""
-        P = self.orders
+        P = self.chunk_orders
         if P is None or self.shape is None:
             trees = tuple(t.relabel(perm) for t in self.trees)
             return SegmentedPlan(self.name, self.n, trees, self.split)

@@ -110,6 +110,8 @@ def round_to(
         if rng is None:
             raise InvalidArgument("stochastic rounding needs rng= (a numpy Generator or a seed)")
         rng = np.random.default_rng(rng)
+    if a0.ndim == 0:  # a scalar gives a 0-d array (np.ascontiguousarray below would add a dimension)
+        return round_to(a0.reshape(1), f, m, rng).reshape(())
     if f.precision == 53:
         return np.array(a0, dtype=np.float64)
     if a0.dtype == np.float32 and f.precision >= 24:

@@ -135,3 +135,10 @@ def test_float32_fast_paths_match_fraction_reference(name, x):
     got = fr.round_to(np.array([x], dtype=np.float32), name)[0]
     want = x if x == 0 else round_fraction(Fraction(x), f, "nearest_even")
     assert same(got, want), (x, got, want)
+
+
+def test_scalars_give_zero_dimensional_results():
+    out = fr.round_to(1 + 2.0**-8 + 2.0**-40, "bf16")
+    assert out.shape == ()
+    assert float(out) == 1.0078125
+    assert fr.round_to(np.float32(3.0), "fp16", "up").shape == ()
