@@ -249,7 +249,8 @@ def reduce(
         output: round the final sum once to this format (default: ``accumulate``):
             ``accumulate="fp32", output="bf16"`` is "accumulate wide, round once"
             (NCCL NVLS / symmetric kernels for bf16).
-        average: ``none``; ``after`` (sum, then divide by N, rounded in ``output``);
+        average: ``none``; ``after`` (sum, then divide by N in the accumulator format,
+            then round once to ``output``);
             ``premultiply`` (every input times 1/N, both rounded to ``input`` first:
             NCCL's ncclAvg); ``predivide`` (every input divided by N in ``input``:
             PyTorch DDP's default gradient averaging).
@@ -295,11 +296,11 @@ def reduce(
                 out[lo:hi] = blk
             else:
                 out[cols] = blk
-    res = out.astype(np.float64) if ar.dtype != np.float64 and fo.precision == 53 else out
+    res = np.asarray(out, dtype=fa.value_dtype)
+    if average == "after":  # one IEEE division in the accumulator format
+        res = _scale(res, ("after", float(n)), fa, m, rng)
     if fo is not fa:
         res = round_to(res, fo, m, rng)
-    if average == "after":
-        res = _scale(np.asarray(res, dtype=fo.value_dtype), ("after", float(n)), fo, m, rng)
     return np.asarray(res, dtype=fo.value_dtype)
 
 
@@ -501,9 +502,9 @@ def reduce_reference(
             return round_fraction(exact, fa, m.value)
 
         y = fold(tree_of[j], col.__getitem__, add)
+        if average == "after" and np.isfinite(y):
+            y = np.copysign(op(Fraction(y) / n, fa), y)
         if fo is not fa:
             y = _round_input(y, fo, m)
-        if average == "after" and np.isfinite(y):
-            y = np.copysign(op(Fraction(y) / n, fo), y)
         out[j] = y
     return out.astype(fo.value_dtype)
