@@ -495,7 +495,8 @@ def _appendix(doc: _Doc, run: _Run) -> None:
              "(config.toml not found in the run directory)", size=7.5, mono=True)
     doc.new_page()
     doc.heading("Appendix B: run and per-arm summary (summary.json)")
-    doc.table(["key", "value"], [[k, json.dumps(v)] for k, v in run.summary.items() if k != "arms"])
+    timing = ("wall_time_s", "engine_time_s", "source_time_s")  # wall-clock: would make reruns differ
+    doc.table(["key", "value"], [[k, json.dumps(v)] for k, v in run.summary.items() if k != "arms" and k not in timing])
     keys = [k for k in dict.fromkeys(k for a in run.arms for k in a) if k not in ("name", "ulp_hist")]
     doc.heading("Per-arm aggregates", 11)
     doc.table(["field", *(a["name"] for a in run.arms)], [[k, *(_cell(a.get(k)) for a in run.arms)] for k in keys])
