@@ -25,7 +25,7 @@ from fpreduce._reference import round_fraction
 from fpreduce.engine import add_rounded
 from fpreduce.exact import exact_sum
 from fpreduce.formats import Format, get_format
-from fpreduce.rounding import Mode, get_mode, round_to
+from fpreduce.rounding import Mode, _nearest32_inplace, get_mode, round_to
 
 __all__ = ["BINNED_MAX_ROWS", "binned", "compensated", "compensated_reference", "exact"]
 
@@ -74,38 +74,15 @@ def _adder(f: Format, m: Mode, rng: np.random.Generator | None) -> tuple[Op, Op,
     if m is Mode.NEAREST_EVEN and f.precision <= 11:
         return ((lambda a, b: round_to(a + b, f)), (lambda a, b: round_to(a - b, f)),  # type: ignore[return-value]
                 np.float32)
-    if f.precision < 53 or m in (Mode.NEAREST_EVEN, Mode.STOCHASTIC):
-        def add(a: NDArray[np.floating], b: NDArray[np.floating]) -> NDArray[np.floating]:
-            return add_rounded(a, b, f, m, rng)  # type: ignore[arg-type]
-    else:
-        def add(a: NDArray[np.floating], b: NDArray[np.floating]) -> NDArray[np.floating]:
-            # add_rounded leaves an fp64 overflow at Inf in every directed mode; IEEE 754
-            # 7.4 gives max_finite when rounding toward zero (and up/down on one side).
-            out = add_rounded(a, b, f, m, rng)  # type: ignore[arg-type]
-            over = np.isinf(out) & np.isfinite(a) & np.isfinite(b)
-            if over.any():
-                big = np.where(out > 0, np.inf if m is Mode.UP else f.max_finite,
-                               -np.inf if m is Mode.DOWN else -f.max_finite)
-                out = np.where(over, big, out)
-            return out
+    def add(a: NDArray[np.floating], b: NDArray[np.floating]) -> NDArray[np.floating]:
+        return add_rounded(a, b, f, m, rng)  # type: ignore[arg-type]
 
     return add, (lambda a, b: add(a, -b)), np.float64
 
 
 def _rne32(x: NDArray[np.float32], f: Format) -> NDArray[np.float32]:
-    """Round float32 ``x`` in place to nearest-even onto ``f`` (fp32's exponent range).
-
-    Integer trick on the bits: add half an ulp minus one plus the kept lsb, clear the
-    dropped bits; a carry into the exponent is the binade change (or overflow to
-    Inf). A quiet NaN (all NaNs float32 arithmetic produces) stays NaN, Inf stays Inf.
-    """
-    drop = np.uint32(24 - f.precision)
-    b = x.view(np.uint32)
-    lsb = b >> drop
-    lsb &= np.uint32(1)
-    b += np.uint32((1 << (24 - f.precision - 1)) - 1)
-    b += lsb
-    b &= np.uint32((0xFFFFFFFF >> int(drop)) << int(drop))
+    """Round float32 ``x`` in place to nearest-even onto ``f`` (fp32's exponent range)."""
+    _nearest32_inplace(x, f, np.empty(x.size, dtype=np.uint32))
     return x
 
 
