@@ -66,3 +66,33 @@ def test_ulp_distance_exact_across_zero():
     a = np.array([2.0**-133, -(2.0**-133), 1.0], dtype=np.float32)
     b = np.array([-(2.0**-133), 2.0**-133, 1.0078125], dtype=np.float32)
     assert ulp_distance(a, b, "bf16").tolist() == [2, 2, 1]
+
+
+def test_sum_refuses_bad_files(tmp_path, capsys):
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    np.save(tmp_path / "three.npy", np.zeros((2, 2, 2)))
+    np.save(tmp_path / "nan.npy", np.array([1.0, np.nan, 2.0]))
+    np.save(tmp_path / "ints.npy", np.arange(4))
+    for name, msg in [("obj.npy", "pickled"), ("three.npy", "shape (N,) or (N, d)"), ("nan.npy", "NaN/Inf"),
+                      ("ints.npy", "float array")]:
+        assert main(["sum", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert msg in err, err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_sum_of_a_matrix_and_algorithms(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    np.save(tmp_path / "g.npy", rng.standard_normal((8, 50)).astype(np.float32))
+    assert main(["sum", str(tmp_path / "g.npy"), "--accumulate", "bf16", "--plans", "sequential,ring:gloo",
+                 "--algorithm", "binned"]) == 0
+    out = capsys.readouterr().out
+    assert "100.0% correctly rounded" in out
+
+
+def test_unwritable_output_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    assert main(["run", "--out", str(tmp_path / "file" / "run"), *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write" in err or "not a directory" in err.lower()
+    assert "Traceback" not in err

@@ -285,3 +285,17 @@ def test_compensated_through_reduce_uses_the_plan_leaf_order():
     got = fr.reduce(X, fr.plans.sequential(8, order), input="bf16", accumulate="bf16", algorithm="kahan")
     want = compensated(X[order], get_format("bf16"), Mode.NEAREST_EVEN, kind="kahan")
     assert same(got, want)
+
+
+@pytest.mark.parametrize("acc", ["fp32", "tf32", "bf16", "fp16", "fp8_e5m2"])
+@given(prob=problems())
+def test_every_result_within_the_plans_a_priori_bound(acc, prob):
+    from fpreduce.metrics import apriori_bound
+
+    X, plan = prob
+    terms = fr.round_to(fr.round_to(X, "fp32"), acc)  # the terms as the accumulator sees them
+    y = fr.reduce(X, plan, input="fp32", accumulate=acc)
+    if not np.all(np.isfinite(y)):
+        return  # overflow: the bound assumes none
+    err = np.abs(fr.exact_sum(terms).error_of(y))
+    assert np.all(err <= apriori_bound(terms, plan, acc) * (1 + 1e-9)), (X, plan.draw(), y)
