@@ -18,7 +18,8 @@ from fpreduce._version import __version__
 
 def _progress(done: int, total: int, eta: float) -> None:
     if done == 1 and eta > 60:
-        sys.stderr.write(f"fpreduce: estimated time {eta / 60:.1f} min for {total} steps (Ctrl-C stops; --resume continues)\n")
+        sys.stderr.write(f"fpreduce: estimated time {eta / 60:.1f} min for {total} steps "
+                         "(Ctrl-C stops; --resume continues)\n")
     width = 30
     fill = int(width * done / total)
     sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] step {done}/{total}  ETA {eta:5.1f} s")
