@@ -107,6 +107,18 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from fpreduce.backends import BackendError, verify
+
+    try:
+        r = verify(args.backend, args.np, args.algorithm, args.dtype, args.elements, args.seed, timeout=args.timeout)
+    except BackendError as e:
+        print(f"fpreduce: error: {e}", file=sys.stderr)
+        return 1
+    print(r.summary())
+    return 0 if r.ok else 1
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from fpreduce import report
 
@@ -212,6 +224,15 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", default="runs/sweep", help="sweep directory")
     sw.add_argument("--jobs", type=int, default=1, help="worker processes")
     sw.set_defaults(func=_cmd_sweep)
+    v = sub.add_parser("verify", help="run a real all-reduce (Open MPI or gloo) and compare its bits with the plan")
+    v.add_argument("--backend", required=True, choices=("mpi", "gloo"))
+    v.add_argument("--np", type=int, required=True, help="number of local processes (ranks)")
+    v.add_argument("--algorithm", default=None, help="ring (default), recursive_doubling, rabenseifner, segmented_ring, basic_linear, ...")
+    v.add_argument("--dtype", default="fp32", help="fp32 or fp64 (mpi); fp32, fp16, bf16, fp64 (gloo)")
+    v.add_argument("--elements", type=int, default=1000)
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--timeout", type=float, default=120.0, help="seconds before a hung run is aborted")
+    v.set_defaults(func=_cmd_verify)
     rp = sub.add_parser("report", help="write a run's PDF report")
     rp.add_argument("run", help="run directory")
     rp.add_argument("-o", "--output", default=None, help="PDF path (default RUN/report.pdf)")

@@ -1,0 +1,89 @@
+"""``verify``: one real all-reduce against fpreduce's matching plan (``fpreduce verify``)."""
+
+from __future__ import annotations
+
+from fpreduce._errors import InvalidArgument, unknown_name
+from fpreduce.backends import gloo, mpi
+from fpreduce.backends._common import VerifyResult, compare, make_inputs
+
+#: backend names accepted by :func:`verify`.
+BACKENDS = ("mpi", "gloo")
+_DEFAULT = {"mpi": "ring", "gloo": "ring"}
+
+
+def algorithms(backend: str) -> tuple[str, ...]:
+    """The algorithms a backend can force (``mpi``: Open MPI's tuned allreduce algorithms)."""
+    if backend == "mpi":
+        return tuple(mpi.ALGORITHMS)
+    if backend == "gloo":
+        return gloo.ALGORITHMS
+    raise unknown_name("backend", backend, BACKENDS)
+
+
+def dtypes(backend: str) -> tuple[str, ...]:
+    """The formats a backend can sum (Open MPI 4 has no fp16/bf16 MPI datatype)."""
+    algorithms(backend)
+    return mpi.DTYPES if backend == "mpi" else gloo.DTYPES
+
+
+def verify(
+    backend: str,
+    np: int,
+    algorithm: str | None = None,
+    dtype: str = "fp32",
+    elements: int = 1000,
+    seed: int = 0,
+    *,
+    timeout: float = 120.0,
+) -> VerifyResult:
+    """Run a real all-reduce on ``np`` local processes and count the bits fpreduce gets wrong.
+
+    Seeded inputs (``np`` workers x ``elements``, rounded to ``dtype``) are summed by
+    the real library with ``algorithm`` forced, and by :func:`fpreduce.reduce` with
+    the plan the library follows for that size (including its size-dependent
+    fallbacks); the result counts differing elements (goal 0), checks that all
+    ranks received identical bits, and, for contrast, counts the elements that
+    differ from the other plans.
+
+    Args:
+        backend: ``mpi`` (Open MPI via mpi4py) or ``gloo`` (torch.distributed).
+        np: number of processes (2..64; all on this machine, loopback only).
+        algorithm: a name from :func:`algorithms` (default ``ring``).
+        dtype: ``fp32`` or ``fp64`` for mpi; ``fp32``, ``fp16``, ``bf16``, ``fp64`` for gloo.
+        elements: M, the number of elements all-reduced (>= 1).
+        seed: seed of the inputs.
+        timeout: seconds before a hung run is killed.
+
+    Returns:
+        A VerifyResult with one case; ``.summary()`` is printable, ``.ok`` the verdict.
+
+    Raises:
+        InvalidArgument: unknown backend/algorithm/dtype, bad sizes, or the
+            library is not installed (the message gives the install command).
+        BackendError: a rank died or the run timed out (the message names it).
+
+    Inputs are finite (no NaN/Inf); values are normal numbers of assorted
+    magnitudes, so the sums depend on the association.
+    """
+    algos = algorithms(backend)
+    alg = algorithm or _DEFAULT[backend]
+    if alg not in algos:
+        raise unknown_name(f"{backend} algorithm", alg, algos)
+    if dtype not in dtypes(backend):
+        extra = " (Open MPI 4 has no fp16/bf16 MPI datatype)" if backend == "mpi" else ""
+        raise unknown_name(f"{backend} dtype{extra}", dtype, dtypes(backend))
+    for what, v, lo, hi in (("np", np, 2, 64), ("elements", elements, 1, 1 << 28)):
+        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+            raise InvalidArgument(f"{what} must be an integer in {lo}..{hi}, got {v!r}")
+    if not isinstance(seed, int) or seed < 0:
+        raise InvalidArgument(f"seed must be a non-negative integer, got {seed!r}")
+    X = make_inputs(np, elements, dtype, seed)
+    if backend == "mpi":
+        library = mpi.check_available()
+        outs = mpi.run_allreduce([X], alg, timeout=timeout)[0]
+        case = compare(X, outs, dtype, mpi.expected_plan(alg, np, elements, dtype), mpi.contrast_plans(np))
+    else:
+        library = gloo.check_available()
+        outs = gloo.run_allreduce([X], [dtype], timeout=timeout)[0]
+        case = compare(X, outs, dtype, gloo.expected_plan(alg, np, elements, dtype), gloo.contrast_plans(np))
+    return VerifyResult(backend, np, alg, seed, library, (case,))

@@ -1,0 +1,259 @@
+"""Open MPI ``MPI_Allreduce(SUM)`` on N local processes, with the algorithm forced.
+
+``mpirun -np N python -m fpreduce.backends._mpi_worker DIR`` with the tuned
+component's dynamic rules on and ``coll_tuned_allreduce_algorithm`` set (numbers
+from Open MPI 4.1's ``coll_tuned_allreduce_decision.c``; ``ompi_info --param coll
+tuned --level 9`` lists them). Only loopback and shared memory are used
+(``btl self,vader``, ``pml ob1``, OOB on ``lo``), and where ``unshare -n`` is
+allowed mpirun runs in a private network namespace that has nothing but ``lo``;
+``coll_han_priority 0`` keeps Open MPI 5's hierarchical component out of the way.
+
+Which plan the library follows (read from ``ompi/mca/coll/base/coll_base_allreduce.c``,
+Open MPI v4.1.4, and confirmed bit for bit by :func:`fpreduce.backends.verify`):
+
+==================  ====  =====================================================
+algorithm           k     plan (with the size-dependent fallbacks)
+==================  ====  =====================================================
+basic_linear        1     ``linear`` (reduce to 0 from rank n-1 down, bcast)
+nonoverlapping      2     the tuned reduce + bcast; we force the reduce to
+                          basic_linear (``coll_tuned_reduce_algorithm 1``): ``linear``
+recursive_doubling  3     ``rd``
+ring                4     ``ring:ompi``; ``rd`` when M < N
+segmented_ring      5     ``ring:ompi`` (segments only pipeline it); the plain
+                          ring when M < N * segcount (segcount = segment bytes /
+                          item size; segment size 0, the default, means always),
+                          hence ``rd`` when M < N
+rabenseifner        6     ``rabenseifner``; basic_linear (``linear``) when M < 2^floor(log2 N)
+==================  ====  =====================================================
+
+Open MPI 4 has no fp16/bf16 MPI datatype: fp32 and fp64 only.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fpreduce._errors import InvalidArgument, unknown_name
+from fpreduce.backends._common import (
+    BackendError,
+    collect,
+    new_workdir,
+    python,
+    run_group,
+)
+from fpreduce.plans import AnyPlan, linear, rabenseifner, rd, ring
+
+#: algorithm name -> value of ``coll_tuned_allreduce_algorithm`` (Open MPI 4.1 and 5.0).
+ALGORITHMS = {
+    "basic_linear": 1,
+    "nonoverlapping": 2,
+    "recursive_doubling": 3,
+    "ring": 4,
+    "segmented_ring": 5,
+    "rabenseifner": 6,
+}
+DTYPES = ("fp32", "fp64")
+#: default ``coll_tuned_allreduce_algorithm_segmentsize`` we pass for segmented_ring (bytes)
+SEGMENT_BYTES = 64
+INSTALL = (
+    "install Open MPI and mpi4py: `apt-get install -y openmpi-bin libopenmpi-dev` "
+    "then `pip install 'fpreduce[mpi]'` (or `pip install mpi4py`)"
+)
+_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+_FAILED_RANK = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]")
+
+
+def check_available() -> str:
+    """The Open MPI version string; InvalidArgument with the install command if missing."""
+    if shutil.which("mpirun") is None or shutil.which("ompi_info") is None:
+        raise InvalidArgument(f"backend 'mpi' needs Open MPI's mpirun and ompi_info on PATH; {INSTALL}")
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        raise InvalidArgument(f"backend 'mpi' needs the Python package mpi4py; {INSTALL}") from None
+    return _version()
+
+
+@functools.cache
+def _version() -> str:
+    out = subprocess.run(["ompi_info", "--version"], capture_output=True, text=True, timeout=60, check=False)
+    line = (out.stdout or "").strip().splitlines()
+    return line[0] if line else "Open MPI (unknown version)"
+
+
+def expected_plan(
+    algorithm: str, n: int, m: int, dtype: str, *, segment_bytes: int = SEGMENT_BYTES
+) -> tuple[str, AnyPlan, str]:
+    """(plan text, plan, note) that Open MPI 4.1 follows for this algorithm, N and M.
+
+    The note says when a size-dependent fallback applies (empty otherwise).
+    """
+    if algorithm not in ALGORITHMS:
+        raise unknown_name("mpi algorithm", algorithm, ALGORITHMS)
+    pof2 = 1 << (n.bit_length() - 1)
+    if algorithm in ("basic_linear", "nonoverlapping"):
+        return "linear", linear(n), ""
+    if algorithm == "recursive_doubling":
+        return "rd", rd(n), ""
+    if algorithm == "rabenseifner":
+        if m < pof2:
+            return "linear", linear(n), f"M < {pof2}: Open MPI falls back to basic_linear"
+        return "rabenseifner", rabenseifner(n), ""
+    note = ""
+    if algorithm == "segmented_ring":
+        item = 8 if dtype == "fp64" else 4
+        segcount = _segcount(segment_bytes, item, m)
+        if m < n * segcount:
+            note = f"M < N*segcount = {n * segcount}: Open MPI falls back to the plain ring"
+    if m < n:
+        return "rd", rd(n), (note + "; " if note else "") + "M < N: the ring falls back to recursive doubling"
+    return "ring:ompi", ring(n, "ompi"), note
+
+
+def _segcount(segsize: int, typelng: int, count: int) -> int:
+    """``COLL_BASE_COMPUTED_SEGCOUNT`` (coll_base_functions.h)."""
+    seg = count
+    if typelng <= segsize < typelng * count:
+        seg = segsize // typelng
+        if segsize - seg * typelng > typelng >> 1:
+            seg += 1
+    return seg
+
+
+def contrast_plans(n: int) -> dict[str, AnyPlan]:
+    """The Open MPI plans, for contrast (plus NCCL's and gloo's rings)."""
+    return {
+        "linear": linear(n),
+        "rd": rd(n),
+        "ring:ompi": ring(n, "ompi"),
+        "rabenseifner": rabenseifner(n),
+        "ring:nccl": ring(n, "nccl"),
+    }
+
+
+def mpirun_argv(
+    n: int, algorithm: str, workdir: Path, *, segment_bytes: int = SEGMENT_BYTES, adapt: bool = False
+) -> list[str]:
+    """The mpirun command line (loopback and shared memory only).
+
+    ``adapt``: MPI_Reduce goes to coll/adapt with its linear tree (``coll_adapt_priority
+    100``, ``coll_adapt_reduce_algorithm 6``, one segment up to 1 MiB), whose root adds
+    the children's buffers in the order they arrive.
+    """
+    mca = {
+        "pml": "ob1",
+        "btl": "self,vader",
+        "btl_vader_single_copy_mechanism": "none",  # CMA is often not permitted in containers
+        "oob_tcp_if_include": "lo",
+        "btl_tcp_if_include": "lo",
+        "mpi_yield_when_idle": "1",
+        "coll_han_priority": "0",
+        "coll_tuned_use_dynamic_rules": "1",
+        "coll_tuned_allreduce_algorithm": str(ALGORITHMS[algorithm]),
+        "coll_tuned_allreduce_algorithm_segmentsize": str(segment_bytes if algorithm == "segmented_ring" else 0),
+    }
+    if algorithm == "nonoverlapping":
+        mca["coll_tuned_reduce_algorithm"] = "1"  # basic_linear reduce
+        mca["coll_tuned_bcast_algorithm"] = "1"
+    if adapt:
+        mca["coll_adapt_priority"] = "100"
+        mca["coll_adapt_reduce_algorithm"] = "6"
+        mca["coll_adapt_reduce_segment_size"] = str(1 << 20)
+    argv = ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+    for k, v in mca.items():
+        argv += ["--mca", k, v]
+    return [*_netns(), *argv, python(), "-m", "fpreduce.backends._mpi_worker", str(workdir)]
+
+
+@functools.cache
+def _netns() -> tuple[str, ...]:
+    """A prefix that runs mpirun in a new network namespace holding only loopback, if allowed.
+
+    Open MPI's out-of-band TCP listener binds every interface (``oob_tcp_if_include
+    lo`` only limits what it advertises); in a private namespace (``unshare -n``,
+    root or user namespaces needed) there is nothing but ``lo`` to bind. Empty
+    when unavailable: then the listener is reachable from outside while the job runs.
+    """
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return ()
+    prefix = ("unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh")
+    try:
+        ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=30, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return prefix if ok else ()
+
+
+def run_allreduce(
+    cases: Sequence[np.ndarray],
+    algorithm: str,
+    *,
+    timeout: float = 120.0,
+    segment_bytes: int = SEGMENT_BYTES,
+    split_keys: Sequence[Sequence[int]] | None = None,
+    delays: Sequence[Sequence[float]] | None = None,
+    fault: str | None = None,
+) -> list[list[np.ndarray]]:
+    """Run one real MPI_Allreduce(SUM) per case in a single ``mpirun``; every rank's results.
+
+    Args:
+        cases: (n, m_i) float32 or float64 arrays, all with the same n and dtype;
+            rank r sends row r.
+        algorithm: a key of ``ALGORITHMS``.
+        timeout: seconds before the whole job is killed.
+        segment_bytes: the segmented ring's segment size.
+        split_keys: per case, the key of every rank for ``Comm.Split`` (re-ranking).
+        delays: per case, every rank's sleep in seconds before an ``MPI_Reduce(SUM)``
+            to rank 0 through coll/adapt's linear tree (arrival order; ``algorithm``
+            still forces the tuned allreduce, unused then). Only rank 0's result counts.
+        fault: test hook, ``die:R`` or ``hang:R`` makes rank R exit or hang.
+
+    Returns:
+        ``out[i][r]``: rank r's result of case i.
+
+    Raises:
+        InvalidArgument: Open MPI or mpi4py missing, bad algorithm or arrays.
+        BackendError: a rank died or the job timed out (message names the rank).
+    """
+    check_available()
+    if algorithm not in ALGORITHMS:
+        raise unknown_name("mpi algorithm", algorithm, ALGORITHMS)
+    n = cases[0].shape[0]
+    dt = cases[0].dtype
+    if dt not in (np.float32, np.float64) or any(c.dtype != dt or c.shape[0] != n for c in cases):
+        raise InvalidArgument("mpi cases must all be (n, m) float32 or all float64 arrays with the same n")
+    with new_workdir() as d:
+        workdir = Path(d)
+        np.save(workdir / "inputs.npy", np.concatenate(cases, axis=1))
+        job: dict[str, object] = {"sizes": [int(c.shape[1]) for c in cases], "fault": fault}
+        if split_keys is not None:
+            job["split_keys"] = [[int(k) for k in ks] for ks in split_keys]
+        if delays is not None:
+            job["delays"] = [[float(t) for t in ts] for ts in delays]
+        (workdir / "job.json").write_text(json.dumps(job))
+        run_group(
+            [(mpirun_argv(n, algorithm, workdir, segment_bytes=segment_bytes, adapt=delays is not None), _ENV)],
+            timeout=timeout,
+            what=f"mpirun -np {n} ({algorithm})",
+            rank_of_failure=_FAILED_RANK,
+            workdir=workdir,
+            n=n,
+        )
+        outs, missing = collect(workdir, n)
+        if missing:
+            raise BackendError(f"mpirun -np {n} ({algorithm}) exited 0 but rank(s) {missing} wrote no result")
+    res: list[list[np.ndarray]] = []
+    lo = 0
+    for c in cases:
+        m = c.shape[1]
+        res.append([o[lo : lo + m] for o in outs])
+        lo += m
+    return res
