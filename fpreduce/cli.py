@@ -227,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="run a real all-reduce (Open MPI or gloo) and compare its bits with the plan")
     v.add_argument("--backend", required=True, choices=("mpi", "gloo"))
     v.add_argument("--np", type=int, required=True, help="number of local processes (ranks)")
-    v.add_argument("--algorithm", default=None, help="ring (default), recursive_doubling, rabenseifner, segmented_ring, basic_linear, ...")
+    v.add_argument("--algorithm", default=None,
+                   help="ring (default), recursive_doubling, rabenseifner, segmented_ring, basic_linear, ...")
     v.add_argument("--dtype", default="fp32", help="fp32 or fp64 (mpi); fp32, fp16, bf16, fp64 (gloo)")
     v.add_argument("--elements", type=int, default=1000)
     v.add_argument("--seed", type=int, default=0)
