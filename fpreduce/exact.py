@@ -224,8 +224,15 @@ class ExactSum:
         NaN/Inf in ``y`` or a non-finite sum give the float64 result of ``y - sum``.
         """
         yy = np.broadcast_to(np.asarray(y, dtype=np.float64), self.shape).reshape(-1)
-        out = np.empty(len(self.values))
-        for j, (v, s) in enumerate(self.values):
+        hi, lo = self.hi.reshape(-1), self.lo.reshape(-1)
+        nf = self.nonfinite.reshape(-1)
+        # where lo == 0 and hi is finite the exact sum IS hi (the remainder is a multiple of
+        # 2**-1074, so it would not round to 0): one float64 subtraction rounds once
+        easy = (lo == 0) & np.isfinite(hi) & ~nf
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = np.where(easy, yy - hi, 0.0)
+        for j in np.flatnonzero(~easy):
+            v, s = self.values[int(j)]
             yj = float(yy[j])
             if self.nonfinite.flat[j] or not math.isfinite(yj):
                 with np.errstate(invalid="ignore"):

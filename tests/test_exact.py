@@ -297,10 +297,13 @@ def test_float64_fast_path_and_general_path_mix_exactly(cols, n, rnd):
         for i in range(n):
             X[i, j] = np.float32(rnd.choice([-1, 1]) * (1 + rnd.random()) * 2.0 ** (e0 + rnd.randint(0, spread)))
     got = exact_sum(X)
+    y = X.sum(axis=0, dtype=np.float32)  # some inexact result to measure
+    err = got.error_of(y)
     for j in range(len(cols)):
         want = exact_sum_fraction(X[:, j])
         assert got.fraction(j) == want
         assert got.to_float64()[j] == frac_to_float(want)
+        assert err[j] == frac_to_float(Fraction(float(y[j])) - want)
     assert np.array_equal(got.round("bf16"), np.array([fr_round(exact_sum_fraction(X[:, j])) for j in range(len(cols))],
                                                       dtype=np.float32))
 
