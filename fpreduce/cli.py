@@ -65,16 +65,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cfg = with_steps(cfg, args.steps)
     for w in cfg.warnings():
         print(f"fpreduce: warning: {w}", file=sys.stderr)
+    runner, root = run_experiment, True
+    if args.backend == "mpi":  # one rank of `mpirun -np N python -m fpreduce.cli run ... --backend mpi`
+        from fpreduce.backends.mpi_run import MpiRunner
+
+        mr = MpiRunner(cfg, algorithm=args.mpi_algorithm)
+        runner, root = mr.run, mr.root  # type: ignore[assignment]
     e = cfg.experiment
     out = Path(args.out) if args.out else Path("runs") / e.name
-    print(f"fpreduce {__version__}: experiment {e.name!r}: {len(cfg.arms)} arms, {e.workers} workers, "
-          f"{e.steps} steps, source {cfg.source.kind} -> {out}")
+    if root:
+        print(f"fpreduce {__version__}: experiment {e.name!r}: {len(cfg.arms)} arms, {e.workers} workers, "
+              f"{e.steps} steps, source {cfg.source.kind} -> {out}")
     try:
-        res = run_experiment(cfg, out, resume=args.resume, progress=None if args.quiet else _progress)
+        res = runner(cfg, out, resume=args.resume, progress=None if args.quiet or not root else _progress)
     except KeyboardInterrupt:
         print(f"\nfpreduce: interrupted; the partial run in {out} is readable and marked incomplete: "
               f"continue it with `fpreduce run {args.config or ''} --out {out} --resume`", file=sys.stderr)
         return 130
+    if res is None:  # an MPI rank other than 0: rank 0 writes the run
+        return 0
     print(_summary_table(res))
     files = [] if args.no_report else _artifacts(out)
     print(f"wrote {out}/config.toml, metrics.csv, summary.json" +
@@ -215,6 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     r.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--backend", choices=("emulate", "mpi"), default="emulate",
+                   help="mpi: run under `mpirun -np N` (N = experiment.workers); real MPI_Allreduce for the arms "
+                        "Open MPI can do, RUN/real.csv compares its bits (docs/verification.md)")
+    r.add_argument("--mpi-algorithm", default=None,
+                   help="with --backend mpi: the allreduce forced for this launch: ring:ompi, rd, rabenseifner, "
+                        "linear (or an Open MPI name); default: the first real-capable arm's")
     r.set_defaults(func=_cmd_run)
     pl = sub.add_parser("plot", help="regenerate a run's figures from its results")
     pl.add_argument("run", help="run directory")

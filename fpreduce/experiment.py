@@ -36,10 +36,14 @@ from fpreduce.results import Results, atomic_write, columns, load_run, read_rows
 from fpreduce.rounding import _quantum_bits, round_to
 from fpreduce.sources import Source, open_source
 
-__all__ = ["plan_for", "run_experiment"]
+__all__ = ["plan_for", "run_experiment", "shuffle_permutation"]
 
 ULP_EDGES = [0, 1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025, 4097, 65537, 1 << 20]
 Progress = Callable[[int, int, float], None]
+#: ``on_step(step, arm, y)``: called with every arm's result, right after its reduction (hook, e.g. a real backend)
+OnStep = Callable[[int, ArmSpec, np.ndarray], None]
+#: returns extra top-level entries merged into summary.json at every write (hook, e.g. ``{"backend": "mpi"}``)
+SummaryExtra = Callable[[], dict[str, Any]]
 
 
 def _rng(cfg: Config, step: int, order: str, salt: int) -> np.random.Generator:
@@ -68,7 +72,7 @@ def plan_for(cfg: Config, arm: ArmSpec, step: int, *, salt: int = 0) -> Any:
         return plans.parse(rest, n)
     rng = _rng(cfg, step, arm.order, salt)
     if policy == "shuffle":
-        return plans.parse(rest, n).relabel(rng.permutation(n))
+        return plans.parse(rest, n).relabel(rng.permutation(n))  # = shuffle_permutation(...)
     if policy == "arrival":
         a = cfg.arrival
         jitter = {"exponential": lambda: rng.exponential(a.scale, n),
@@ -79,6 +83,11 @@ def plan_for(cfg: Config, arm: ArmSpec, step: int, *, salt: int = 0) -> Any:
     if policy == "atomic":
         return plans.parse("atomic", n, seed=int(rng.integers(0, 2**31)))
     return _random_tree(n, rng)
+
+
+def shuffle_permutation(cfg: Config, arm: ArmSpec, step: int, *, salt: int = 0) -> np.ndarray:
+    """The permutation a ``shuffle:<plan>`` arm relabels its plan with at ``step`` (see :func:`plan_for`)."""
+    return _rng(cfg, step, arm.order, salt).permutation(cfg.experiment.workers)
 
 
 def _error_metrics(y: np.ndarray, ex: Any, arm: ArmSpec, n: int) -> dict[str, float]:
@@ -159,6 +168,8 @@ def run_experiment(
     *,
     resume: bool = False,
     progress: Progress | None = None,
+    on_step: OnStep | None = None,
+    summary_extra: SummaryExtra | None = None,
 ) -> Results:
     """Run an experiment and write its run directory; returns the results read back.
 
@@ -168,6 +179,9 @@ def run_experiment(
             there is replaced; an incomplete one needs ``resume=True``.
         resume: continue an interrupted run from its last complete step.
         progress: called as ``progress(steps_done, steps, eta_seconds)``.
+        on_step: called as ``on_step(step, arm, y)`` with each arm's result (in config
+            order, before the step is checkpointed); used by the MPI backend.
+        summary_extra: returns entries added to summary.json at every write.
     """
     cfg = config if isinstance(config, Config) else load_config(config)
     e = cfg.experiment
@@ -207,6 +221,8 @@ def run_experiment(
             y = _reduce(Xin, plan, spec, seed=e.seed * 1_000_003 + step * 131 + i)
             engine_time += time.perf_counter() - t1
             ys[spec.name] = y
+            if on_step is not None:
+                on_step(step, spec, y)
             if step < e.check_steps:
                 a.check_inputs[step], a.check_outputs[step] = Xin, y
             row: dict[str, Any] = {"step": step, "arm": spec.name, "elements": int(y.size), "loss": loss,
@@ -237,14 +253,14 @@ def run_experiment(
             else:
                 row["param_dist"] = row["param_diff_frac"] = float("nan")
         times = (time.perf_counter() - t0, engine_time, source_time)
-        _checkpoint(d, cfg, rows, arms, step + 1, training, times)
+        _checkpoint(d, cfg, rows, arms, step + 1, training, times, summary_extra)
         if progress is not None:
             done = step + 1 - start
             eta = (time.perf_counter() - t0) / done * (e.steps - step - 1)
             progress(step + 1, e.steps, eta)
     repro = {a.spec.name: _reproducible(cfg, a) for a in arms}
     _write_summary(d, cfg, rows, arms, e.steps, complete=True,
-                   times=(time.perf_counter() - t0, engine_time, source_time), repro=repro)
+                   times=(time.perf_counter() - t0, engine_time, source_time), repro=repro, extra=summary_extra)
     return load_run(d)
 
 
@@ -314,7 +330,7 @@ def _reproducible(cfg: Config, a: _Arm) -> bool | None:
 
 
 def _checkpoint(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[_Arm], steps_done: int,
-                training: bool, times: tuple[float, float, float]) -> None:
+                training: bool, times: tuple[float, float, float], extra: SummaryExtra | None = None) -> None:
     try:
         atomic_write(d / "metrics.csv", rows_to_csv(rows))
         if training:
@@ -325,13 +341,14 @@ def _checkpoint(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[_Ar
             arrays.update({f"state/{a.spec.name}/{k}": v for a in arms for k, v in a.state.items()})
             np.savez(buf, **arrays)  # type: ignore[arg-type]
             atomic_write(d / "state.npz", buf.getvalue())
-        _write_summary(d, cfg, rows, arms, steps_done, complete=False, times=times, repro={})
+        _write_summary(d, cfg, rows, arms, steps_done, complete=False, times=times, repro={}, extra=extra)
     except OSError as err:
         raise InvalidArgument(f"cannot write to {d}: {err.strerror}") from None
 
 
 def _write_summary(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[_Arm], steps_done: int, *,
-                   complete: bool, times: tuple[float, float, float], repro: dict[str, bool | None]) -> None:
+                   complete: bool, times: tuple[float, float, float], repro: dict[str, bool | None],
+                   extra: SummaryExtra | None = None) -> None:
     cols = columns(rows)
     out_arms = []
     for a in arms:
@@ -365,4 +382,6 @@ def _write_summary(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[
         "versions": {"fpreduce": __version__, "numpy": np.__version__, "python": platform.python_version()},
         "arms": out_arms,
     }
+    if extra is not None:
+        summary.update(extra())
     atomic_write(d / "summary.json", json.dumps(summary, indent=2) + "\n")
