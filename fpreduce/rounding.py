@@ -123,22 +123,46 @@ def round_to(
             with np.errstate(over="ignore"):
                 return a0.astype(np.float16).astype(np.float32)
     a = np.ascontiguousarray(a0, dtype=np.float64)
-    qb = _quantum_bits(a, f)  # 2**k and 2**-k (|k| < 1023 for every format but fp64)
+    res = np.empty(a.shape, dtype=f.value_dtype)
+    flat, rflat = a.reshape(-1), res.reshape(-1)
+    size = min(flat.size, _CHUNK)  # cache-sized chunks with reused scratch: no fresh pages per pass
+    qb = np.empty(size, dtype=np.uint64)
+    sb = np.empty(size, dtype=np.uint64)
+    u = np.empty(size) if m is Mode.STOCHASTIC else None
+    for lo in range(0, flat.size, _CHUNK):
+        hi = min(flat.size, lo + _CHUNK)
+        w = hi - lo
+        rflat[lo:hi] = _round_chunk(flat[lo:hi], f, m, rng, qb[:w], sb[:w], None if u is None else u[:w])
+    return res
+
+
+_CHUNK = 1 << 15
+
+
+def _round_chunk(a, f: Format, m: Mode, rng, qb, sb, u):  # type: ignore[no-untyped-def]
+    """``round_to`` of a float64 chunk, with scratch arrays ``qb``, ``sb`` (and ``u``) of its size."""
+    np.bitwise_and(a.view(np.uint64), np.uint64(0x7FF0000000000000), out=qb)  # see _quantum_bits
+    np.maximum(qb, np.uint64((f.emin + 1023) << 52), out=qb)
+    small = int(np.max(qb)) < (f.emax + 1023) << 52  # every |a| < 2**emax: no overflow, no NaN or Inf
+    qb -= np.uint64((f.precision - 1) << 52)  # 2**k and 2**-k (|k| < 1023 for every format but fp64)
     q = qb.view(np.float64)
-    s = np.subtract(np.uint64(2046 << 52), qb).view(np.float64)  # 2**-k
+    np.subtract(np.uint64(2046 << 52), qb, out=sb)
+    s = sb.view(np.float64)  # 2**-k
     with np.errstate(invalid="ignore", over="ignore"):
         np.multiply(a, s, out=s)  # exact: a power of two, and s has at most 53 bits
         if m is not Mode.STOCHASTIC:
             ufunc = {Mode.NEAREST_EVEN: np.rint, Mode.TOWARD_ZERO: np.trunc,
                      Mode.UP: np.ceil, Mode.DOWN: np.floor}[m]
-            r = ufunc(s, out=s)  # in place: fewer fresh pages, which dominate here
+            r = ufunc(s, out=s)  # in place
         else:
             assert isinstance(rng, np.random.Generator)
             lo = np.floor(s)
             frac = s - lo  # exact
-            u = rng.random(size=s.shape)
+            rng.random(out=u)  # the same stream as one rng.random(size=x.shape)
             r = np.copysign(lo + (u < frac), s)  # -0.0 for negatives rounding to zero
         out = np.multiply(r, q, out=r)  # rint/trunc/ceil/floor keep the sign of zero
+        if small:  # |out| <= 2**emax <= max_finite (the usual case)
+            return out
         big = np.abs(out, out=q) > f.max_finite
         if np.any(big):
             fin_a = np.isfinite(a)
@@ -156,31 +180,33 @@ def round_to(
             out = np.where(over, np.copysign(sat, a), out)
         if not f.has_inf:
             out = np.where(np.isinf(a), np.nan, out)
-    return out.astype(f.value_dtype)
+    return out
 
 
 def _nearest_from_float32(x: NDArray[np.float32], f: Format) -> NDArray[np.float32]:
     """Round-to-nearest-even of float32 onto a format with fp32's exponent range.
 
-    Integer trick on the bit pattern, in place on a copy, in cache-sized blocks (see
-    ``_nearest32_inplace``); blocks already representable are left alone. NaNs are
-    kept as a quiet NaN.
+    The integer trick of ``_nearest32_inplace``, from ``x`` straight into a new
+    array, in cache-sized blocks. NaNs are kept as a quiet NaN.
     """
-    out = np.array(x, dtype=np.float32, order="C")
-    flat = out.reshape(-1)
-    block = 1 << 16
-    tmp = np.empty(min(flat.size, block), dtype=np.uint32)
-    low = np.uint32((1 << (24 - f.precision)) - 1)
-    for lo in range(0, flat.size, block):
-        blk = flat[lo : lo + block]
-        t = tmp[: blk.size]
-        np.bitwise_and(blk.view(np.uint32), low, out=t)
-        if not t.any():
-            continue  # already representable (the usual case for gradient inputs)
-        nan = np.isnan(blk)
-        _nearest32_inplace(blk, f, tmp)
-        if nan.any():
-            blk[nan] = np.float32(np.nan)
+    src = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty(src.shape, dtype=np.float32)
+    xb, ob = src.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32)
+    block = 1 << 15
+    tmp = np.empty(min(xb.size, block), dtype=np.uint32)
+    drop = 24 - f.precision
+    for lo in range(0, xb.size, block):
+        bits = xb[lo : lo + block]
+        t = tmp[: bits.size]
+        np.right_shift(bits, np.uint32(drop), out=t)
+        t &= np.uint32(1)
+        t += np.uint32((1 << (drop - 1)) - 1)
+        t += bits
+        np.bitwise_and(t, np.uint32((0xFFFFFFFF >> drop) << drop), out=ob[lo : lo + block])
+        blk = src.reshape(-1)[lo : lo + block]
+        if np.isnan(np.max(blk)):
+            nan = np.isnan(blk)
+            out.reshape(-1)[lo : lo + block][nan] = np.float32(np.nan)
     return out
 
 

@@ -1,6 +1,6 @@
 """Benchmark of the reduction engine: ratios against 63 float32 numpy adds, same run.
 
-Run: python tests/benchmarks/bench_engine.py [--small]
+Run: python tests/benchmarks/bench_engine.py [--small] [--rounds K]
 The baseline is ``s = X[0] + X[1]; s = s + X[k] ...``: N-1 plain float32 adds of
 rows of the same length. ml_dtypes and torch are measured side by side when installed.
 """
@@ -33,30 +33,48 @@ def plain_adds(X: np.ndarray) -> np.ndarray:
     return s
 
 
-def run(n: int, m: int, cases: list[tuple[str, dict[str, str]]]) -> None:
+def run(n: int, m: int, cases: list[tuple[str, dict[str, str]]], rounds: int = 1) -> None:
+    """Print each case's time over the baseline's; with ``rounds`` > 1, the range over rounds.
+
+    Every round measures the baseline again, so a ratio compares timings taken
+    close together (the machine may be shared).
+    """
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, m), dtype=np.float32)
-    base = best(lambda: plain_adds(X), 3)
-    print(f"\nN={n} x {m} elements: baseline {n - 1} float32 adds = {base * 1e3:.1f} ms")
-    seq: dict[tuple[str, str], float] = {}
-    for plan, kw in cases:
-        Xi = fr.round_to(X, kw["input"])  # inputs already in their format
-        t = best(lambda Xi=Xi, plan=plan, kw=kw: fr.reduce(Xi, plan, **kw))
-        key = (kw["input"], kw["accumulate"])
-        extra = ""
-        if plan == "sequential" and kw.get("rounding", "nearest_even") == "nearest_even":
-            seq[key] = t
-        elif key in seq:
-            extra = f"  ({t / seq[key]:.1f} x sequential)"
+    inputs = {kw["input"]: fr.round_to(X, kw["input"]) for _, kw in cases}  # inputs already in their format
+    ratios: list[list[float]] = [[] for _ in cases]
+    seq_ratios: list[list[float]] = [[] for _ in cases]
+    bases = []
+    for _ in range(rounds):
+        base = best(lambda: plain_adds(X), 3)
+        bases.append(base)
+        seq: dict[tuple[str, str], float] = {}
+        for i, (plan, kw) in enumerate(cases):
+            Xi = inputs[kw["input"]]
+            t = best(lambda Xi=Xi, plan=plan, kw=kw: fr.reduce(Xi, plan, **kw))
+            ratios[i].append(t / base)
+            key = (kw["input"], kw["accumulate"])
+            if plan == "sequential" and len(kw) == 2:
+                seq[key] = t
+            elif key in seq:
+                seq_ratios[i].append(t / seq[key])
+    print(f"\nN={n} x {m} elements: baseline {n - 1} float32 adds = {min(bases) * 1e3:.1f} ms"
+          + (f" ({rounds} rounds: ratio ranges)" if rounds > 1 else ""))
+
+    def fmt(v: list[float]) -> str:
+        return f"{min(v):5.2f}" if len(v) == 1 else f"{min(v):5.2f}-{max(v):5.2f}"
+
+    for i, (plan, kw) in enumerate(cases):
         args = " ".join(f"{k}={v}" for k, v in kw.items())
-        print(f"  {plan:12s} {args:48s} {t / base:6.2f} x baseline{extra}")
+        extra = f"  ({fmt(seq_ratios[i])} x sequential)" if seq_ratios[i] else ""
+        print(f"  {plan:12s} {args:48s} {fmt(ratios[i]):>11s} x baseline{extra}")
     if n == 64:
         try:
             import ml_dtypes
 
             Xb = X.astype(ml_dtypes.bfloat16)
             t = best(lambda: plain_adds(Xb))
-            print(f"  ml_dtypes bfloat16 sequential adds{'':29s} {t / base:6.2f} x baseline")
+            print(f"  ml_dtypes bfloat16 sequential adds{'':29s} {t / min(bases):6.2f} x baseline")
         except ImportError:
             pass
         try:
@@ -64,13 +82,14 @@ def run(n: int, m: int, cases: list[tuple[str, dict[str, str]]]) -> None:
 
             Xt = torch.from_numpy(X).to(torch.bfloat16)
             t = best(lambda: plain_adds(Xt))  # type: ignore[arg-type]
-            print(f"  torch CPU bf16 sequential adds{'':33s} {t / base:6.2f} x baseline")
+            print(f"  torch CPU bf16 sequential adds{'':33s} {t / min(bases):6.2f} x baseline")
         except ImportError:
             pass
 
 
 def main() -> None:
     small = "--small" in sys.argv
+    rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 1
     m = 1 << (16 if small else 20)
     bf = {"input": "bf16", "accumulate": "bf16"}
     cases = [
@@ -87,8 +106,8 @@ def main() -> None:
         ("sequential", {"input": "bf16", "accumulate": "bf16", "algorithm": "binned"}),
         ("sequential", {"input": "bf16", "accumulate": "bf16", "algorithm": "exact"}),
     ]
-    run(64, m, cases)
-    run(1024, 1 << (12 if small else 16), [("sequential", bf), ("ring:nccl", bf), ("pairwise", bf)])
+    run(64, m, cases, rounds)
+    run(1024, 1 << (12 if small else 16), [("sequential", bf), ("ring:nccl", bf), ("pairwise", bf)], rounds)
 
 
 if __name__ == "__main__":
