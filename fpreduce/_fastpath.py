@@ -1,0 +1,185 @@
+"""The engine's fast path: plain round-to-nearest folds of float32 blocks, in place.
+
+Used by :func:`fpreduce.engine.reduce` for accumulators of fp32, bf16, tf32 and fp16
+when the inputs need no conversion; any block that needs input rounding, holds
+NaN/Inf or could overflow is recomputed by the general path, so the bits are the
+same either way (tests/test_engine_fastpaths.py compares both with the Fraction
+reference). Trees are compiled once per shape into in-place steps on reused buffers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fpreduce.formats import Format
+from fpreduce.plans import Tree, fold, sequential
+
+if TYPE_CHECKING:
+    from fpreduce.engine import _Arith, _Loader
+
+
+def _gather_orders(A: np.ndarray, orders: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Y (n, hi-lo), C-contiguous: Y[k, j] = A[orders[j, k], lo + j].
+
+    Gathered in narrow column strips, whose source rows stay in cache.
+    """
+    n, width = A.shape[0], hi - lo
+    if not A.flags.c_contiguous:
+        return np.ascontiguousarray(np.take_along_axis(A[:, lo:hi], orders.T, axis=0))
+    Y = np.empty((n, width), dtype=A.dtype)
+    flat_a = A.reshape(-1)
+    strip = 1 << 10
+    flat = np.empty((n, min(strip, width)), dtype=np.intp)
+    for s in range(0, width, strip):
+        e = min(width, s + strip)
+        f = flat[:, : e - s]
+        np.multiply(orders[s:e].T, A.shape[1], out=f)
+        f += np.arange(lo + s, lo + e, dtype=np.intp)
+        Y[:, s:e] = np.take(flat_a, f, mode="clip")
+    return Y
+
+
+# Veltkamp splitting c = s * (2**(24-p) + 1), s <- c - (c - s) rounds every normal
+# float32 s to nearest even on p bits (unbounded exponent), leaves values of p bits
+# unchanged (subnormals included) and turns s of more than about 2**128 / 2**(24-p)
+# (and Inf, NaN) into NaN: checked exhaustively over all 2**32 float32 patterns for
+# p = 8 and p = 11, the only precisions it is used for.
+_VELTKAMP_P = (8, 11)
+
+
+def _program(shape: Tree | None, n: int) -> tuple[list[tuple[int, int, int]], int, int]:
+    """Compile a tree over slots into in-place ops ``(out, a, b)``: buf[out] = a + b.
+
+    Operands >= 0 are slots (leaves), < 0 are buffers ``-1 - i``; returns (ops,
+    number of buffers, root operand). A left child's buffer is reused in place, so
+    a left fold needs one buffer and a balanced tree about log2(n).
+    """
+    if shape is None:
+        shape = fold(sequential(n).root, lambda i: i, lambda a, b: (a, b))
+    ops: list[tuple[int, int, int]] = []
+    free: list[int] = []
+    count = [0]
+
+    def combine(a: int, b: int) -> int:
+        if a < 0:
+            out = a
+            if b < 0:
+                free.append(b)
+        elif b < 0:
+            out = b
+        else:
+            if free:
+                out = free.pop()
+            else:
+                count[0] += 1
+                out = -count[0]
+        ops.append((out, a, b))
+        return out
+
+    root = fold(shape, lambda i: i, combine)
+    return ops, count[0], root
+
+
+def _fast_block(shape: Tree | None, B: np.ndarray, order, load: _Loader, ar: _Arith, dest=None):  # type: ignore[no-untyped-def]
+    """The plain fold of one block when its inputs need no conversion, else None.
+
+    ``B`` (n, width) holds the inputs (leaf k is row ``order[k]``, or row k if
+    ``order`` is None). Applies to nearest-even accumulators of 24 bits (adds
+    only) or of a precision in ``_VELTKAMP_P`` (Veltkamp rounding after every
+    add), with float32 inputs of a format that fits in the accumulator's. The
+    fold runs optimistically; the input checks are gathered on the way (while
+    each row is in cache) and verified at the end: anything else (inputs that
+    need rounding beyond what ``_small_ok`` covers, NaN, Inf, possible
+    overflow) returns None and goes through the general path, same bits. The
+    result may be written into ``dest`` (the output slice) in place.
+    """
+    fa, fin = ar.fa, load.fin
+    n, width = B.shape
+    if not ar.fast or load.premul is not None or not load.fits or B.dtype != np.float32 or n < 2:
+        return None
+    p = fa.precision
+    if p != 24 and p not in _VELTKAMP_P:
+        return None
+    native = fin.precision >= 24  # float32 values are fp32 values
+    small = not native and fin.emin != -126  # fp16 / fp8 inputs
+    ops, nbuf, root = ar.program(shape, n)
+    slot_row = list(range(n)) if order is None else [int(k) for k in order]
+    work = ar.scratch(nbuf + 6, width)
+    bufs, (c, orf, mx, mn, r0, r1) = work[:nbuf], work[nbuf:]
+    if dest is not None and dest.dtype == np.float32 and dest.flags.c_contiguous:
+        bufs[-1 - root] = dest  # the root's register: the result lands in place
+    sigma = np.float32(2.0 ** (24 - p) + 1)
+    orb = orf.view(np.uint32)  # OR of the checked bit patterns
+    orb[...] = 0
+    rows = [B[k] for k in range(n)]
+    add, mul, sub, bor = np.add, np.multiply, np.subtract, np.bitwise_or
+    if small:
+        mx[...] = -np.inf
+        mn[...] = np.inf
+        down = np.float32(2.0 ** (-126 - fin.emin))  # fin's subnormals onto float32's (see _small_ok)
+        up = np.float32(2.0 ** (126 + fin.emin))
+        rounded = (r0, r1)
+
+    def leaf(k: int, which: int) -> np.ndarray:
+        x = rows[slot_row[k]]
+        if native:
+            return x
+        if not small:
+            bor(orb, x.view(np.uint32), orb)  # per row, while it is in cache: cheaper than a reduce
+            return x
+        np.maximum(mx, x, out=mx)
+        np.minimum(mn, x, out=mn)
+        y = rounded[which]
+        mul(x, down, y)
+        bor(orb, y.view(np.uint32), orb)
+        return y  # the fold runs on values scaled by 2**(-126 - emin), see _small_ok
+
+    veltkamp = p != 24
+    with np.errstate(over="ignore", invalid="ignore"):
+        for out, a, b in ops:
+            o = bufs[-1 - out]
+            add(leaf(a, 0) if a >= 0 else bufs[-1 - a], leaf(b, 1) if b >= 0 else bufs[-1 - b], o)
+            if veltkamp:  # o <- c - (c - o), c = o * sigma
+                mul(o, sigma, c)
+                sub(c, o, o)
+                sub(c, o, o)
+    res = bufs[-1 - root]
+    if not native and (orb & np.uint32((1 << (24 - fin.precision)) - 1)).any():
+        return None  # some input needs rounding to the input format
+    if small and not _small_ok(float(np.max(mx)), float(np.min(mn)), fin, fa, n):
+        return None
+    if p != 24 and fa.emin == -126 and np.isnan(np.max(res)):
+        return None  # NaN/Inf inputs or a sum beyond Veltkamp's range
+    if res is not dest:
+        res = res.copy()  # scratch is reused by the next block
+    if small:
+        res *= up  # exact: back from the scaled domain
+    return res
+
+
+def _small_ok(hi: float, lo: float, fin: Format, fa: Format, n: int) -> bool:
+    """Whether float32 inputs within [lo, hi] were rounded to ``fin`` (p <= 11, emin > -126) right.
+
+    The engine scales x by 2**(-126 - emin) (exact above 2**emin; below, float32's
+    subnormal grid is fin's subnormal quantum times 2**(p - 24)) and checks that
+    the low 24 - p bits of every scaled value are zero. When they are, a value of
+    at least 2**emin has at most p bits and is fin's, and a smaller one was
+    rounded (once, to nearest even, sign kept) on a grid 2**(24 - p) times finer
+    and landed on a multiple of fin's quantum, which is then its nearest-even
+    rounding (an exact multiple is unchanged, or lies within half a fine step of
+    it). The fold then runs on the scaled values and its result is scaled back
+    (exactly): a partial sum that the accumulator must round has at least
+    p_acc + 1 bits above fin's quantum, so it is a normal float32 in the scaled
+    domain (rounded as unscaled), and a smaller one is exact in both (Hauser's
+    gradual underflow argument), so the bits are those of the unscaled fold. This
+    function adds |x| <= fin.max_finite (no overflow on
+    input) and, for a narrow accumulator, n * max|x| * (1 + 2**-p)**n <= its
+    max_finite, under which no partial sum of any tree overflows. NaN fails
+    every comparison.
+    """
+    big = max(hi, -lo)
+    if not big <= fin.max_finite:
+        return False
+    return fa.precision >= 24 or n * big * (1 + 2.0**-fa.precision) ** n <= fa.max_finite * (1 - 2.0**-30)
