@@ -15,22 +15,20 @@ SVG. matplotlib is imported only when drawing.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
-import os
-import tempfile
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from fpreduce._errors import InvalidArgument
+from fpreduce.results import _read_csv, atomic_write, load_metrics
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -52,65 +50,10 @@ _STYLE: dict[str, Any] = {
 SWEEP_COLUMNS = ("workers", "plan", "input", "accumulate", "arm", "mean_err_rel", "max_err_rel",
                  "mean_diff_frac", "max_ulp")
 
-T = TypeVar("T")
 Series = tuple[NDArray[Any], NDArray[Any], dict[str, Any]]
 
 
 # ----------------------------------------------------------------------------- reading
-
-def _read_csv(path: Path, what: str, required: Sequence[str],
-              parse: Callable[[dict[str, str]], T]) -> tuple[list[str], list[T]]:
-    """Header and parsed rows of a CSV; a truncated last row (interrupted writer) is dropped."""
-    if not path.is_file():
-        raise InvalidArgument(f"{path} not found: is {path.parent} a fpreduce {what} directory?")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InvalidArgument(f"{path}: cannot read ({e})") from None
-    lines = text.splitlines()
-    if len(lines) > 1 and not text.endswith("\n"):
-        lines = lines[:-1]  # the writer stopped mid-row
-    records = list(csv.reader(lines))
-    header, out = (records[0] if records else []), []
-    if missing := [c for c in required if c not in header]:
-        raise InvalidArgument(f"{path}: not a fpreduce {path.name} (missing column(s) {', '.join(missing)})")
-    for i, rec in enumerate(records[1:], start=2):
-        try:
-            if len(rec) != len(header):
-                raise ValueError(f"{len(rec)} fields, expected {len(header)}")
-            out.append(parse(dict(zip(header, rec, strict=True))))
-        except ValueError as e:
-            if i == len(records):
-                break  # truncated last row
-            raise InvalidArgument(f"{path}, line {i}: malformed row ({e})") from None
-    return header, out
-
-
-def load_metrics(source: str | Path) -> dict[str, dict[str, NDArray[Any]]]:
-    """Read a run's ``metrics.csv`` as ``arm -> column -> array`` over steps.
-
-    ``source`` is a run directory or the CSV file itself. Arms keep their order of
-    first appearance (config order, the reference first); within an arm rows are
-    sorted by step and a step written twice keeps its last row. ``step`` is int64,
-    every other column float64 (``nan`` stays NaN, ``inf`` stays ±Inf). A truncated
-    final row (an interrupted writer: no final newline, too few fields or an
-    unparsable number) is ignored; a malformed row elsewhere raises InvalidArgument.
-    """
-    path = Path(source)
-    path = path / "metrics.csv" if path.is_dir() else path
-    header, records = _read_csv(path, "run", ("step", "arm"), lambda r: (
-        r["arm"], int(r["step"]), [float(v) for k, v in r.items() if k not in ("step", "arm")]))
-    rows: dict[str, dict[int, list[float]]] = {}
-    for arm, step, values in records:
-        rows.setdefault(arm, {})[step] = values
-    names = [c for c in header if c not in ("step", "arm")]
-    out: dict[str, dict[str, NDArray[Any]]] = {}
-    for arm, by_step in rows.items():
-        steps = sorted(by_step)
-        table = np.array([by_step[s] for s in steps], dtype=np.float64).reshape(len(steps), len(names))
-        out[arm] = {"step": np.array(steps, dtype=np.int64), **{c: table[:, j].copy() for j, c in enumerate(names)}}
-    return out
-
 
 def load_summary(run_dir: str | Path) -> dict[str, Any]:
     """Read ``RUN/summary.json``; InvalidArgument if missing, not JSON or without ``arms``."""
@@ -425,18 +368,6 @@ def _check_formats(formats: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(formats))
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _render(out_dir: Path, builders: Mapping[str, Callable[[], Figure]], formats: tuple[str, ...]) -> list[Path]:
     """Build each figure under a fixed style (not the caller's matplotlibrc) and write it atomically."""
     import matplotlib.style
@@ -456,7 +387,7 @@ def _render(out_dir: Path, builders: Mapping[str, Callable[[], Figure]], formats
                 buf = io.BytesIO()
                 fig.savefig(buf, format=fmt, dpi=DPI, metadata=metadata[fmt])
                 paths.append(out_dir / f"{stem}.{fmt}")
-                _write_atomic(paths[-1], buf.getvalue())
+                atomic_write(paths[-1], buf.getvalue())
     return paths
 
 

@@ -13,15 +13,17 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fpreduce._errors import InvalidArgument
 
-__all__ = ["COLUMNS", "Results", "atomic_write", "load_run", "read_rows"]
+__all__ = ["COLUMNS", "Results", "atomic_write", "load_metrics", "load_run", "read_rows"]
 
 COLUMNS = (
     "step", "arm", "elements", "nonfinite", "err_max_rel", "err_mean_rel", "err_median_rel",
@@ -84,6 +86,63 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+T = TypeVar("T")
+
+
+def _read_csv(path: Path, what: str, required: Sequence[str],
+              parse: Callable[[dict[str, str]], T]) -> tuple[list[str], list[T]]:
+    """Header and parsed rows of a CSV; a truncated last row (interrupted writer) is dropped."""
+    if not path.is_file():
+        raise InvalidArgument(f"{path} not found: is {path.parent} a fpreduce {what} directory?")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidArgument(f"{path}: cannot read ({e})") from None
+    lines = text.splitlines()
+    if len(lines) > 1 and not text.endswith("\n"):
+        lines = lines[:-1]  # the writer stopped mid-row
+    records = list(csv.reader(lines))
+    header, out = (records[0] if records else []), []
+    if missing := [c for c in required if c not in header]:
+        raise InvalidArgument(f"{path}: not a fpreduce {path.name} (missing column(s) {', '.join(missing)})")
+    for i, rec in enumerate(records[1:], start=2):
+        try:
+            if len(rec) != len(header):
+                raise ValueError(f"{len(rec)} fields, expected {len(header)}")
+            out.append(parse(dict(zip(header, rec, strict=True))))
+        except ValueError as e:
+            if i == len(records):
+                break  # truncated last row
+            raise InvalidArgument(f"{path}, line {i}: malformed row ({e})") from None
+    return header, out
+
+
+def load_metrics(source: str | Path) -> dict[str, dict[str, NDArray[Any]]]:
+    """Read a run's ``metrics.csv`` as ``arm -> column -> array`` over steps.
+
+    ``source`` is a run directory or the CSV file itself. Arms keep their order of
+    first appearance (config order, the reference first); within an arm rows are
+    sorted by step and a step written twice keeps its last row. ``step`` is int64,
+    every other column float64 (``nan`` stays NaN, ``inf`` stays ±Inf). A truncated
+    final row (an interrupted writer: no final newline, too few fields or an
+    unparsable number) is ignored; a malformed row elsewhere raises InvalidArgument.
+    """
+    path = Path(source)
+    path = path / "metrics.csv" if path.is_dir() else path
+    header, records = _read_csv(path, "run", ("step", "arm"), lambda r: (
+        r["arm"], int(r["step"]), [float(v) for k, v in r.items() if k not in ("step", "arm")]))
+    rows: dict[str, dict[int, list[float]]] = {}
+    for arm, step, values in records:
+        rows.setdefault(arm, {})[step] = values
+    names = [c for c in header if c not in ("step", "arm")]
+    out: dict[str, dict[str, NDArray[Any]]] = {}
+    for arm, by_step in rows.items():
+        steps = sorted(by_step)
+        table = np.array([by_step[s] for s in steps], dtype=np.float64).reshape(len(steps), len(names))
+        out[arm] = {"step": np.array(steps, dtype=np.int64), **{c: table[:, j].copy() for j, c in enumerate(names)}}
+    return out
+
+
 @dataclass
 class Results:
     """A run read back: its directory, summary, resolved config text and metrics.
@@ -126,4 +185,4 @@ def load_run(run_dir: str | Path) -> Results:
         summary = json.loads((d / "summary.json").read_text())
     except json.JSONDecodeError as e:
         raise InvalidArgument(f"{d / 'summary.json'}: not valid JSON ({e.msg})") from None
-    return Results(d, summary, (d / "config.toml").read_text(), columns(read_rows(d / "metrics.csv")))
+    return Results(d, summary, (d / "config.toml").read_text(), load_metrics(d / "metrics.csv"))
