@@ -42,8 +42,8 @@ METRICS = {
     "err_max_ulp": "max error in ulps of the arm's output format",
     "frac_correct": "fraction of elements equal to the exact sum correctly rounded to the output format",
     "diff_frac": "fraction of elements whose bits differ from the reference arm's result (0 for it)",
-    "ulp_max, ulp_mean": "max / mean ulp distance to the reference arm's result (ordered bit patterns, "
-                         "compared in the wider of the two output formats)",
+    "ulp_max, ulp_mean": "max / mean distance to the reference arm's result in ulps of the larger "
+                         "magnitude, |y - y_ref| / ulp(max(|y|, |y_ref|)), in the wider of the two output formats",
     "rel_l2": "||y - y_ref||_2 / ||y_ref||_2",
     "loss": "training loss of the arm's replica at the step, before the update (training only)",
     "param_dist": "||theta - theta_ref||_2 / ||theta_ref||_2 after the step's update (training only)",
