@@ -161,8 +161,9 @@ class ModelSource:
             raise InvalidArgument(f"model source needs params of shape ({self.elements},), got {got}")
         return p.astype(np.float64)
 
-    def gradients(self, step: int, params: NDArray[np.float32] | None = None) -> NDArray[np.float32]:
-        """Each worker's fp32 gradient of ``loss_scale`` x its shard's mean loss.
+    def gradients(self, step: int, params: NDArray[np.float32] | None = None, *, lo: int = 0,
+                  hi: int | None = None) -> NDArray[np.float32]:
+        """Each worker's fp32 gradient of ``loss_scale`` x its shard's mean loss (elements lo..hi-1).
 
         Computed in float64 and rounded once to float32 (nearest-even; overflow ->
         ±Inf). NaN/Inf parameters give NaN/Inf gradients, passed through.
@@ -171,7 +172,7 @@ class ModelSource:
         p = self._params64(params)
         with np.errstate(all="ignore"):
             g = loss_and_grad(p, x, y, *self.dims, self.spec.activation)[1]  # type: ignore[arg-type]
-            return (g * self.spec.loss_scale).astype(np.float32)
+            return (g[:, lo:hi] * self.spec.loss_scale).astype(np.float32)
 
     def loss(self, step: int, params: NDArray[np.float32]) -> float:
         """Mean loss over step's global batch (unscaled, float64)."""

@@ -259,6 +259,8 @@ def reduce(
     algorithm: str = "plain",
     output: str | Format | None = None,
     average: str = "none",
+    offset: int = 0,
+    total: int | None = None,
 ) -> NDArray[np.floating]:
     """Sum the rows of ``X`` along ``plan``, rounding every partial sum.
 
@@ -281,6 +283,11 @@ def reduce(
             ``premultiply`` (every input times 1/N, both rounded to ``input`` first:
             NCCL's ncclAvg); ``predivide`` (every input divided by N in ``input``:
             PyTorch DDP's default gradient averaging).
+        offset, total: ``X`` holds columns ``offset .. offset + X.shape[1] - 1`` of a
+            vector of ``total`` elements (default: all of it). Plans whose trees vary
+            over the elements (ring chunks, atomics) are laid out over ``total``, so
+            reducing a long vector piece by piece gives the same bits as reducing it
+            whole (stochastic rounding draws from ``seed`` per call).
 
     Returns:
         shape (elements,), float32 (float64 for an fp64 result).
@@ -307,6 +314,10 @@ def reduce(
         raise unknown_name("average", average, _AVERAGES)
     rng = np.random.default_rng(seed) if m is Mode.STOCHASTIC else None
     n, nel = A.shape
+    total = nel if total is None else int(total)
+    if not (isinstance(offset, int | np.integer) and 0 <= offset <= total - nel):
+        raise InvalidArgument(f"need 0 <= offset and offset + elements <= total, got offset={offset}, "
+                              f"elements={nel}, total={total}")
     ar = _Arith(fa, m, rng)
     load = _Loader(A, fin, fa, m, rng, ar.dtype)
     if average in ("premultiply", "predivide"):
@@ -317,7 +328,7 @@ def reduce(
         out = _order_free(load(A), fa, m, rng, algorithm)
     else:
         out = np.empty(nel, dtype=ar.dtype)
-        for lo, hi, cols, shape, rows in _pieces(p, nel):
+        for lo, hi, cols, shape, rows in _pieces(p, nel, int(offset), total):
             dest = out[lo:hi] if cols is None else None
             blk = _evaluate(shape, rows, A, load, ar, algorithm, lo, hi, cols, dest)
             if blk is dest:
@@ -334,8 +345,10 @@ def reduce(
     return np.asarray(res, dtype=fo.value_dtype)
 
 
-def _pieces(p: AnyPlan, nel: int):  # type: ignore[no-untyped-def]
-    """Yield (lo, hi, cols, shape, rows) blocks of work.
+def _pieces(p: AnyPlan, nel: int, offset: int = 0, total: int | None = None):  # type: ignore[no-untyped-def]
+    """Yield (lo, hi, cols, shape, rows) blocks of work on columns 0..nel-1 of X.
+
+    X's column j is element ``offset + j`` of a vector of ``total`` elements.
 
     ``rows`` is ``("view", perm)`` (leaf k is X[perm[k], lo:hi]) for a plan that is
     the same for every element, or ``("gather", Y)`` with Y (n, width) already in
@@ -349,7 +362,7 @@ def _pieces(p: AnyPlan, nel: int):  # type: ignore[no-untyped-def]
             yield lo, min(nel, lo + _BLOCK), None, shape, ("view", perm)
         return
     if isinstance(p, SegmentedPlan):
-        b = p.bounds(nel)
+        b = np.clip(p.bounds(nel if total is None else total) - offset, 0, nel)
         groups: dict[bytes, tuple[Tree, list[tuple[int, int, np.ndarray]]]] = {}
         P = p.chunk_orders
         if P is not None and p.shape is not None:  # one shape, a leaf order per chunk: one group
@@ -381,7 +394,7 @@ def _pieces(p: AnyPlan, nel: int):  # type: ignore[no-untyped-def]
         return
     for lo in range(0, nel, _BLOCK):  # a per-element plan (atomics)
         hi = min(nel, lo + _BLOCK)
-        yield lo, hi, None, None, ("orders", p.orders(lo, hi))
+        yield lo, hi, None, None, ("orders", p.orders(offset + lo, offset + hi))
 
 
 def _gathered(batch, width: int, shape: Tree):  # type: ignore[no-untyped-def]

@@ -195,17 +195,19 @@ class ExactSum:
         with np.errstate(invalid="ignore", over="ignore"):
             if m is Mode.NEAREST_EVEN:
                 out = round_to(hi, f).astype(np.float64)
-                if f.precision < 53:
+                inexact = np.flatnonzero(lo)  # where lo == 0, hi IS the exact sum
+                if f.precision < 53 and inexact.size:
                     # hi = RN64(exact) rounds like the exact sum unless hi sits on a midpoint of
                     # f's grid (midpoints are float64 numbers): then lo's sign decides
-                    a = np.abs(hi)
+                    h = hi[inexact]
+                    a = np.abs(h)
                     dz = round_to(a, f, Mode.TOWARD_ZERO).astype(np.float64)
                     q = _quantum_bits(dz, f).view(np.float64)
-                    mid = np.isfinite(a) & ((a - dz) * 2 == q) & (lo != 0)
+                    mid = np.isfinite(a) & ((a - dz) * 2 == q)
                     if mid.any():
-                        up = round_to(hi[mid], f, Mode.UP).astype(np.float64)
-                        down = round_to(hi[mid], f, Mode.DOWN).astype(np.float64)
-                        out[mid] = np.where(lo[mid] > 0, up, down)
+                        up = round_to(h[mid], f, Mode.UP).astype(np.float64)
+                        down = round_to(h[mid], f, Mode.DOWN).astype(np.float64)
+                        out[inexact[mid]] = np.where(lo[inexact[mid]] > 0, up, down)
             else:
                 out = np.asarray(_round_with_remainder(hi, lo, f, m, rng), dtype=np.float64)
             nf = self.nonfinite.reshape(-1)
@@ -439,8 +441,10 @@ def _float64_exact_columns(a: NDArray[np.floating], sigbits: int) -> NDArray[np.
     Every nonzero ``x = f * 2**e`` (frexp) of ``sigbits`` significand bits is a multiple
     of ``2**(e_min - sigbits)``, and every partial sum is such a multiple below
     ``n * 2**e_max``: with ``e_max + ceil(log2 n) - e_min + sigbits <= 53`` every
-    partial sum, in any order, is a float64, so float64 addition never rounds.
-    Columns with NaN/Inf are left to the general path.
+    partial sum, in any order, is a float64, so float64 addition never rounds. Trailing
+    zero bits common to a column's significands lower ``sigbits`` (the values lie on a
+    coarser grid), and ``e_max + ceil(log2 n) <= 1024`` rules out overflow. Columns
+    with NaN/Inf are left to the general path.
     """
     n = a.shape[0]
     log_n = math.ceil(math.log2(n)) if n > 1 else 0
@@ -451,13 +455,21 @@ def _float64_exact_columns(a: NDArray[np.floating], sigbits: int) -> NDArray[np.
         ut, shift, bias = (np.uint64, 52, 1022) if wide else (np.uint32, 23, 126)
         ab = np.bitwise_and(a.view(ut), ut(0x7FFFFFFFFFFFFFFF if wide else 0x7FFFFFFF))
         top = np.max(ab, axis=0)
-        ab -= ut(1)
-        low = np.min(ab, axis=0) + ut(1)  # 0 for an all-zero column
         inf_bits = ut(0x7FF0000000000000 if wide else 0x7F800000)
         fin = top < inf_bits
         e_max = np.maximum(top >> ut(shift), ut(1)).astype(np.int64) - bias
+        ab -= ut(1)
+        low = np.min(ab, axis=0) + ut(1)  # 0 for an all-zero column
         e_min = np.maximum(low >> ut(shift), ut(1)).astype(np.int64) - bias
-        return fin & ((e_max - e_min + sigbits + log_n <= 53) | (top == 0))
+        need = e_max - e_min + sigbits + log_n
+        redo = np.flatnonzero(fin & (need > 53) & (top != 0))
+        if redo.size:
+            # trailing zero bits shared by all significands of a column (bf16 data in float32
+            # has >= 16) narrow its grid: every value is a multiple of 2**(e_min - sigbits + tz)
+            sig = np.bitwise_or.reduce(a[:, redo].view(ut), axis=0) & ut((1 << shift) - 1) | ut(1 << shift)
+            need[redo] -= np.frexp((sig & (~sig + ut(1))).astype(np.float64))[1].astype(np.int64) - 1
+        fin &= e_max + log_n <= 1024  # and no partial sum can overflow
+        return fin & ((need <= 53) | (top == 0))
     with np.errstate(invalid="ignore"):
         ax = np.abs(a)
         mx = np.max(ax, axis=0)
@@ -474,7 +486,10 @@ def _with_fast_columns(a: NDArray[np.floating], ok: NDArray[np.bool_], out_shape
     c = a.shape[1]
     fast = np.flatnonzero(ok)
     with np.errstate(invalid="ignore", over="ignore"):
-        s = np.add.reduce(a, axis=0, dtype=np.float64)[fast]  # exact where proved: hi, and lo = 0
+        acc = a[0].astype(np.float64)  # row by row: the fastest float64 column sum in numpy
+        for row in a[1:]:
+            acc += row
+        s = acc[fast]  # exact where proved: hi, and lo = 0 (any order gives the same bits)
     hi = np.empty(c)
     lo = np.zeros(c)
     special = np.zeros(c)

@@ -26,19 +26,18 @@ import numpy as np
 
 from fpreduce import plans
 from fpreduce._errors import InvalidArgument
+from fpreduce._stepmetrics import ULP_EDGES, CompareStats, ErrorStats
 from fpreduce._version import __version__
 from fpreduce.config import ArmSpec, Config, load_config, to_toml
 from fpreduce.engine import reduce
 from fpreduce.exact import exact_sum
 from fpreduce.formats import get_format
-from fpreduce.metrics import bits_equal
 from fpreduce.results import Results, atomic_write, columns, load_run, read_rows, rows_to_csv
-from fpreduce.rounding import _quantum_bits, round_to
+from fpreduce.rounding import round_to
 from fpreduce.sources import Source, open_source
 
 __all__ = ["plan_for", "run_experiment", "shuffle_permutation"]
 
-ULP_EDGES = [0, 1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025, 4097, 65537, 1 << 20]
 Progress = Callable[[int, int, float], None]
 #: ``on_step(step, arm, y)``: called with every arm's result, right after its reduction (hook, e.g. a real backend)
 OnStep = Callable[[int, ArmSpec, np.ndarray], None]
@@ -90,57 +89,9 @@ def shuffle_permutation(cfg: Config, arm: ArmSpec, step: int, *, salt: int = 0) 
     return _rng(cfg, step, arm.order, salt).permutation(cfg.experiment.workers)
 
 
-def _error_metrics(y: np.ndarray, ex: Any, arm: ArmSpec, n: int) -> dict[str, float]:
-    out_fmt = get_format(arm.out_format)
-    hi, lo = np.asarray(ex.hi, dtype=np.float64), np.asarray(ex.lo, dtype=np.float64)
-    if arm.average != "none":
-        hi, lo = hi / n, lo / n  # the exact mean, to float64 accuracy (exact for N a power of 2)
-    y64 = y.astype(np.float64)
-    ok = np.isfinite(y64) & np.isfinite(hi) & (hi != 0)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        err = np.abs((y64 - hi) - lo)
-        rel = err[ok] / np.abs(hi[ok])
-        ulps = err[ok] / _quantum_bits(hi[ok], out_fmt).view(np.float64)  # ulp of |s| in the format
-    if arm.average != "none":  # the mean hi/N + lo/N (exact for N a power of two)
-        ex = copy.copy(ex)
-        ex.hi, ex.lo = hi, lo
-    cr = ex.round(arm.out_format).astype(np.float64)
-    same = (y64 == cr) | (np.isnan(y64) & np.isnan(cr))
-    return {
-        "nonfinite": int(np.count_nonzero(~np.isfinite(y64))),
-        "err_max_rel": float(rel.max()) if rel.size else float("nan"),
-        "err_mean_rel": float(rel.mean()) if rel.size else float("nan"),
-        "err_median_rel": float(np.median(rel)) if rel.size else float("nan"),
-        "err_max_ulp": float(ulps.max()) if ulps.size else float("nan"),
-        "frac_correct": float(np.mean(same)),
-    }
-
-
 def _wider(a: str, b: str) -> str:
     fa, fb = get_format(a), get_format(b)
     return a if (fa.precision, fa.emax) >= (fb.precision, fb.emax) else b
-
-
-def _compare(y: np.ndarray, yref: np.ndarray, fmt: str) -> tuple[dict[str, float], np.ndarray]:
-    """Bits that differ, and the distance in ulps of the larger magnitude (in ``fmt``).
-
-    ``|y - y_ref| / ulp(max(|y|, |y_ref|))``: the step count between two values of one
-    binade, and a fair size for differences across binades or zero (the ordered-bit
-    count between +tiny and -tiny would be the number of floats between them).
-    NaN or Inf on one side only counts as the largest distance.
-    """
-    f = get_format(fmt)
-    eq = bits_equal(y, yref, fmt)
-    a, b = y.astype(np.float64), yref.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        big = np.maximum(np.abs(a), np.abs(b))
-        d = np.abs(a - b) / _quantum_bits(np.where(np.isfinite(big), big, 0.0), f).view(np.float64)
-        d = np.where(eq | ((a == b) & np.isfinite(a)), 0.0, d)
-        d = np.where(np.isfinite(d), d, float(ULP_EDGES[-1]))
-        den = float(np.sqrt(np.sum(b * b)))
-        rel_l2 = float(np.sqrt(np.sum((a - b) ** 2))) / den if den > 0 else float("nan")
-    return ({"diff_frac": float(np.mean(~eq)), "ulp_max": float(d.max()), "ulp_mean": float(d.mean()),
-             "rel_l2": rel_l2}, d)
 
 
 class _Arm:
@@ -153,13 +104,45 @@ class _Arm:
         self.first_div: int | None = None
         self.first_param_div: int | None = None
         self.hist = np.zeros(len(ULP_EDGES), dtype=np.int64)
-        self.check_inputs: dict[int, np.ndarray] = {}
-        self.check_outputs: dict[int, np.ndarray] = {}
+        self.reproducible: bool | None = None  # None: no step was re-run in this process
 
 
-def _reduce(Xin: np.ndarray, plan: Any, arm: ArmSpec, seed: int) -> np.ndarray:
+def _reduce(Xin: np.ndarray, plan: Any, arm: ArmSpec, seed: Any, lo: int = 0, total: int | None = None) -> np.ndarray:
     return reduce(Xin, plan, input=arm.input, accumulate=arm.accumulate, rounding=arm.rounding,
-                  seed=seed, algorithm=arm.algorithm, output=arm.output or None, average=arm.average)
+                  seed=seed, algorithm=arm.algorithm, output=arm.output or None, average=arm.average,
+                  offset=lo, total=total)
+
+
+def chunk_width(workers: int) -> int:
+    """Elements per chunk of a step: about 16 MiB of float32 inputs (a multiple of 2**15)."""
+    return max(1 << 15, ((1 << 22) // workers) >> 15 << 15)
+
+
+class _Inputs:
+    """One chunk's inputs in one input format: rounded, their exact sums, underflow count."""
+
+    def __init__(self, Xr: np.ndarray, X: np.ndarray) -> None:
+        """``Xr``: ``X`` rounded to the input format."""
+        self.X = Xr
+        zeros = int(np.count_nonzero(Xr == 0))  # zeros stay zeros: new zeros are underflows
+        self.underflow = zeros - int(np.count_nonzero(X == 0)) if zeros else 0
+        self.exact = exact_sum(Xr)
+        self._rounded: dict[tuple[str, bool], np.ndarray] = {}
+
+    def correctly_rounded(self, arm: ArmSpec, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(hi, lo, exact rounded once to the arm's output): the exact sum, or mean, of the inputs."""
+        ex = self.exact
+        hi, lo = np.asarray(ex.hi, dtype=np.float64), np.asarray(ex.lo, dtype=np.float64)
+        mean = arm.average != "none"
+        if mean:  # the exact mean hi/N + lo/N (to float64 accuracy; exact for N a power of two)
+            hi, lo = hi / n, lo / n
+        key = (arm.out_format, mean)
+        if key not in self._rounded:
+            if mean:
+                ex = copy.copy(ex)
+                ex.hi, ex.lo = hi, lo
+            self._rounded[key] = ex.round(arm.out_format)
+        return hi, lo, self._rounded[key]
 
 
 def run_experiment(
@@ -197,71 +180,97 @@ def run_experiment(
     for a in arms:
         _restore(a, rows, old)
     t0 = time.perf_counter()
-    engine_time = source_time = 0.0
-    ref_name = cfg.arms[0].name
+    times = {"engine": 0.0, "source": 0.0, "exact": 0.0}
     for step in range(start, e.steps):
+        _run_step(cfg, source, arms, step, rows, times, on_step)
+        wall = time.perf_counter() - t0
+        _checkpoint(d, cfg, rows, arms, step + 1, training, (wall, times), summary_extra)
+        if progress is not None:
+            done = step + 1 - start
+            progress(step + 1, e.steps, wall / done * (e.steps - step - 1))
+    repro = {a.spec.name: a.reproducible for a in arms}
+    _write_summary(d, cfg, rows, arms, e.steps, complete=True, times=(time.perf_counter() - t0, times),
+                   repro=repro, extra=summary_extra)
+    return load_run(d)
+
+
+def _run_step(cfg: Config, source: Source, arms: list[_Arm], step: int, rows: list[dict[str, Any]],
+              times: dict[str, float], on_step: OnStep | None) -> None:
+    """Every arm reduces the step's gradients, chunk after chunk of elements; appends one row per arm.
+
+    Per chunk: the inputs are rounded once per input format (the cast ``fr.reduce``
+    would do, shared by the arms: counted as engine time), summed exactly, reduced by
+    every arm and measured; only O(elements) results are kept across chunks.
+    """
+    e = cfg.experiment
+    n, m = e.workers, source.elements
+    training = source.kind == "model"
+    width = m if training else chunk_width(n)  # a model's gradient is small: one chunk
+    ref = arms[0]
+    specs = [a.spec for a in arms]
+    plan = [plan_for(cfg, s, step) for s in specs]
+    check = [plan_for(cfg, s, step, salt=1) for s in specs] if step < e.check_steps else None
+    err = [ErrorStats() for _ in arms]
+    cmp = [CompareStats() for _ in arms]
+    underflow = [0] * len(arms)
+    ys = [np.empty(m, dtype=get_format(s.out_format).value_dtype) for s in specs]
+    for c, lo in enumerate(range(0, m, width)):
+        hi = min(m, lo + width)
         t1 = time.perf_counter()
-        shared = None if training else source.gradients(step)
-        source_time += time.perf_counter() - t1
-        exact_cache: dict[tuple[str, int], Any] = {}
-        ys: dict[str, np.ndarray] = {}
+        shared = None if training else source.gradients(step, lo=lo, hi=hi)
+        times["source"] += time.perf_counter() - t1
+        inputs: dict[tuple[str, int], _Inputs] = {}
         for i, a in enumerate(arms):
             spec = a.spec
             t1 = time.perf_counter()
             X = shared if shared is not None else source.gradients(step, a.params)
-            source_time += time.perf_counter() - t1
-            loss = source.loss(step, a.params) if training else float("nan")  # type: ignore[attr-defined]
+            times["source"] += time.perf_counter() - t1
             key = (spec.input, id(X))
-            if key not in exact_cache:  # arms sharing inputs share their rounding and exact sum
+            if key not in inputs:  # arms sharing inputs share their rounding and exact sum
+                t1 = time.perf_counter()
                 Xr = round_to(X, spec.input)
-                exact_cache[key] = (Xr, exact_sum(Xr), int(np.count_nonzero((X != 0) & (Xr == 0))))
-            Xin, ex, underflow = exact_cache[key]
-            plan = plan_for(cfg, spec, step)
+                t2 = time.perf_counter()
+                inputs[key] = _Inputs(Xr, X)
+                times["engine"] += t2 - t1
+                times["exact"] += time.perf_counter() - t2
+            inp = inputs[key]
+            underflow[i] += inp.underflow
             t1 = time.perf_counter()
-            y = _reduce(Xin, plan, spec, seed=e.seed * 1_000_003 + step * 131 + i)
-            engine_time += time.perf_counter() - t1
-            ys[spec.name] = y
-            if on_step is not None:
-                on_step(step, spec, y)
-            if step < e.check_steps:
-                a.check_inputs[step], a.check_outputs[step] = Xin, y
-            row: dict[str, Any] = {"step": step, "arm": spec.name, "elements": int(y.size), "loss": loss,
-                                   "underflow": underflow}
-            row.update(_error_metrics(y, ex, spec, n))
-            if training:
-                g = y.astype(np.float64) * (n if spec.average != "none" else 1)
-                a.params = source.update(a.params, g, a.state)  # type: ignore[attr-defined]
-            rows.append(row)
-        ref = arms[0]
-        for a, row in zip(arms, rows[-len(arms):], strict=True):
-            fmt = _wider(a.spec.out_format, ref.spec.out_format)
-            cmp, dist = _compare(ys[a.spec.name], ys[ref_name], fmt)
-            row.update(cmp)
-            bins = np.searchsorted(ULP_EDGES, np.ceil(dist), side="right") - 1
-            a.hist += np.bincount(bins, minlength=len(ULP_EDGES))
-            if cmp["diff_frac"] > 0 and a.first_div is None:
-                a.first_div = step
-            if training:
-                assert a.params is not None
-                assert ref.params is not None
-                pa, pr = a.params.astype(np.float64), ref.params.astype(np.float64)
-                nr = float(np.linalg.norm(pr))
-                row["param_dist"] = float(np.linalg.norm(pa - pr)) / nr if nr > 0 else float("nan")
-                row["param_diff_frac"] = float(np.mean(a.params.view(np.uint32) != ref.params.view(np.uint32)))
-                if row["param_diff_frac"] > 0 and a.first_param_div is None:
-                    a.first_param_div = step
-            else:
-                row["param_dist"] = row["param_diff_frac"] = float("nan")
-        times = (time.perf_counter() - t0, engine_time, source_time)
-        _checkpoint(d, cfg, rows, arms, step + 1, training, times, summary_extra)
-        if progress is not None:
-            done = step + 1 - start
-            eta = (time.perf_counter() - t0) / done * (e.steps - step - 1)
-            progress(step + 1, e.steps, eta)
-    repro = {a.spec.name: _reproducible(cfg, a) for a in arms}
-    _write_summary(d, cfg, rows, arms, e.steps, complete=True,
-                   times=(time.perf_counter() - t0, engine_time, source_time), repro=repro, extra=summary_extra)
-    return load_run(d)
+            y = _reduce(inp.X, plan[i], spec, np.random.default_rng([e.seed, step, i, c]), lo, m)
+            times["engine"] += time.perf_counter() - t1
+            ys[i][lo:hi] = y
+            if check is not None:  # another run of the same job: re-seeded orders, same bits?
+                y2 = _reduce(inp.X, check[i], spec, np.random.default_rng([e.seed + 7, step, i, c]), lo, m)
+                a.reproducible = a.reproducible is not False and np.array_equal(y.view(np.uint8), y2.view(np.uint8))
+            err[i].add(y, *inp.correctly_rounded(spec, n), get_format(spec.out_format))
+        for i, a in enumerate(arms):
+            cmp[i].add(ys[i][lo:hi], ys[0][lo:hi], get_format(_wider(a.spec.out_format, ref.spec.out_format)))
+    for i, a in enumerate(arms):
+        spec = a.spec
+        if on_step is not None:
+            on_step(step, spec, ys[i])
+        loss = source.loss(step, a.params) if training else float("nan")  # type: ignore[attr-defined]
+        row: dict[str, Any] = {"step": step, "arm": spec.name, "elements": m, "loss": loss,
+                               "underflow": underflow[i], **err[i].row(), **cmp[i].row()}
+        a.hist += cmp[i].hist
+        if row["diff_frac"] > 0 and a.first_div is None:
+            a.first_div = step
+        if training:
+            g = ys[i].astype(np.float64) * (n if spec.average != "none" else 1)
+            a.params = source.update(a.params, g, a.state)  # type: ignore[attr-defined]
+        rows.append(row)
+    for a, row in zip(arms, rows[-len(arms):], strict=True):
+        if training:
+            assert a.params is not None
+            assert ref.params is not None
+            pa, pr = a.params.astype(np.float64), ref.params.astype(np.float64)
+            nr = float(np.linalg.norm(pr))
+            row["param_dist"] = float(np.linalg.norm(pa - pr)) / nr if nr > 0 else float("nan")
+            row["param_diff_frac"] = float(np.mean(a.params.view(np.uint32) != ref.params.view(np.uint32)))
+            if row["param_diff_frac"] > 0 and a.first_param_div is None:
+                a.first_param_div = step
+        else:
+            row["param_dist"] = row["param_diff_frac"] = float("nan")
 
 
 def _open_dir(d: Path, cfg: Config, *, resume: bool) -> tuple[list[dict[str, Any]], int]:
@@ -318,19 +327,8 @@ def _restore(a: _Arm, rows: list[dict[str, Any]], old: dict[str, Any]) -> None:
             a.hist = np.array(s["ulp_hist"]["counts"], dtype=np.int64)
 
 
-def _reproducible(cfg: Config, a: _Arm) -> bool | None:
-    """Re-run the first steps with the order policy re-seeded (another run of the same job)."""
-    if not a.check_inputs:
-        return None
-    for step, Xin in a.check_inputs.items():
-        y = _reduce(Xin, plan_for(cfg, a.spec, step, salt=1), a.spec, seed=cfg.experiment.seed + 7)
-        if not np.array_equal(y.view(np.uint8), a.check_outputs[step].view(np.uint8)):
-            return False
-    return True
-
-
 def _checkpoint(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[_Arm], steps_done: int,
-                training: bool, times: tuple[float, float, float], extra: SummaryExtra | None = None) -> None:
+                training: bool, times: tuple[float, dict[str, float]], extra: SummaryExtra | None = None) -> None:
     try:
         atomic_write(d / "metrics.csv", rows_to_csv(rows))
         if training:
@@ -347,7 +345,7 @@ def _checkpoint(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[_Ar
 
 
 def _write_summary(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[_Arm], steps_done: int, *,
-                   complete: bool, times: tuple[float, float, float], repro: dict[str, bool | None],
+                   complete: bool, times: tuple[float, dict[str, float]], repro: dict[str, bool | None],
                    extra: SummaryExtra | None = None) -> None:
     cols = columns(rows)
     out_arms = []
@@ -377,8 +375,8 @@ def _write_summary(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[
         "format": 1, "name": e.name, "complete": complete, "steps": e.steps, "steps_done": steps_done,
         "workers": e.workers, "elements": int(rows[-1]["elements"]) if rows else None,
         "source": cfg.source.kind, "seed": e.seed, "reference": cfg.arms[0].name,
-        "wall_time_s": round(times[0], 3), "engine_time_s": round(times[1], 3),
-        "source_time_s": round(times[2], 3),
+        "wall_time_s": round(times[0], 3), "engine_time_s": round(times[1]["engine"], 3),
+        "source_time_s": round(times[1]["source"], 3), "exact_time_s": round(times[1]["exact"], 3),
         "versions": {"fpreduce": __version__, "numpy": np.__version__, "python": platform.python_version()},
         "arms": out_arms,
     }

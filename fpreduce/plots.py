@@ -72,8 +72,9 @@ def load_summary(run_dir: str | Path) -> dict[str, Any]:
 
 def load_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
     """Rows of ``SWEEP/sweep.csv`` (``workers`` int, measures float); truncated last row ignored."""
+    measures = SWEEP_COLUMNS[SWEEP_COLUMNS.index("arm") + 1 :]
     return _read_csv(Path(sweep_dir) / "sweep.csv", "sweep", SWEEP_COLUMNS, lambda r: {
-        **r, "workers": int(r["workers"]), **{c: float(r[c]) for c in SWEEP_COLUMNS[5:]}})[1]
+        **r, "workers": int(r["workers"]), **{c: float(r[c]) for c in measures}})[1]
 
 
 def arm_label(arm: Mapping[str, Any], *, reference: str | None = None) -> str:
@@ -419,10 +420,15 @@ def _fig_sweep(rows: list[dict[str, Any]], name: str, about: str) -> Figure:
 
     workers = sorted({r["workers"] for r in rows})
     arms = list(dict.fromkeys(r["arm"] for r in rows))
-    groups = list(dict.fromkeys((r["plan"], r["input"], r["accumulate"]) for r in rows))
+    several = len({r["dist"] for r in rows}) > 1  # name the data only when it varies
+
+    def group(r: dict[str, Any]) -> tuple[str, str, str]:
+        return (f"{r['plan']} {r['dist']}" if several else r["plan"], r["input"], r["accumulate"])
+
+    groups = list(dict.fromkeys(group(r) for r in rows))
     lines: dict[tuple[str, ...], dict[int, list[dict[str, Any]]]] = {}
     for r in rows:
-        lines.setdefault((r["plan"], r["input"], r["accumulate"], r["arm"]), {}).setdefault(r["workers"], []).append(r)
+        lines.setdefault((*group(r), r["arm"]), {}).setdefault(r["workers"], []).append(r)
     fig, axes = _new_figure(f"{name}: error and divergence against the number of workers N",
                             f"{about}{len(groups)} plan/format combination(s), {len(arms)} arm(s), "
                             f"N = {', '.join(map(str, workers))}", nrows=2, ncols=2)
@@ -476,7 +482,7 @@ def plot_sweep(sweep_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")
 
     Four log-log panels against the number of workers N (mean and max relative
     error, fraction of differing elements, max ulp distance), one colour per
-    (plan, input→accumulate), one line style per arm, with √N and N reference
+    (plan, data distribution when several, input→accumulate), one line style per arm, with √N and N reference
     slopes from the top line's first positive point. Zeros sit on a floor line. Several rows for the same line and N are
     averaged (NaN ignored). Raises InvalidArgument for a missing sweep.csv or column.
     """

@@ -397,7 +397,7 @@ def _appendix(doc: Doc, run: _Run) -> None:
              "(config.toml not found in the run directory)", size=7.5, mono=True)
     doc.new_page()
     doc.heading("Appendix B: run and per-arm summary (summary.json)")
-    timing = ("wall_time_s", "engine_time_s", "source_time_s")  # wall-clock: would make reruns differ
+    timing = ("wall_time_s", "engine_time_s", "source_time_s", "exact_time_s")  # would make reruns differ
     doc.table(["key", "value"], [[k, json.dumps(v)] for k, v in run.summary.items() if k != "arms" and k not in timing])
     keys = [k for k in dict.fromkeys(k for a in run.arms for k in a) if k not in ("name", "ulp_hist")]
     doc.heading("Per-arm aggregates", 11)
@@ -481,8 +481,10 @@ def write_sweep_report(sweep_dir: str | Path, out: str | Path | None = None) -> 
     if not rows or miss:
         raise InvalidArgument(f"{d / 'sweep.csv'}: no rows or missing columns {miss}")
     series: dict[str, dict[str, NDArray[np.float64]]] = {}
+    several = len({r.get("dist", "") for r in rows}) > 1  # name the data only when it varies
     for r in sorted(rows, key=lambda r: _num(r["workers"])):
-        m = series.setdefault(f"{r['arm']}: {r['plan']} {r['input']}->{r['accumulate']}", {})
+        data = f" {r['dist']}" if several else ""
+        m = series.setdefault(f"{r['arm']}: {r['plan']}{data} {r['input']}->{r['accumulate']}", {})
         for c in _SWEEP_NUM:
             m[c] = np.append(m.get(c, np.array([])), _num(r[c]))
     lines = []

@@ -64,8 +64,11 @@ def _quantum_bits(a: NDArray[np.float64], f: Format) -> NDArray[np.uint64]:
     """Float64 bit patterns of the quantum 2**k of each |a| in f.
 
     k = max(e, emin) - p + 1 with e the float64 exponent (float64 subnormals fall
-    far below every emin), computed on the exponent field alone: three uint64 ops.
+    far below every emin), computed on the exponent field alone: three uint64 ops
+    (fp64 itself, whose smallest quanta are subnormal: ``np.spacing``).
     """
+    if f.emin - f.precision + 1 < -1022:  # fp64: quanta below 2**-1022 are subnormal
+        return np.spacing(np.abs(a)).view(np.uint64)  # the float64 ulp of |a| (2**-1074 below 2**-1021)
     field = a.view(np.uint64) & np.uint64(0x7FF0000000000000)
     np.maximum(field, np.uint64((f.emin + 1023) << 52), out=field)
     field -= np.uint64((f.precision - 1) << 52)

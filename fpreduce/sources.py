@@ -15,8 +15,10 @@ elements)``: row ``w`` is worker ``w``'s gradient. Three kinds:
   Outlier ``outlier_worker`` (-1: none): ``scale`` multiplies its row by
   ``outlier_scale``; ``corrupt`` replaces it by ``outlier_scale * noise * e'``,
   fresh draws uncorrelated with the signal (a buggy worker: finite garbage);
-  ``nan`` makes it all NaN (a diverged worker). Row ``w`` depends on ``(seed,
-  step, w)`` only: adding workers leaves the first rows unchanged.
+  ``nan`` makes it all NaN (a diverged worker). Elements are drawn in blocks of
+  ``BLOCK`` = 16384 from streams keyed by ``(seed, step, stream, block)``, worker
+  after worker: adding workers leaves the first rows unchanged, and any element
+  range can be generated alone (the runner works through long vectors in pieces).
 - ``model`` (:class:`ModelSpec`): a teacher-student MLP trained data-parallel
   (``ModelSource``, documented in ``fpreduce._model``).
 - ``file`` (:class:`FileSpec`): gradients dumped from a real run (see below).
@@ -101,8 +103,10 @@ ACTIVATIONS = ("tanh", "relu")
 KINDS = ("synthetic", "model", "file")
 _ALIASES = {"gaussian": "normal", "t": "student_t", "student": "student_t", "studentt": "student_t",
             "log_normal": "lognormal", "log-normal": "lognormal"}
-# stream tags of default_rng([seed, step, tag, ...]) keys (the model's are >= 1000)
+# stream tags of default_rng([seed, step, tag, block]) keys (the model's are >= 1000)
 _SIGNAL, _NOISE, _MASK, _CORRUPT = range(4)
+#: synthetic gradients are drawn in blocks of this many elements (part of the data's definition)
+BLOCK = 1 << 14
 
 S = TypeVar("S", bound="_Spec")
 
@@ -317,8 +321,9 @@ class Source(Protocol):
     elements: int
     max_steps: int | None
 
-    def gradients(self, step: int, params: NDArray[np.float32] | None = None) -> NDArray[np.float32]:
-        """The workers' gradients of ``step``: float32, shape (workers, elements)."""
+    def gradients(self, step: int, params: NDArray[np.float32] | None = None, *, lo: int = 0,
+                  hi: int | None = None) -> NDArray[np.float32]:
+        """The workers' gradients of ``step``: float32, shape (workers, hi - lo), elements lo..hi-1."""
         ...
 
 
@@ -331,46 +336,71 @@ class SyntheticSource(Source):
     def __init__(self, spec: SyntheticSpec, *, workers: int, seed: int) -> None:
         self.spec, self.workers, self.seed, self.elements = spec, workers, seed, spec.elements
 
-    def _draw(self, rng: np.random.Generator) -> NDArray[np.float64]:
-        sp, m = self.spec, self.elements
+    def _draw(self, key: list[int], shape: tuple[int, ...]) -> NDArray[np.float64]:
+        """``shape`` draws of ``dist`` (C order) from stream ``key`` (lognormal signs: ``key + [1]``)."""
+        sp = self.spec
+        rng = np.random.default_rng(key)
         if sp.dist == "student_t":
-            return rng.standard_t(sp.df, m)
-        z = rng.standard_normal(m)
+            return rng.standard_t(sp.df, shape)
+        z = rng.standard_normal(shape)
         if sp.dist == "lognormal":
             z *= sp.log_sigma
             np.exp(z, out=z)
-            np.negative(z, out=z, where=rng.random(m) < 0.5)
+            np.negative(z, out=z, where=np.random.default_rng([*key, 1]).random(shape) < 0.5)
         return z
 
-    def gradients(self, step: int, params: NDArray[np.float32] | None = None) -> NDArray[np.float32]:
-        """Float32 (workers, elements) gradients of ``step`` (``params`` is ignored).
+    def gradients(self, step: int, params: NDArray[np.float32] | None = None, *, lo: int = 0,
+                  hi: int | None = None) -> NDArray[np.float32]:
+        """Float32 (workers, hi - lo) gradients of ``step``, elements lo..hi-1 (``params`` is ignored).
 
-        Each row is computed in float64 and rounded once to float32 (nearest-even,
-        overflow to ±Inf); masked ``sparse`` entries are +0.0.
+        Elements are drawn in blocks of ``BLOCK`` from streams keyed by (seed, step,
+        block): asking for a slice gives the same bits as slicing the whole, and
+        worker w's rows come before worker w+1's in each stream (adding workers leaves
+        the first rows unchanged). Values are computed in float64 and rounded once to
+        float32 (nearest-even, overflow to ±Inf); masked ``sparse`` entries are +0.0.
         """
         check_step(step, None)
-        sp, seed = self.spec, self.seed
-        scale = math.exp(-sp.decay * step)
-        shared = self._draw(np.random.default_rng([seed, step, _SIGNAL]))
-        shared *= scale * sp.signal
-        out = np.empty((self.workers, self.elements), dtype=np.float32)
-        for w in range(self.workers):
-            row = self._draw(np.random.default_rng([seed, step, _NOISE, w]))
-            row *= scale * sp.noise
-            row += shared
-            if w == sp.outlier_worker:
-                if sp.outlier_kind == "scale":
-                    row *= sp.outlier_scale
-                elif sp.outlier_kind == "corrupt":
-                    row = self._draw(np.random.default_rng([seed, step, _CORRUPT, w]))
-                    row *= scale * sp.noise * sp.outlier_scale
-                else:
-                    row[:] = np.nan
-            if sp.dist == "sparse":
-                row[np.random.default_rng([seed, step, _MASK, w]).random(self.elements) < sp.sparsity] = 0.0
-            with np.errstate(over="ignore"):
-                out[w] = row  # float64 -> float32, nearest-even, overflow -> ±Inf
+        lo, hi = _check_range(lo, hi, self.elements)
+        out = np.empty((self.workers, hi - lo), dtype=np.float32)
+        for b in range(lo // BLOCK, -(-hi // BLOCK)):
+            b_lo, b_hi = b * BLOCK, min(self.elements, (b + 1) * BLOCK)
+            blk = self._block(step, b, b_hi - b_lo)
+            a, e = max(lo, b_lo), min(hi, b_hi)
+            out[:, a - lo : e - lo] = blk[:, a - b_lo : e - b_lo]
         return out
+
+    def _block(self, step: int, b: int, m: int) -> NDArray[np.float32]:
+        sp, seed, n = self.spec, self.seed, self.workers
+        scale = math.exp(-sp.decay * step)
+
+        def key(tag: int) -> list[int]:
+            return [seed, step, tag, b]
+
+        Z = self._draw(key(_NOISE), (n, m))
+        Z *= scale * sp.noise
+        shared = self._draw(key(_SIGNAL), (m,))
+        shared *= scale * sp.signal
+        Z += shared
+        w = sp.outlier_worker
+        if 0 <= w < n:
+            if sp.outlier_kind == "scale":
+                Z[w] *= sp.outlier_scale
+            elif sp.outlier_kind == "corrupt":
+                Z[w] = self._draw(key(_CORRUPT), (m,))
+                Z[w] *= scale * sp.noise * sp.outlier_scale
+            else:
+                Z[w] = np.nan
+        if sp.dist == "sparse":
+            Z[np.random.default_rng(key(_MASK)).random((n, m)) < sp.sparsity] = 0.0
+        with np.errstate(over="ignore"):
+            return Z.astype(np.float32)  # float64 -> float32, nearest-even, overflow -> ±Inf
+
+
+def _check_range(lo: int, hi: int | None, elements: int) -> tuple[int, int]:
+    hi = elements if hi is None else hi
+    if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi <= elements):
+        raise InvalidArgument(f"element range {lo}..{hi} is outside 0..{elements}")
+    return lo, hi
 
 
 class FileSource(Source):
@@ -412,9 +442,11 @@ class FileSource(Source):
                                   f"workers = {self.workers}")
         return shape[0], shape[1], shape[2]
 
-    def gradients(self, step: int, params: NDArray[np.float32] | None = None) -> NDArray[np.float32]:
-        """Float32 (workers, elements) gradients of ``step`` (float64 rounded to nearest fp32)."""
+    def gradients(self, step: int, params: NDArray[np.float32] | None = None, *, lo: int = 0,
+                  hi: int | None = None) -> NDArray[np.float32]:
+        """Float32 (workers, hi - lo) gradients of ``step``, elements lo..hi-1 (float64 rounded to nearest fp32)."""
         check_step(step, self.max_steps)
+        lo, hi = _check_range(lo, hi, self.elements)
         if self._files is not None:
             f = self._files[step]
             a = _load(f, mmap_mode="r")
@@ -423,7 +455,7 @@ class FileSource(Source):
         else:
             a = self._array[step]
         with np.errstate(over="ignore"):
-            return np.array(a, dtype=np.float32)
+            return np.array(a[:, lo:hi], dtype=np.float32)
 
 
 def _npy_header(path: Path, ndim: int) -> tuple[tuple[int, ...], np.dtype[Any]]:

@@ -1,18 +1,20 @@
-"""A sweep: one small A-vs-B experiment per point of a grid (workers x plan x formats).
+"""A sweep: one small A-vs-B experiment per point of a grid (workers x plan x data x formats).
 
 The sweep file is an experiment config plus a ``[sweep]`` table::
 
     [sweep]
     workers = [4, 8, 16, 32, 64]
     plans = ["sequential", "ring:nccl", "pairwise"]
+    dists = ["normal", "lognormal"]          # synthetic data (default: the source's dist)
     formats = ["bf16:bf16", "bf16:fp32"]     # input:accumulate
     order = "shuffle"                         # B's policy: shuffle (re-rank the plan) or arrival
 
 Each point runs arm A = ``fixed:<plan>`` and arm B = ``<order>:<plan>`` (``arrival``
-ignores the plan) with the point's formats, on the config's source and steps, into
-``SWEEP/points/<id>/`` (a normal run directory). ``SWEEP/sweep.csv`` has one row per
-point and arm: workers, plan, input, accumulate, arm, mean_err_rel, max_err_rel,
-mean_diff_frac, max_ulp. Does the error of a ring in bf16 grow like sqrt(N)? The
+ignores the plan) with the point's formats, on the config's source (its ``dist``
+replaced by the point's) and steps, into ``SWEEP/points/<id>/`` (a normal run
+directory). ``SWEEP/sweep.csv`` has one row per point and arm: workers, plan, dist
+(the synthetic distribution, or the source kind), input, accumulate, arm,
+mean_err_rel, max_err_rel, mean_diff_frac, max_ulp. Does the error of a ring in bf16 grow like sqrt(N)? The
 sweep figure answers with the sqrt(N) and N slopes drawn beside the data.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import tomllib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -30,12 +33,13 @@ from fpreduce._errors import InvalidArgument, unknown_name
 from fpreduce.config import ArmSpec, Config, from_dict
 from fpreduce.experiment import run_experiment
 from fpreduce.results import atomic_write
+from fpreduce.sources import DISTS, SyntheticSpec
 
 __all__ = ["SWEEP_COLUMNS", "load_sweep", "run_sweep"]
 
-SWEEP_COLUMNS = ("workers", "plan", "input", "accumulate", "arm", "mean_err_rel", "max_err_rel",
+SWEEP_COLUMNS = ("workers", "plan", "dist", "input", "accumulate", "arm", "mean_err_rel", "max_err_rel",
                  "mean_diff_frac", "max_ulp")
-_KEYS = ("workers", "plans", "formats", "order")
+_KEYS = ("workers", "plans", "dists", "formats", "order")
 
 
 def load_sweep(path: str | Path) -> tuple[Config, list[Config]]:
@@ -63,29 +67,47 @@ def load_sweep(path: str | Path) -> tuple[Config, list[Config]]:
         raise unknown_name("sweep.order", order, ("shuffle", "arrival"))
     if not (isinstance(workers, list) and all(isinstance(w, int) and w >= 1 for w in workers)):
         raise InvalidArgument(f"sweep.workers must be a list of positive ints, got {workers!r}")
+    sources = _sources(base, sw.get("dists"))
     points = []
-    for w in workers:
-        for plan in plans:
-            for fm in formats:
-                inp, _, acc = str(fm).partition(":")
-                if not acc:
-                    raise InvalidArgument(f"sweep.formats entries are input:accumulate, got {fm!r}")
-                b_order = "arrival" if order == "arrival" else f"shuffle:{plan}"
-                arms = (ArmSpec(name="A", order=f"fixed:{plan}", input=inp, accumulate=acc),
-                        ArmSpec(name="B", order=b_order, input=inp, accumulate=acc))
-                name = f"n{w}-{plan.replace(':', '_')}-{inp}-{acc}"
-                exp = replace(base.experiment, workers=w, name=name, check_steps=0)
-                points.append(Config(exp, base.source, base.arrival, arms))
+    for w, plan, (dist, source), fm in itertools.product(workers, plans, sources, formats):
+        inp, _, acc = str(fm).partition(":")
+        if not acc:
+            raise InvalidArgument(f"sweep.formats entries are input:accumulate, got {fm!r}")
+        b_order = "arrival" if order == "arrival" else f"shuffle:{plan}"
+        arms = (ArmSpec(name="A", order=f"fixed:{plan}", input=inp, accumulate=acc),
+                ArmSpec(name="B", order=b_order, input=inp, accumulate=acc))
+        name = f"n{w}-{plan.replace(':', '_')}-{inp}-{acc}" + (f"-{dist}" if "dists" in sw else "")
+        exp = replace(base.experiment, workers=w, name=name, check_steps=0)
+        points.append(Config(exp, source, base.arrival, arms))
     return base, points
+
+
+def _sources(base: Config, dists: object) -> list[tuple[str, Any]]:
+    """(dist label, source spec) per data point of the grid."""
+    src = base.source
+    if dists is None:
+        return [(src.dist if isinstance(src, SyntheticSpec) else src.kind, src)]
+    if not isinstance(src, SyntheticSpec):
+        raise InvalidArgument(f"sweep.dists needs a synthetic source, but source.kind = {src.kind!r}")
+    if not (isinstance(dists, list) and dists and all(isinstance(x, str) for x in dists)):
+        raise InvalidArgument(f"sweep.dists must be a non-empty list of distribution names, got {dists!r}")
+    out = []
+    for x in dists:
+        if x not in DISTS:
+            raise unknown_name("sweep.dists entry", x, DISTS)
+        out.append((x, replace(src, dist=x)))
+    return out
 
 
 def _one(args: tuple[Config, str]) -> list[dict[str, Any]]:
     cfg, out = args
     res = run_experiment(cfg, out)
     plan = cfg.arms[0].order.partition(":")[2]
+    src = cfg.source
+    dist = src.dist if isinstance(src, SyntheticSpec) else src.kind
     rows = []
     for a in res.summary["arms"]:
-        rows.append({"workers": cfg.experiment.workers, "plan": plan, "input": a["input"],
+        rows.append({"workers": cfg.experiment.workers, "plan": plan, "dist": dist, "input": a["input"],
                      "accumulate": a["accumulate"], "arm": a["name"], "mean_err_rel": a["mean_err_rel"],
                      "max_err_rel": a["max_err_rel"], "mean_diff_frac": a["mean_diff_frac"] or 0.0,
                      "max_ulp": a["max_ulp"] or 0.0})

@@ -226,6 +226,26 @@ def test_blocking_does_not_change_bits():
             assert same(whole[cut:], fr.reduce(X[:, cut:], p, input="bf16", accumulate="bf16"))
 
 
+@pytest.mark.parametrize("plan", ["sequential", "ring:nccl", "ring:gloo", "ring:ompi", "rabenseifner",
+                                  "tree:nccl:4", "hier:4", "atomic"])
+@given(cuts=st.lists(st.integers(1, 20010), min_size=1, max_size=4, unique=True))
+def test_reducing_piece_by_piece_equals_reducing_whole(plan, cuts):
+    # the runner reduces long vectors in element chunks (offset, total): same bits as whole
+    m = 20011
+    X = np.random.default_rng(13).standard_normal((12, m)).astype(np.float32)
+    whole = fr.reduce(X, plan, input="bf16", accumulate="bf16", seed=3)
+    edges = [0, *sorted(cuts), m]
+    parts = [fr.reduce(X[:, a:b], plan, input="bf16", accumulate="bf16", seed=3, offset=a, total=m)
+             for a, b in zip(edges, edges[1:], strict=False)]
+    assert same(np.concatenate(parts), whole)
+
+
+def test_offset_outside_the_vector_is_refused():
+    X = np.ones((3, 4), dtype=np.float32)
+    with pytest.raises(fr.InvalidArgument, match="offset"):
+        fr.reduce(X, "ring:nccl", offset=2, total=5)
+
+
 @pytest.mark.parametrize("acc", ["bf16", "fp16", "fp32"])
 def test_atomic_plan_equals_per_element_sequential_folds(acc):
     rng = np.random.default_rng(12)

@@ -318,3 +318,24 @@ def test_fast_path_refuses_columns_float64_would_round():
     assert got.to_float64().tolist() == [2.0**-20, 1.0]
     Y = np.array([[2.0**53], [1.0], [1.0]])  # float64: naive left-to-right gives 2^53
     assert exact_sum(Y).fraction(0) == 2**53 + 2
+
+
+def test_float64_proof_uses_the_columns_coarser_grid_and_rules_out_overflow():
+    from fpreduce.exact import _float64_exact_columns
+
+    # bf16 values (8 significant bits) spread over 40 binades: the float32 bound (24 bits)
+    # cannot prove the float64 sum exact, the shared trailing zeros can
+    col = np.array([1.5 * 2.0**20, -1.25 * 2.0**-20, 1.75 * 2.0**-19, 1.0], dtype=np.float32)
+    X = np.stack([col, col * np.float32(3)], axis=1)  # 3 * 1.75 = 5.25: still <= 8 bits
+    ok = _float64_exact_columns(X, 24)
+    assert ok.all()
+    es = exact_sum(X)
+    for j in range(2):
+        assert es.fraction(j) == sum(Fraction(float(v)) for v in X[:, j])
+        assert es.lo[j] == 0
+    wide = np.array([[1.0], [1.0 + 2.0**-23], [2.0**-40]], dtype=np.float32)  # 24 bits over 41 binades
+    assert not _float64_exact_columns(wide, 24).any()
+    assert exact_sum(wide).fraction(0) == sum(Fraction(float(v)) for v in wide[:, 0])
+    big = np.array([[1e308], [1e308]])  # a coarse grid but the sum overflows float64
+    assert not _float64_exact_columns(big, 53).any()
+    assert exact_sum(big).fraction(0) == 2 * Fraction(1e308)

@@ -191,3 +191,102 @@ def test_summary_is_json_with_versions(tmp_path):
     s = json.loads((res.dir / "summary.json").read_text())
     assert s["versions"]["fpreduce"] == fr.__version__
     assert s["reference"] == "A"
+
+
+CHUNKED = """
+[experiment]
+name = "chunked"
+steps = 2
+workers = 128
+seed = 4
+check_steps = 1
+[source]
+kind = "synthetic"
+elements = 70001
+[[arms]]
+name = "A"
+order = "fixed:ring:nccl"
+[[arms]]
+name = "B"
+order = "atomic"
+[[arms]]
+name = "B-mean"
+order = "shuffle:ring:gloo"
+accumulate = "fp32"
+output = "bf16"
+average = "after"
+"""
+
+
+def test_runner_chunks_give_the_bits_of_whole_vector_reductions(tmp_path):
+    from fpreduce.experiment import chunk_width
+
+    cfg = cf.from_dict(tomllib.loads(CHUNKED))
+    assert chunk_width(128) < 70001 // 2  # three chunks, the last one short
+    got = {}
+    res = run_experiment(cfg, tmp_path / "r", on_step=lambda step, arm, y: got.__setitem__((step, arm.name), y))
+    src = fr.sources.open_source(cfg.source, workers=128, seed=4)
+    m = res.metrics
+    for step in range(2):
+        Xin = fr.round_to(src.gradients(step), "bf16")
+        ex = fr.exact_sum(Xin)
+        ys = {}
+        for arm in cfg.arms:
+            y = fr.reduce(Xin, plan_for(cfg, arm, step), input="bf16", accumulate=arm.accumulate,
+                          output=arm.output or None, average=arm.average)
+            assert np.array_equal(got[(step, arm.name)].view(np.uint32), y.view(np.uint32))
+            ys[arm.name] = y
+        # the streamed metrics equal the same metrics computed on the whole vectors
+        s, y = ex.hi, ys["A"].astype(np.float64)
+        rel = np.abs((y - s) - ex.lo) / np.abs(s)
+        assert m["A"]["err_max_rel"][step] == rel.max()
+        assert m["A"]["err_mean_rel"][step] == pytest.approx(rel.mean(), rel=1e-12)
+        assert m["A"]["err_median_rel"][step] == pytest.approx(np.median(rel), rel=1e-6)
+        assert m["A"]["frac_correct"][step] == np.mean(ys["A"] == ex.round("bf16"))
+        assert m["B"]["diff_frac"][step] == np.mean(ys["B"].view(np.uint32) != ys["A"].view(np.uint32))
+        assert 0.1 < m["B"]["diff_frac"][step] < 1
+    arms = {a["name"]: a for a in res.summary["arms"]}
+    assert arms["A"]["reproducible"] is True
+    assert arms["B"]["reproducible"] is False
+    assert sum(arms["B"]["ulp_hist"]["counts"]) == 2 * 70001
+
+
+def test_step_metrics_against_whole_array_definitions():
+    from fpreduce._stepmetrics import ULP_EDGES, CompareStats, ErrorStats
+    from fpreduce.formats import get_format
+
+    rng = np.random.default_rng(5)
+    f = get_format("bf16")
+    y = fr.round_to(rng.standard_normal(1000) * 2.0 ** rng.integers(-20, 20, 1000), "bf16")
+    ref = y.copy()
+    ref[::3] = fr.round_to(y[::3] * (1 + 2.0**-6), "bf16")  # a few ulps away
+    ref[1], y[1] = 0.0, -0.0  # signed zeros: bits differ, distance 0
+    y[2], ref[4], y[5], ref[5] = np.nan, np.inf, np.nan, np.nan  # NaN/Inf on one side: largest distance
+    c1, c2 = CompareStats(), CompareStats()
+    c1.add(y[:400], ref[:400], f)
+    c1.add(y[400:], ref[400:], f)
+    c2.add(y, ref, f)
+    assert c1.row() == pytest.approx(c2.row(), nan_ok=True)
+    assert np.array_equal(c1.hist, c2.hist)
+    a, b = y.astype(np.float64), ref.astype(np.float64)
+    differ = (a.view(np.uint64) != b.view(np.uint64)) & ~(np.isnan(a) & np.isnan(b))
+    assert c2.row()["diff_frac"] == differ.mean()
+    with np.errstate(invalid="ignore"):
+        big = np.maximum(np.abs(a), np.abs(b))
+        q = 2.0 ** (np.floor(np.log2(np.where(big > 0, big, 1.0))) - 7)
+        d = np.where(differ, np.abs(a - b) / q, 0.0)
+    d[np.isnan(d) | np.isinf(d)] = ULP_EDGES[-1]
+    d[1] = 0.0
+    assert c2.row()["ulp_max"] == d.max() == ULP_EDGES[-1]
+    assert c2.row()["ulp_mean"] == pytest.approx(d.mean())
+    assert np.array_equal(c2.hist, np.bincount(np.searchsorted(ULP_EDGES, np.ceil(d), side="right") - 1,
+                                               minlength=len(ULP_EDGES)))
+    assert c2.hist[0] == 1000 - differ.sum() + 1  # the equal ones and the signed zeros
+    e = ErrorStats()
+    hi = ref.astype(np.float64)
+    e.add(y, hi, np.zeros_like(hi), ref, f)
+    r = e.row()
+    assert r["nonfinite"] == 2
+    assert r["frac_correct"] == np.mean((y == ref) | (np.isnan(y) & np.isnan(ref)))
+    ok = np.isfinite(a) & np.isfinite(b) & (b != 0)
+    assert r["err_max_rel"] == np.max(np.abs(a[ok] - b[ok]) / np.abs(b[ok]))

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 import fpreduce as fr
 from fpreduce import _model
 from fpreduce.sources import (
+    BLOCK,
     FileSpec,
     ModelSource,
     ModelSpec,
@@ -149,6 +150,26 @@ def test_any_synthetic_spec_round_trips_and_is_reproducible(spec, workers, seed,
 
 def test_adding_workers_keeps_the_first_rows():
     assert same_bits(syn(workers=8).gradients(2)[:4], syn(workers=4).gradients(2))
+
+
+@pytest.mark.parametrize("kw", [{"dist": "normal"}, {"dist": "student_t"}, {"dist": "lognormal"},
+                                {"dist": "sparse"}, {"outlier_worker": 2, "outlier_kind": "corrupt"}])
+def test_any_element_range_equals_the_slice_of_the_whole(kw):
+    m = 2 * BLOCK + 123
+    src = syn(workers=5, elements=m, **kw)
+    whole = src.gradients(3)
+    assert whole.shape == (5, m)
+    for lo, hi in [(0, m), (0, 1), (BLOCK - 7, BLOCK + 9), (BLOCK, 2 * BLOCK), (m - 5, m), (17, 2 * BLOCK + 5),
+                   (40, 40)]:
+        assert same_bits(src.gradients(3, lo=lo, hi=hi), whole[:, lo:hi])
+    assert same_bits(syn(workers=9, elements=m, **kw).gradients(3)[:5], whole)  # more workers: same first rows
+    assert not np.array_equal(whole[:, :BLOCK], whole[:, BLOCK : 2 * BLOCK])  # blocks draw fresh values
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(-1, 3), (5, 4), (0, 4097)])
+def test_element_range_outside_the_gradient_is_refused(lo, hi):
+    with pytest.raises(fr.InvalidArgument, match="element range"):
+        syn(elements=4096).gradients(0, lo=lo, hi=hi)
 
 
 def test_shared_signal_correlates_workers():
@@ -383,6 +404,17 @@ def test_npz_prefers_grads_then_first(tmp_path):
     assert np.all(fsrc(tmp_path / "a.npz").gradients(0) == 2)
     np.savez(tmp_path / "b.npz", first=ones, second=twos)
     assert np.all(fsrc(tmp_path / "b.npz").gradients(0) == 1)
+
+
+def test_file_element_ranges(tmp_path):
+    a = np.arange(2 * 3 * 10, dtype=np.float32).reshape(2, 3, 10)
+    np.save(tmp_path / "g.npy", a)
+    (tmp_path / "d").mkdir()
+    np.save(tmp_path / "d" / "s.npy", a[1])
+    for src in (fsrc(tmp_path / "g.npy"), fsrc(tmp_path / "d")):
+        assert np.array_equal(src.gradients(src.max_steps - 1, lo=2, hi=7), a[1][:, 2:7])
+        with pytest.raises(fr.InvalidArgument, match="element range"):
+            src.gradients(0, lo=3, hi=11)
 
 
 def test_directory_in_natural_name_order(tmp_path):

@@ -53,9 +53,30 @@ def test_sweep_cli_writes_figures_and_report(tmp_path, capsys):
     (SWEEP.replace("workers = [2, 4, 8]", "workrs = [2]"), "did you mean 'workers'"),
     (SWEEP.replace('"bf16:fp32"', '"bf16"'), "input:accumulate"),
     (SWEEP.replace("[2, 4, 8]", "[0, 2]"), "positive ints"),
+    (SWEEP + 'dists = ["normal", "lognormall"]\n', "did you mean 'lognormal'"),
+    (SWEEP + "dists = []\n", "non-empty list"),
+    (SWEEP.replace('kind = "synthetic"\nelements = 256', 'kind = "model"') + 'dists = ["normal"]\n',
+     "synthetic source"),
 ])
 def test_bad_sweeps(tmp_path, text, msg):
     cfg = tmp_path / "s.toml"
     cfg.write_text(text)
     with pytest.raises(fr.InvalidArgument, match=msg):
         load_sweep(cfg)
+
+
+def test_sweep_over_data_distributions(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP.replace("[2, 4, 8]", "[4, 8]").replace('plans = ["sequential", "ring:nccl"]',
+                                                                'plans = ["sequential"]')
+                   + 'dists = ["normal", "lognormal"]\n')
+    _, points = load_sweep(cfg)
+    assert sorted({p.source.dist for p in points}) == ["lognormal", "normal"]
+    assert len({p.experiment.name for p in points}) == len(points) == 2 * 2 * 2
+    table = run_sweep(cfg, tmp_path / "out", jobs=1)
+    rows = list(csv.DictReader(table.read_text().splitlines()))
+    err = {(r["dist"], int(r["workers"]), r["accumulate"]): float(r["mean_err_rel"]) for r in rows if r["arm"] == "A"}
+    assert {k[0] for k in err} == {"normal", "lognormal"}
+    # the data changes the error: swamping by heavy-tailed magnitudes vs a normal sum
+    assert err[("lognormal", 8, "bf16")] != err[("normal", 8, "bf16")]
+    assert fr.plots.plot_sweep(tmp_path / "out", formats=("png",))
