@@ -19,6 +19,7 @@ import platform
 import time
 import zlib
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,6 @@ class _Inputs:
 
     def __init__(self, Xr: np.ndarray, X: np.ndarray) -> None:
         """``Xr``: ``X`` rounded to the input format."""
-        self.X = Xr
         zeros = int(np.count_nonzero(Xr == 0))  # zeros stay zeros: new zeros are underflows
         self.underflow = zeros - int(np.count_nonzero(X == 0)) if zeros else 0
         self.exact = exact_sum(Xr)
@@ -180,27 +180,48 @@ def run_experiment(
     for a in arms:
         _restore(a, rows, old)
     t0 = time.perf_counter()
-    times = {"engine": 0.0, "source": 0.0, "exact": 0.0}
-    for step in range(start, e.steps):
-        _run_step(cfg, source, arms, step, rows, times, on_step)
-        wall = time.perf_counter() - t0
-        _checkpoint(d, cfg, rows, arms, step + 1, training, (wall, times), summary_extra)
-        if progress is not None:
-            done = step + 1 - start
-            progress(step + 1, e.steps, wall / done * (e.steps - step - 1))
+    times = {"engine": 0.0, "source": 0.0, "exact": 0.0, "metrics": 0.0}
+    with ThreadPoolExecutor(1, thread_name_prefix="fpreduce-exact") as pool:
+        for step in range(start, e.steps):
+            _run_step(cfg, source, arms, step, rows, times, on_step, pool)
+            wall = time.perf_counter() - t0
+            _checkpoint(d, cfg, rows, arms, step + 1, training, (wall, times), summary_extra)
+            if progress is not None:
+                done = step + 1 - start
+                progress(step + 1, e.steps, wall / done * (e.steps - step - 1))
     repro = {a.spec.name: a.reproducible for a in arms}
     _write_summary(d, cfg, rows, arms, e.steps, complete=True, times=(time.perf_counter() - t0, times),
                    repro=repro, extra=summary_extra)
     return load_run(d)
 
 
+def _measure(specs: list[ArmSpec], inputs: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]],
+             keys: list[tuple[str, int]], ys: list[np.ndarray], n: int, err: list[ErrorStats],
+             cmp: list[CompareStats], underflow: list[int], times: dict[str, float]) -> None:
+    """One chunk's exact sums and metrics (on the oracle thread; it alone touches the stats)."""
+    t0 = time.perf_counter()
+    sums = {k: _Inputs(Xr, X) for k, (Xr, X) in inputs.items()}
+    t1 = time.perf_counter()
+    ref_fmt = specs[0].out_format
+    for i, spec in enumerate(specs):
+        inp = sums[keys[i]]
+        underflow[i] += inp.underflow
+        err[i].add(ys[i], *inp.correctly_rounded(spec, n), get_format(spec.out_format))
+        cmp[i].add(ys[i], ys[0], get_format(_wider(spec.out_format, ref_fmt)))
+    t2 = time.perf_counter()
+    times["exact"] += t1 - t0
+    times["metrics"] += t2 - t1
+
+
 def _run_step(cfg: Config, source: Source, arms: list[_Arm], step: int, rows: list[dict[str, Any]],
-              times: dict[str, float], on_step: OnStep | None) -> None:
+              times: dict[str, float], on_step: OnStep | None, pool: ThreadPoolExecutor) -> None:
     """Every arm reduces the step's gradients, chunk after chunk of elements; appends one row per arm.
 
     Per chunk: the inputs are rounded once per input format (the cast ``fr.reduce``
-    would do, shared by the arms: counted as engine time), summed exactly, reduced by
-    every arm and measured; only O(elements) results are kept across chunks.
+    would do, shared by the arms: counted as engine time) and reduced by every arm;
+    ``pool``'s one thread then sums them exactly and measures the results while the
+    arms reduce the next chunk (numpy releases the GIL: a second core runs the
+    oracle). Only O(elements) results are kept across chunks.
     """
     e = cfg.experiment
     n, m = e.workers, source.elements
@@ -214,37 +235,39 @@ def _run_step(cfg: Config, source: Source, arms: list[_Arm], step: int, rows: li
     cmp = [CompareStats() for _ in arms]
     underflow = [0] * len(arms)
     ys = [np.empty(m, dtype=get_format(s.out_format).value_dtype) for s in specs]
+    pending: list[Future[None]] = []
     for c, lo in enumerate(range(0, m, width)):
         hi = min(m, lo + width)
         t1 = time.perf_counter()
         shared = None if training else source.gradients(step, lo=lo, hi=hi)
         times["source"] += time.perf_counter() - t1
-        inputs: dict[tuple[str, int], _Inputs] = {}
+        inputs: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+        keys = []
         for i, a in enumerate(arms):
             spec = a.spec
             t1 = time.perf_counter()
             X = shared if shared is not None else source.gradients(step, a.params)
             times["source"] += time.perf_counter() - t1
             key = (spec.input, id(X))
+            keys.append(key)
             if key not in inputs:  # arms sharing inputs share their rounding and exact sum
                 t1 = time.perf_counter()
-                Xr = round_to(X, spec.input)
-                t2 = time.perf_counter()
-                inputs[key] = _Inputs(Xr, X)
-                times["engine"] += t2 - t1
-                times["exact"] += time.perf_counter() - t2
-            inp = inputs[key]
-            underflow[i] += inp.underflow
+                inputs[key] = (round_to(X, spec.input), X)
+                times["engine"] += time.perf_counter() - t1
+            Xr = inputs[key][0]
             t1 = time.perf_counter()
-            y = _reduce(inp.X, plan[i], spec, np.random.default_rng([e.seed, step, i, c]), lo, m)
+            y = _reduce(Xr, plan[i], spec, np.random.default_rng([e.seed, step, i, c]), lo, m)
             times["engine"] += time.perf_counter() - t1
             ys[i][lo:hi] = y
             if check is not None:  # another run of the same job: re-seeded orders, same bits?
-                y2 = _reduce(inp.X, check[i], spec, np.random.default_rng([e.seed + 7, step, i, c]), lo, m)
+                y2 = _reduce(Xr, check[i], spec, np.random.default_rng([e.seed + 7, step, i, c]), lo, m)
                 a.reproducible = a.reproducible is not False and np.array_equal(y.view(np.uint8), y2.view(np.uint8))
-            err[i].add(y, *inp.correctly_rounded(spec, n), get_format(spec.out_format))
-        for i, a in enumerate(arms):
-            cmp[i].add(ys[i][lo:hi], ys[0][lo:hi], get_format(_wider(a.spec.out_format, ref.spec.out_format)))
+        if len(pending) >= 2:  # at most two chunks' inputs wait for the oracle
+            pending.pop(0).result()
+        pending.append(pool.submit(_measure, specs, inputs, keys, [y[lo:hi] for y in ys], n, err, cmp,
+                                   underflow, times))
+    for f in pending:
+        f.result()
     for i, a in enumerate(arms):
         spec = a.spec
         if on_step is not None:
@@ -377,6 +400,7 @@ def _write_summary(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[
         "source": cfg.source.kind, "seed": e.seed, "reference": cfg.arms[0].name,
         "wall_time_s": round(times[0], 3), "engine_time_s": round(times[1]["engine"], 3),
         "source_time_s": round(times[1]["source"], 3), "exact_time_s": round(times[1]["exact"], 3),
+        "metrics_time_s": round(times[1]["metrics"], 3),
         "versions": {"fpreduce": __version__, "numpy": np.__version__, "python": platform.python_version()},
         "arms": out_arms,
     }
