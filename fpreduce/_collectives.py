@@ -258,33 +258,110 @@ class Split:
         return [m // k + (1 if c < m % k else 0) for c in range(k)]
 
 
-_ORDER_BLOCK = 4096
+def _order_dtype(n: int) -> np.dtype:
+    """The smallest unsigned integer type that holds 0..n-1 (uint8, uint16, uint32 or uint64)."""
+    size = 1 << max(0, ((n - 1).bit_length() - 1) // 8).bit_length()  # bytes: 1, 2, 4 or 8
+    return np.dtype(f"u{size}")
 
 
-def block_orders(seed: int, block: int, n: int) -> NDArray[np.intp]:
-    """4096 independent, exactly uniform permutations of 0..n-1 (one per row).
+def block_rows(n: int) -> int:
+    """Elements per block of :func:`block_orders`: 2^16 // n rounded down to a power of two, within 64..2^15.
 
-    From ``np.random.default_rng([seed, block])``: each row sorts n random 64-bit
-    keys whose low ceil(log2 n) bits are replaced by the worker index (faster
-    than ``Generator.permuted``). Iid keys give a uniform order;
-    a row where two keys' random parts tie (probability < n^2 / 2^(65 - bits))
-    is redrawn with ``Generator.permutation`` from the same generator, which
-    keeps the result exactly uniform and deterministic.
+    About 2^16 keys (256 KiB of 32-bit keys: the block's work stays in L2), and a
+    power of two that divides the engine's blocks of 2^15 elements, so none of
+    those needs two blocks of orders.
     """
-    rng = np.random.default_rng([seed, block])
-    bits = max(1, (n - 1).bit_length())
-    low = np.uint64((1 << bits) - 1)
-    keys = rng.bit_generator.random_raw((_ORDER_BLOCK, n))
-    keys &= ~low
-    keys |= np.arange(n, dtype=np.uint64)
-    keys.sort(axis=1)
-    tied = (keys[:, 1:] ^ keys[:, :-1]) <= low  # equal random parts, adjacent after sorting
-    keys &= low
-    out = keys.view(np.intp) if np.dtype(np.intp).itemsize == 8 else keys.astype(np.intp)
-    if tied.any():
-        for r in np.flatnonzero(tied.any(axis=1)):
-            out[r] = rng.permutation(n)
+    return min(1 << 15, 1 << max(6, ((1 << 16) // n).bit_length() - 1))
+
+
+def key_layout(n: int) -> tuple[int, int, int, int]:
+    """(w, g, t, b) of the sort keys for n workers: ``g`` elements' keys share a sorted row.
+
+    A w-bit key is ``tag << (w - t) | random << b | worker``: b = ceil(log2 n)
+    (at least 1) index bits, t = ceil(log2 g) tag bits naming the element within
+    the row (g = max(1, 64 // n) elements share a sorted row of about 64 keys),
+    and w - t - b random bits. w = 32 when an element's chance of a tie, below
+    n(n-1)/2 / 2^(w-t-b), is at most 1/8 (up to 1024 workers), else 64.
+    """
+    b = max(1, (n - 1).bit_length())
+    g = max(1, 64 // n)
+    t = (g - 1).bit_length()
+    w = 32 if 32 - t - b - 3 >= 0 and n * (n - 1) // 2 <= 1 << (32 - t - b - 3) else 64
+    return w, g, t, b
+
+
+def block_orders(seed: int, block: int, n: int, random_bits: int | None = None) -> NDArray[np.unsignedinteger]:
+    """Block ``block`` of the atomic plan's orders: shape (rows, n), ``rows = block_rows(n)``.
+
+    Row r is the order of element ``block * rows + r`` (entry k = the worker
+    added k-th), a permutation of 0..n-1 in the smallest unsigned type that
+    holds n - 1 (uint8 up to 256 workers). With ``gen =
+    np.random.default_rng([seed, block])`` and (w, g, t, b) = :func:`key_layout`
+    ``(n)``: words of ``gen.bit_generator.random_raw``, viewed as w-bit integers
+    (native byte order: low half first on x86 and ARM), are the keys of
+    ``ceil(rows / g)`` sorted rows of ``g * n`` keys; key j of a row gets tag
+    ``j // n`` and worker index ``j % n`` in place of its top t and low b bits
+    (see :func:`key_layout`), and sorting the row sorts each of its g elements'
+    n keys by their random bits (element j // n of the row: block element
+    ``g * row + j // n``; the last row's surplus elements are dropped). An
+    element whose random parts tie (two adjacent after sorting) draws its n keys
+    again the same way, from ``gen`` (all such elements at once, in element
+    order, round after round until none ties). An order is kept only when its n
+    iid random parts are distinct, and then every ranking is equally likely, so
+    each order is exactly uniform over the n! permutations (idealising the
+    generator as iid bits), independent across elements, and a function of
+    (seed, element index) only. ``random_bits`` narrows the random part (tests:
+    forces ties).
+    """
+    keys, low = _block_keys(seed, block, n, random_bits)
+    out = keys.astype(_order_dtype(n))
+    np.bitwise_and(out, out.dtype.type(low), out=out)
     return out
+
+
+def _block_keys(seed: int, block: int, n: int, random_bits: int | None = None) -> tuple[np.ndarray, int]:
+    """The sorted keys behind :func:`block_orders` (rows, n) and the worker index mask ``2^b - 1``."""
+    rows = block_rows(n)
+    w, g, t, b = key_layout(n)
+    r = w - t - b if random_bits is None else random_bits
+    if not 0 < r <= w - t - b:
+        raise InvalidArgument(f"need 0 < random_bits <= {w - t - b} for {n} workers")
+    gen = np.random.default_rng([seed, block])
+    kt = np.uint32 if w == 32 else np.uint64
+    low = kt((1 << b) - 1)
+    rand = kt(((1 << r) - 1) << b)
+    j = np.arange(g * n)
+    label = (j % n if t == 0 else (j // n) << (w - t) | j % n).astype(kt)  # each key's tag and worker index
+
+    def draw(count: int) -> np.ndarray:
+        """Sorted keys of ``count`` elements, shape (count, n)."""
+        size = -(-count // g) * g * n
+        k = gen.bit_generator.random_raw(-(-size * w // 64)).view(kt)[:size].reshape(-1, g * n)
+        np.bitwise_and(k, rand, out=k)
+        np.bitwise_or(k, label, out=k)
+        k.sort(axis=1)
+        return k.reshape(-1, n)[:count]
+
+    def tied(k: np.ndarray) -> NDArray[np.intp]:
+        """Rows of k (sorted) where two random parts tie: adjacent keys that differ only in the low b bits."""
+        d = k.reshape(-1)
+        diff = np.bitwise_xor(d[1:], d[:-1])
+        if n < 2 or diff.min() > low:  # the common case; diff also spans row ends
+            return np.empty(0, dtype=np.intp)
+        close = np.zeros((k.shape[0], n), dtype=bool)
+        np.less_equal(diff, low, out=close.reshape(-1)[:-1])
+        close[:, -1] = False  # pairs across rows
+        return np.flatnonzero(close.any(axis=1))
+
+    keys = draw(rows)
+    redo = tied(keys)
+    while redo.size:
+        again = draw(redo.size)
+        bad = np.zeros(redo.size, dtype=bool)
+        bad[tied(again)] = True
+        keys[redo[~bad]] = again[~bad]
+        redo = redo[bad]
+    return keys, int(low)
 
 
 @dataclass(frozen=True)
@@ -293,8 +370,10 @@ class PerElementPlan:
 
     GPU ``atomicAdd`` into one accumulator per element: the N contributions land
     in whatever order the hardware serialises them. Element e's order is row
-    ``e % 4096`` of :func:`block_orders` ``(seed, e // 4096, n)``, so it depends
-    only on (seed, e), never on how the elements are chunked.
+    ``e % block_rows(n)`` of :func:`block_orders` ``(seed, e // block_rows(n), n)``
+    (then relabelled by ``perm``): exactly uniform over the n! orders, independent
+    across elements, and a function of (seed, e) only, never of how the elements
+    are chunked.
 
     Attributes:
         name: ``atomic``.
@@ -309,21 +388,25 @@ class PerElementPlan:
     seed: int
     perm: tuple[int, ...] | None = None
 
-    def orders(self, lo: int, hi: int) -> NDArray[np.intp]:
-        """Worker orders of elements lo..hi-1: shape (hi-lo, n), row = first to last."""
+    def orders(self, lo: int, hi: int) -> NDArray[np.unsignedinteger]:
+        """Worker orders of elements lo..hi-1: shape (hi-lo, n), row = first to last.
+
+        Row j is element lo + j's order (rows of :func:`block_orders`, relabelled
+        by ``perm``), C-contiguous, of the smallest unsigned type that holds n - 1
+        (uint8 up to 256 workers).
+        """
         if not 0 <= lo <= hi:
             raise InvalidArgument(f"need 0 <= lo <= hi, got lo={lo}, hi={hi}")
-        if hi == lo:
-            return np.empty((0, self.n), dtype=np.intp)
-        parts = []
-        for b in range(lo // _ORDER_BLOCK, (hi - 1) // _ORDER_BLOCK + 1):
-            rows = block_orders(self.seed, b, self.n)
-            s = max(lo - b * _ORDER_BLOCK, 0)
-            e = min(hi - b * _ORDER_BLOCK, _ORDER_BLOCK)
-            parts.append(rows[s:e])
-        out = np.concatenate(parts)
+        rows = block_rows(self.n)
+        out = np.empty((hi - lo, self.n), dtype=_order_dtype(self.n))
+        low = 0
+        for b in range(lo // rows, -(-hi // rows)):
+            s, e = max(lo, b * rows), min(hi, (b + 1) * rows)
+            keys, low = _block_keys(self.seed, b, self.n)
+            np.copyto(out[s - lo : e - lo], keys[s - b * rows : e - b * rows], casting="unsafe")  # keeps low bits
+        np.bitwise_and(out, out.dtype.type(low), out=out)  # as block_orders, without a copy
         if self.perm is not None:
-            out = np.asarray(self.perm, dtype=np.intp)[out]
+            out = np.asarray(self.perm, dtype=out.dtype)[out]
         return out
 
     def depths(self) -> NDArray[np.int64]:

@@ -20,24 +20,39 @@ if TYPE_CHECKING:
     from fpreduce.engine import _Arith, _Loader
 
 
-def _gather_orders(A: np.ndarray, orders: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """Y (n, hi-lo), C-contiguous: Y[k, j] = A[orders[j, k], lo + j].
+_STRIP = 1 << 15  # elements gathered at a time (at least 64 columns): a strip of A and its indices stay in L2
 
-    Gathered in narrow column strips, whose source rows stay in cache.
+
+def _gather_orders(A: np.ndarray, orders: np.ndarray, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Y (n, hi-lo): Y[k, j] = A[orders[j, k], lo + j], C-contiguous (rows contiguous with ``out``).
+
+    ``orders`` (hi-lo, n) is any integer array of valid worker indices
+    (:meth:`PerElementPlan.orders` gives uint8 up to 256 workers). Gathered in
+    strips of w = ``_STRIP // n`` columns (at least 64), which stay in L2: the
+    strip of A is copied to a contiguous (n, w) buffer, its flat indices
+    ``orders[j, k] * w + j`` are computed from ``orders[strip].T`` (uint16 when
+    n * w <= 2^16), and one ``np.take`` fills the strip of Y. Y is
+    ``out[:, :hi-lo]`` when ``out`` (n, >= hi-lo, A's dtype, contiguous rows) is
+    given (a buffer reused from block to block: no fresh pages), else new.
     """
     n, width = A.shape[0], hi - lo
-    if not A.flags.c_contiguous:
-        return np.ascontiguousarray(np.take_along_axis(A[:, lo:hi], orders.T, axis=0))
-    Y = np.empty((n, width), dtype=A.dtype)
-    flat_a = A.reshape(-1)
-    strip = 1 << 10
-    flat = np.empty((n, min(strip, width)), dtype=np.intp)
+    S = orders.T
+    Y = np.empty((n, width), dtype=A.dtype) if out is None else out[:, :width]
+    if width == 0:
+        return Y
+    strip = min(max(64, _STRIP // n), width)
+    it = np.uint16 if n * strip <= 1 << 16 else np.int32 if n * strip < 1 << 31 else np.intp  # narrow: fewer bytes
+    bufs = None
     for s in range(0, width, strip):
-        e = min(width, s + strip)
-        f = flat[:, : e - s]
-        np.multiply(orders[s:e].T, A.shape[1], out=f)
-        f += np.arange(lo + s, lo + e, dtype=np.intp)
-        Y[:, s:e] = np.take(flat_a, f, mode="clip")
+        w = min(strip, width - s)
+        if bufs is None or w != bufs[0].shape[1]:  # the first strip, and a short last one
+            bufs = (np.empty((n, w), A.dtype), np.empty((n, w), A.dtype), np.empty((n, w), it), np.arange(w, dtype=it))
+        src, part, flat, ramp = bufs
+        np.copyto(src, A[:, lo + s : lo + s + w])
+        np.multiply(S[:, s : s + w], w, out=flat, dtype=it, casting="unsafe")
+        flat += ramp
+        np.take(src.reshape(-1), flat, out=part, mode="wrap")  # indices are in range: wrap is a no-op
+        Y[:, s : s + w] = part
     return Y
 
 

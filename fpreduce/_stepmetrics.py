@@ -20,21 +20,24 @@ from fpreduce.rounding import _quantum_bits
 ULP_EDGES = [0, 1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025, 4097, 65537, 1 << 20]
 
 
-# bin of ceil(d) = c >= 2 by E, the frexp exponent of c - 1 (c - 1 in [2**(E-1), 2**E)): no edge
-# 2**k + 1 lies inside such a range; only the last edge, 2**20, needs its own test
-_BY_EXPONENT = np.searchsorted(ULP_EDGES, [0.0] + [2.0 ** (e - 1) + 1 for e in range(1, 66)], side="right") - 1
+_SMALL = ULP_EDGES.index(4097)  # distances below this edge are counted one by one
 
 
-def _ulp_bins(d: NDArray[np.float64]) -> NDArray[np.intp]:
-    """Histogram bin of each distance: the i with ULP_EDGES[i] <= ceil(d) < ULP_EDGES[i + 1]."""
+def ulp_histogram(d: NDArray[np.float64]) -> NDArray[np.int64]:
+    """Counts per bin: bin i holds the distances with ULP_EDGES[i] <= ceil(d) < ULP_EDGES[i + 1] (last bin open)."""
     c = np.ceil(d)
-    e = np.frexp(np.maximum(c - 1, 0.5))[1]
-    np.minimum(e, 65, out=e)
-    bins = _BY_EXPONENT[e]
-    small = c <= 1
-    bins[small] = c[small]
-    bins[c >= ULP_EDGES[-1]] = len(ULP_EDGES) - 1
-    return bins
+    hist = np.zeros(len(ULP_EDGES), dtype=np.int64)
+    if not c.size:
+        return hist
+    small = c < ULP_EDGES[_SMALL]
+    if small.all():
+        cs = c.astype(np.intp)
+    else:
+        cs = c[small].astype(np.intp)
+        hist += np.bincount(np.searchsorted(ULP_EDGES, c[~small], side="right") - 1, minlength=len(ULP_EDGES))
+    counts = np.bincount(cs, minlength=ULP_EDGES[_SMALL])
+    hist[:_SMALL] += np.add.reduceat(counts, ULP_EDGES[:_SMALL])
+    return hist
 
 
 def _inverse_quantum(a: NDArray[np.float64], fmt: Format) -> NDArray[np.float64]:
@@ -71,14 +74,19 @@ class ErrorStats:
         y64 = y.astype(np.float64)
         fin = np.isfinite(y64)
         ok = fin & np.isfinite(hi) & (hi != 0)
+        every = bool(ok.all())
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            h = hi[ok]
-            err = np.abs((y64[ok] - h) - lo[ok])
+            h, yy, lw = (hi, y64, lo) if every else (hi[ok], y64[ok], lo[ok])
+            err = yy - h
+            err -= lw
+            np.abs(err, out=err)
             ah = np.abs(h)
             rel = err / ah
             ulps = err / _quantum_bits(ah, fmt).view(np.float64)
         c = cr.astype(np.float64)
-        same = int(np.count_nonzero(y64 == c)) + int(np.count_nonzero(np.isnan(y64) & np.isnan(c)))
+        same = int(np.count_nonzero(y64 == c))
+        if not every:
+            same += int(np.count_nonzero(np.isnan(y64) & np.isnan(c)))
         self.total += y.size
         self.nonfinite += y.size - int(np.count_nonzero(fin))
         self.correct += same
@@ -149,7 +157,7 @@ class CompareStats:
                     total = float(d.sum())
                 self.d_sum += total
                 self.d_max = max(self.d_max, float(d.max()))
-                self.hist += np.bincount(_ulp_bins(d), minlength=len(ULP_EDGES))
+                self.hist += ulp_histogram(d)
                 self.sq_diff += float(np.dot(delta, delta))
             self.sq_ref += float(np.dot(b, b))
 

@@ -410,7 +410,7 @@ def _evaluate(shape, rows, A, load: _Loader, ar: _Arith, algorithm: str, lo: int
     width = hi - lo
     Y = None
     if kind == "orders":
-        Y = _gather_orders(A, what, lo, hi)
+        Y = _gather_orders(A, what, lo, hi, ar.gather_buffer(n, width, A.dtype))
         shape = None  # a left fold in each element's own order
     elif kind == "segments":
         if len(what) == 1:  # one segment: a view with its leaf order, no gather

@@ -71,10 +71,14 @@ def load_summary(run_dir: str | Path) -> dict[str, Any]:
 
 
 def load_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
-    """Rows of ``SWEEP/sweep.csv`` (``workers`` int, measures float); truncated last row ignored."""
+    """Rows of ``SWEEP/sweep.csv`` (``workers`` int, measures float, ``dist`` "" if absent).
+
+    A truncated last row is ignored.
+    """
     measures = SWEEP_COLUMNS[SWEEP_COLUMNS.index("arm") + 1 :]
-    return _read_csv(Path(sweep_dir) / "sweep.csv", "sweep", SWEEP_COLUMNS, lambda r: {
-        **r, "workers": int(r["workers"]), **{c: float(r[c]) for c in measures}})[1]
+    required = [c for c in SWEEP_COLUMNS if c != "dist"]  # sweeps before the data dimension had no dist
+    return _read_csv(Path(sweep_dir) / "sweep.csv", "sweep", required, lambda r: {
+        "dist": "", **r, "workers": int(r["workers"]), **{c: float(r[c]) for c in measures}})[1]
 
 
 def arm_label(arm: Mapping[str, Any], *, reference: str | None = None) -> str:

@@ -3,6 +3,8 @@ import tomllib
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import fpreduce as fr
 from fpreduce import config as cf
@@ -290,3 +292,14 @@ def test_step_metrics_against_whole_array_definitions():
     assert r["frac_correct"] == np.mean((y == ref) | (np.isnan(y) & np.isnan(ref)))
     ok = np.isfinite(a) & np.isfinite(b) & (b != 0)
     assert r["err_max_rel"] == np.max(np.abs(a[ok] - b[ok]) / np.abs(b[ok]))
+
+
+@given(st.lists(st.one_of(st.floats(0, 5000), st.floats(0, 2.0**22), st.sampled_from([0.0, 1.0, 4096.0, 4097.0,
+                                                                                      65537.0, 2.0**20])),
+                max_size=200))
+def test_ulp_histogram_bins_every_distance_once(ds):
+    from fpreduce._stepmetrics import ULP_EDGES, ulp_histogram
+
+    d = np.array(ds, dtype=np.float64)
+    want = np.bincount(np.searchsorted(ULP_EDGES, np.ceil(d), side="right") - 1, minlength=len(ULP_EDGES))
+    assert np.array_equal(ulp_histogram(d), want)

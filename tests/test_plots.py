@@ -325,6 +325,18 @@ def test_sweep_zeros_nan_and_one_arm(tmp_path):
     assert plot_sweep(d, formats=("png",)) == [d / "figures" / "sweep.png"]
 
 
+def test_sweep_with_several_data_distributions(tmp_path):
+    d = write_sweep(tmp_path / "s")
+    rows = (d / "sweep.csv").read_text().splitlines()
+    head = rows[0].replace("plan,", "plan,dist,")
+    body = [r.replace(",bf16,", f",{dist},bf16,", 1) for dist in ("normal", "lognormal") for r in rows[1:]]
+    (d / "sweep.csv").write_text("\n".join([head, *body]) + "\n")
+    from fpreduce.plots import load_sweep
+
+    assert {r["dist"] for r in load_sweep(d)} == {"normal", "lognormal"}
+    assert plot_sweep(d, formats=("png",)) == [d / "figures" / "sweep.png"]
+
+
 def test_sweep_single_n_and_truncated(tmp_path):
     d = write_sweep(tmp_path / "s", workers=(8,))
     with open(d / "sweep.csv", "a") as f:

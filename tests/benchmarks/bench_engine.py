@@ -107,7 +107,8 @@ def main() -> None:
         ("sequential", {"input": "bf16", "accumulate": "bf16", "algorithm": "exact"}),
     ]
     run(64, m, cases, rounds)
-    run(1024, 1 << (12 if small else 16), [("sequential", bf), ("ring:nccl", bf), ("pairwise", bf)], rounds)
+    wide = [("sequential", bf), ("ring:nccl", bf), ("pairwise", bf), ("atomic", bf)]
+    run(1024, 1 << (12 if small else 16), wide, rounds)
 
 
 if __name__ == "__main__":
