@@ -20,12 +20,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from fractions import Fraction
+from typing import Any
 
 import mpmath
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fpreduce._errors import InvalidArgument
+from fpreduce._jit import jit
 from fpreduce.formats import Format, get_format
 from fpreduce.rounding import Mode, _quantum_bits, _round_with_remainder, get_mode, round_to
 
@@ -429,13 +431,54 @@ def exact_sum(X: ArrayLike, axis: int = 0) -> ExactSum:
     a, out_shape, sigbits = _check_input(X, axis)
     n, c = a.shape
     if n and c:
-        ok = _float64_exact_columns(a, sigbits)
+        scan = _scan(a) if _KERNELS else None
+        ok = _float64_exact_columns(a, sigbits, scan)
         if ok.any():
-            return _with_fast_columns(a, ok, out_shape, sigbits)
+            return _with_fast_columns(a, ok, out_shape, sigbits, None if scan is None else scan[3])
     return _exact_general(a, out_shape, sigbits)
 
 
-def _float64_exact_columns(a: NDArray[np.floating], sigbits: int) -> NDArray[np.bool_]:
+def _scan_kernel(u, x, sign_off, one, top, low, orb, s):  # type: ignore[no-untyped-def]
+    """One pass over (n, c) bits ``u`` / values ``x``: per column max |bits|, min nonzero |bits| - 1
+    (wrapping: all-ones for an all-zero column), OR of |bits|, and the float64 sum in row order.
+
+    ``one`` has the bits' unsigned type: ``v - 1`` with a Python int would be float64 in numba.
+    """
+    n, c = u.shape
+    for j in range(c):
+        v = u[0, j] & sign_off
+        top[j] = v
+        low[j] = v - one
+        orb[j] = v
+        s[j] = x[0, j]
+    for i in range(1, n):
+        for j in range(c):
+            v = u[i, j] & sign_off
+            top[j] = max(top[j], v)
+            low[j] = min(low[j], v - one)
+            orb[j] |= v
+            s[j] += x[i, j]
+
+
+_scan_compiled = jit(_scan_kernel)
+_KERNELS = _scan_compiled is not None  # tests switch the numpy path on and off
+
+
+def _scan(a: NDArray[np.floating]) -> tuple[np.ndarray, np.ndarray, np.ndarray, NDArray[np.float64]] | None:
+    """(max |bits|, min nonzero |bits| (0: all zero), OR of |bits|, float64 row-order sum) per column."""
+    if _scan_compiled is None or a.dtype not in (np.float32, np.float64):
+        return None
+    a = np.ascontiguousarray(a)
+    ut = np.uint64 if a.dtype == np.float64 else np.uint32
+    c = a.shape[1]
+    top, low, orb = (np.empty(c, dtype=ut) for _ in range(3))
+    s = np.empty(c, dtype=np.float64)
+    _scan_compiled(a.view(ut), a, ut(0x7FFFFFFFFFFFFFFF if ut is np.uint64 else 0x7FFFFFFF), ut(1), top, low, orb, s)
+    np.add(low, ut(1), out=low)  # min nonzero |bits|, 0 for an all-zero column
+    return top, low, orb, s
+
+
+def _float64_exact_columns(a: NDArray[np.floating], sigbits: int, scan: Any = None) -> NDArray[np.bool_]:
     """Columns whose float64 sum is exact in any order (a proof, per column).
 
     Every nonzero ``x = f * 2**e`` (frexp) of ``sigbits`` significand bits is a multiple
@@ -444,7 +487,8 @@ def _float64_exact_columns(a: NDArray[np.floating], sigbits: int) -> NDArray[np.
     partial sum, in any order, is a float64, so float64 addition never rounds. Trailing
     zero bits common to a column's significands lower ``sigbits`` (the values lie on a
     coarser grid), and ``e_max + ceil(log2 n) <= 1024`` rules out overflow. Columns
-    with NaN/Inf are left to the general path.
+    with NaN/Inf are left to the general path. ``scan``: the column statistics from
+    the compiled one-pass :func:`_scan` (else numpy computes them, in four passes).
     """
     n = a.shape[0]
     log_n = math.ceil(math.log2(n)) if n > 1 else 0
@@ -453,20 +497,24 @@ def _float64_exact_columns(a: NDArray[np.floating], sigbits: int) -> NDArray[np.
         # min over it finds the smallest nonzero |x|; exponents are the top bits
         wide = a.dtype == np.float64
         ut, shift, bias = (np.uint64, 52, 1022) if wide else (np.uint32, 23, 126)
-        ab = np.bitwise_and(a.view(ut), ut(0x7FFFFFFFFFFFFFFF if wide else 0x7FFFFFFF))
-        top = np.max(ab, axis=0)
+        if scan is None:
+            ab = np.bitwise_and(a.view(ut), ut(0x7FFFFFFFFFFFFFFF if wide else 0x7FFFFFFF))
+            top = np.max(ab, axis=0)
+            ab -= ut(1)
+            low = np.min(ab, axis=0) + ut(1)  # 0 for an all-zero column
+        else:
+            top, low, orb, _ = scan
         inf_bits = ut(0x7FF0000000000000 if wide else 0x7F800000)
         fin = top < inf_bits
         e_max = np.maximum(top >> ut(shift), ut(1)).astype(np.int64) - bias
-        ab -= ut(1)
-        low = np.min(ab, axis=0) + ut(1)  # 0 for an all-zero column
         e_min = np.maximum(low >> ut(shift), ut(1)).astype(np.int64) - bias
         need = e_max - e_min + sigbits + log_n
         redo = np.flatnonzero(fin & (need > 53) & (top != 0))
         if redo.size:
             # trailing zero bits shared by all significands of a column (bf16 data in float32
             # has >= 16) narrow its grid: every value is a multiple of 2**(e_min - sigbits + tz)
-            sig = np.bitwise_or.reduce(a[:, redo].view(ut), axis=0) & ut((1 << shift) - 1) | ut(1 << shift)
+            ors = np.bitwise_or.reduce(a[:, redo].view(ut), axis=0) if scan is None else orb[redo]
+            sig = ors & ut((1 << shift) - 1) | ut(1 << shift)
             need[redo] -= np.frexp((sig & (~sig + ut(1))).astype(np.float64))[1].astype(np.int64) - 1
         fin &= e_max + log_n <= 1024  # and no partial sum can overflow
         return fin & ((need <= 53) | (top == 0))
@@ -482,13 +530,14 @@ def _float64_exact_columns(a: NDArray[np.floating], sigbits: int) -> NDArray[np.
 
 
 def _with_fast_columns(a: NDArray[np.floating], ok: NDArray[np.bool_], out_shape: tuple[int, ...],
-                       sigbits: int) -> ExactSum:
+                       sigbits: int, acc: NDArray[np.float64] | None = None) -> ExactSum:
     c = a.shape[1]
     fast = np.flatnonzero(ok)
     with np.errstate(invalid="ignore", over="ignore"):
-        acc = a[0].astype(np.float64)  # row by row: the fastest float64 column sum in numpy
-        for row in a[1:]:
-            acc += row
+        if acc is None:
+            acc = a[0].astype(np.float64)  # row by row: the fastest float64 column sum in numpy
+            for row in a[1:]:
+                acc += row
         s = acc[fast]  # exact where proved: hi, and lo = 0 (any order gives the same bits)
     hi = np.empty(c)
     lo = np.zeros(c)

@@ -339,3 +339,36 @@ def test_float64_proof_uses_the_columns_coarser_grid_and_rules_out_overflow():
     big = np.array([[1e308], [1e308]])  # a coarse grid but the sum overflows float64
     assert not _float64_exact_columns(big, 53).any()
     assert exact_sum(big).fraction(0) == 2 * Fraction(1e308)
+
+
+@SETTINGS
+@given(st.lists(st.one_of(adversarial_columns(), float32_columns().map(lambda a: a.astype(np.float64))),
+                min_size=1, max_size=6),
+       st.booleans(), st.sampled_from([np.float64, np.float32]))
+def test_compiled_column_scan_equals_numpy_path(cols, nonfinite, dtype):
+    import fpreduce.exact as E
+
+    if not E._KERNELS:
+        pytest.skip("numba not installed: only the numpy path exists")
+    rows = max(len(c) for c in cols)
+    with np.errstate(over="ignore"):
+        X = np.zeros((rows, len(cols)), dtype=dtype)
+        for j, c in enumerate(cols):
+            X[: len(c), j] = c
+    if nonfinite:
+        X[0, 0] = np.nan
+        X[-1, -1] = -np.inf
+    fast = E.exact_sum(X)
+    E._KERNELS = False
+    try:
+        slow = E.exact_sum(X)
+    finally:
+        E._KERNELS = True
+    for name in ("hi", "lo", "special"):
+        a, b = getattr(fast, name), getattr(slow, name)
+        assert np.array_equal(a.view(np.uint64), b.view(np.uint64)) or np.array_equal(a, b, equal_nan=True), name
+    assert np.array_equal(fast.nonfinite, slow.nonfinite)
+    assert np.array_equal(fast.negzero, slow.negzero)
+    for j in range(len(cols)):
+        if not fast.nonfinite[j]:
+            assert fast.fraction(j) == slow.fraction(j) == sum(Fraction(float(v)) for v in X[:, j])
