@@ -6,13 +6,25 @@ each chunk's results feed :class:`ErrorStats` (against the exact sum) and
 step's values for ``metrics.csv``. Sums are float64, added chunk after chunk in a
 fixed order (the chunk width depends only on the worker count), so a run's metrics
 are reproducible bit for bit.
+
+With numba installed (:mod:`fpreduce._jit`), ``ErrorStats.add``, ``CompareStats.add``
+and the median of ``ErrorStats.row`` run one-pass compiled kernels; the numpy code is
+the fallback (``_KERNELS = False``, or ``FPREDUCE_NO_JIT=1``) and gives the same
+values bit for bit: the kernels compute the per-element values with the same IEEE
+operations (the ulp quanta from per-exponent tables built by the numpy functions)
+and write the qualifying elements' values into arrays that numpy then sums, with
+the same calls on arrays of the same length (pairwise ``sum``, BLAS ``dot``).
 """
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 from numpy.typing import NDArray
 
+from fpreduce._jit import jit
 from fpreduce.formats import Format
 from fpreduce.rounding import _quantum_bits
 
@@ -21,6 +33,11 @@ ULP_EDGES = [0, 1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025, 4097, 65537, 1 <
 
 
 _SMALL = ULP_EDGES.index(4097)  # distances below this edge are counted one by one
+
+
+def _max(a: float, b: float) -> float:
+    """max that propagates NaN (as ``np.max`` over the whole step would, whatever the chunking)."""
+    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
 
 
 def ulp_histogram(d: NDArray[np.float64]) -> NDArray[np.int64]:
@@ -45,8 +62,182 @@ def _inverse_quantum(a: NDArray[np.float64], fmt: Format) -> NDArray[np.float64]
     q = _quantum_bits(a, fmt)
     if fmt.emin - fmt.precision + 1 < -1022:
         with np.errstate(over="ignore"):
-            return 1.0 / q.view(np.float64)  # inf below 2**-1023: only for distances between subnormals
+            return 1.0 / q.view(np.float64)  # inf for quanta below 2**-1023, i.e. |a| below 2**-971
     return (np.uint64(0x7FE0000000000000) - q).view(np.float64)
+
+
+@functools.cache
+def _tables(fmt: Format) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """ulp(|a|) and 1 / ulp(|a|) in ``fmt`` by the numpy functions, per float64 exponent field of |a|.
+
+    Both depend on the float64 exponent field E alone (fp64: ``np.spacing`` is constant on a
+    binade and 2**-1074 on the subnormals and zero), except ``np.spacing`` of the largest
+    float64, inf (it overflows): entries 0..2047 hold E's values, entry 2048 the largest's.
+    """
+    rep = np.append((np.arange(2048, dtype=np.uint64) << np.uint64(52)).view(np.float64), np.finfo(np.float64).max)
+    with np.errstate(invalid="ignore", over="ignore"):
+        q = _quantum_bits(rep, fmt).view(np.float64)
+        inv = _inverse_quantum(rep, fmt)
+    return np.ascontiguousarray(q), np.ascontiguousarray(inv)
+
+
+def _bins() -> NDArray[np.int64]:
+    """The histogram bin of each ceil(distance) below ULP_EDGES[_SMALL] (as :func:`ulp_histogram`)."""
+    return (np.searchsorted(ULP_EDGES, np.arange(ULP_EDGES[_SMALL]), side="right") - 1).astype(np.int64)
+
+
+_BINS = _bins()
+_SHIFT = np.uint64(52)
+_BIG = float(np.finfo(np.float64).max)  # abs(x) <= _BIG: x is finite
+_BIG_BITS = np.float64(_BIG).view(np.uint64)
+_SIGN_OFF = np.uint64(0x7FFFFFFFFFFFFFFF)
+
+
+
+def _error_kernel(y, hi, lo, cr, qtab, invtab, rel64, rel32):  # type: ignore[no-untyped-def]
+    """One pass of :meth:`ErrorStats.add`: the qualifying elements' relative errors into ``rel64``/``rel32``
+    (in order); returns (their count, nonfinite results, results equal to ``cr``, max rel, max ulps,
+    whether a relative error is NaN, whether an error in ulps is NaN): with a NaN the numpy path's
+    chunk maximum is NaN, and the step's maximum becomes NaN; so does the caller.
+    ``err * 2**-k`` is ``err / 2**k`` exactly (one rounding of the same value) where 2**-k is a float64.
+    """
+    k = 0
+    nonfinite = 0
+    same = 0
+    rel_max = -np.inf
+    ulp_max = -np.inf
+    rel_nan = False
+    ulp_nan = False
+    for i in range(y.size):
+        yv = np.float64(y[i])
+        cv = np.float64(cr[i])
+        same += (yv == cv) | ((yv != yv) & (cv != cv))
+        h = np.float64(hi[i])
+        if abs(yv) <= _BIG and abs(h) <= _BIG and h != 0:  # finite result, finite nonzero exact value
+            err = abs((yv - h) - lo[i])
+            r = err / abs(h)
+            ab = h.view(np.uint64) & _SIGN_OFF
+            e = 2048 if ab == _BIG_BITS else np.int64(ab >> _SHIFT)  # the _tables index
+            iq = invtab[e]
+            u = err * iq if iq != np.inf else err / qtab[e]  # fp64 quanta below 2**-1023: 1 / q overflows
+            rel64[k] = r
+            rel32[k] = np.float32(r)
+            k += 1
+            rel_max = max(r, rel_max)
+            ulp_max = max(u, ulp_max)
+            rel_nan |= r != r
+            ulp_nan |= u != u
+        elif not abs(yv) <= _BIG:
+            nonfinite += 1
+    return k, nonfinite, same, rel_max, ulp_max, rel_nan, ulp_nan
+
+
+def _compare_kernel(a, b, qtab, invtab, bins, big, delta, d, hist):  # type: ignore[no-untyped-def]
+    """One pass of :meth:`CompareStats.add`: the differing elements' ``a - b`` and distances into
+    ``delta``/``d`` (in order), their bins added to ``hist``; returns (their count, max distance)."""
+    k = 0
+    d_max = 0.0
+    small = bins.size
+    for i in range(a.size):
+        x = np.float64(a[i])
+        z = np.float64(b[i])
+        bx = x.view(np.uint64)
+        bz = z.view(np.uint64)
+        if bx == bz or (x != x and z != z):
+            continue
+        dl = x - z
+        ab = max(bx & _SIGN_OFF, bz & _SIGN_OFF)  # max(|x|, |z|) (NaN: any, v is NaN)
+        e = 2048 if ab == _BIG_BITS else np.int64(ab >> _SHIFT)
+        iq = invtab[e]
+        v = abs(dl) * iq if iq != np.inf else abs(dl) / qtab[e]  # |a - b| / ulp in fmt (fp64 tiny: divide)
+        if not v <= _BIG:  # NaN or Inf on one side
+            v = 0.0 if dl == 0 else big
+        delta[k] = dl
+        d[k] = v
+        k += 1
+        d_max = max(d_max, v)
+        c = np.ceil(v)
+        if c < small:
+            hist[bins[np.int64(c)]] += 1
+        elif c < 65537.0:
+            hist[13] += 1
+        elif c < big:
+            hist[14] += 1
+        else:
+            hist[15] += 1
+    return k, d_max
+
+
+def _select_kernel(u, k1, k2):  # type: ignore[no-untyped-def]
+    """The ``k1``-th and ``k2``-th smallest (k1 <= k2, from 0) of float32 bits ``u`` of values >= +0.0
+    (their bits are ordered as the values): radix select on the top, then the low 16 bits.
+    Returns (ok, bits1, bits2); ok False (and nothing selected) when a NaN or a sign bit shows."""
+    top = np.zeros(65536, dtype=np.int64)
+    for i in range(u.size):
+        v = u[i]
+        if v > np.uint32(0x7F800000):
+            return False, np.uint32(0), np.uint32(0)
+        top[v >> np.uint32(16)] += 1
+    t1 = -1
+    t2 = -1
+    r1 = 0
+    r2 = 0
+    c = 0
+    for j in range(65536):
+        if t1 < 0 and c + top[j] > k1:
+            t1 = j
+            r1 = k1 - c
+        if c + top[j] > k2:
+            t2 = j
+            r2 = k2 - c
+            break
+        c += top[j]
+    low1 = np.zeros(65536, dtype=np.int64)
+    low2 = np.zeros(65536, dtype=np.int64)
+    for i in range(u.size):
+        v = u[i]
+        t = np.int64(v >> np.uint32(16))
+        if t == t1:
+            low1[v & np.uint32(0xFFFF)] += 1
+        elif t == t2:
+            low2[v & np.uint32(0xFFFF)] += 1
+    if t2 == t1:
+        low2 = low1
+    s1 = 0
+    s2 = 0
+    c = 0
+    for j in range(65536):
+        c += low1[j]
+        if c > r1:
+            s1 = j
+            break
+    c = 0
+    for j in range(65536):
+        c += low2[j]
+        if c > r2:
+            s2 = j
+            break
+    return True, np.uint32((t1 << 16) | s1), np.uint32((t2 << 16) | s2)
+
+
+_error_compiled = jit(_error_kernel)
+_compare_compiled = jit(_compare_kernel)
+_select_compiled = jit(_select_kernel)
+_KERNELS = _error_compiled is not None  # tests switch the numpy path on and off
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def median32(rels: list[NDArray[np.float32]]) -> float:
+    """``np.median`` of the concatenated float32 arrays (NaN if any is NaN): the same value, faster."""
+    r = np.concatenate(rels)
+    if _KERNELS and _select_compiled is not None and r.size:
+        n = r.size
+        ok, b1, b2 = _select_compiled(r.view(np.uint32), (n - 1) // 2, n // 2)
+        if ok:
+            mid = np.array([b1, b2], dtype=np.uint32).view(np.float32)
+            # np.median: the mean (float32) of the two middle values, or the middle value itself
+            return float(np.mean(mid if n % 2 == 0 else mid[:1]))
+    return float(np.median(r))
 
 
 class ErrorStats:
@@ -67,10 +258,16 @@ class ErrorStats:
         self.rel_max = -np.inf
         self.ulp_max = -np.inf
         self.rels: list[NDArray[np.float32]] = []  # for the median: float32 halves the memory
+        self._scratch = np.empty(0, dtype=np.float64)  # the kernel's float64 errors, reused chunk after chunk
 
     def add(self, y: np.ndarray, hi: NDArray[np.float64], lo: NDArray[np.float64], cr: np.ndarray,
             fmt: Format) -> None:
         """One chunk: results ``y``, exact values ``hi + lo``, ``cr`` = exact rounded once to ``fmt``."""
+        if (_KERNELS and _error_compiled is not None and y.dtype in _FLOATS and cr.dtype in _FLOATS
+                and hi.dtype == np.float64 and lo.dtype == np.float64 and y.ndim == 1
+                and y.shape == hi.shape == lo.shape == cr.shape):
+            self._add_compiled(y, hi, lo, cr, fmt)
+            return
         y64 = y.astype(np.float64)
         fin = np.isfinite(y64)
         ok = fin & np.isfinite(hi) & (hi != 0)
@@ -91,10 +288,33 @@ class ErrorStats:
         self.nonfinite += y.size - int(np.count_nonzero(fin))
         self.correct += same
         if rel.size:
-            self.rel_sum += float(rel.sum())
-            self.rel_max = max(self.rel_max, float(rel.max()))
-            self.ulp_max = max(self.ulp_max, float(ulps.max()))
-            self.rels.append(rel.astype(np.float32))
+            with np.errstate(over="ignore"):  # errors near 1e308 (|s| tiny, y not): inf sums, inf in float32
+                self.rel_sum += float(rel.sum())
+                self.rels.append(rel.astype(np.float32))
+            self.rel_max = _max(self.rel_max, float(rel.max()))
+            self.ulp_max = _max(self.ulp_max, float(ulps.max()))
+
+    def _add_compiled(self, y: np.ndarray, hi: NDArray[np.float64], lo: NDArray[np.float64], cr: np.ndarray,
+                      fmt: Format) -> None:
+        """:meth:`add` by the kernel; the sum by numpy over the same array as the numpy path's."""
+        assert _error_compiled is not None
+        n = y.size
+        if self._scratch.size < n:
+            self._scratch = np.empty(n, dtype=np.float64)
+        rel = self._scratch  # reused: a fresh array's first touch (page faults) costs as much as the kernel
+        rel32 = np.empty(n, dtype=np.float32)
+        k, nonfinite, same, rel_max, ulp_max, rel_nan, ulp_nan = _error_compiled(
+            np.ascontiguousarray(y), np.ascontiguousarray(hi), np.ascontiguousarray(lo), np.ascontiguousarray(cr),
+            *_tables(fmt), rel, rel32)
+        self.total += n
+        self.nonfinite += nonfinite
+        self.correct += same
+        if k:
+            with np.errstate(over="ignore"):
+                self.rel_sum += float(rel[:k].sum())
+            self.rel_max = _max(self.rel_max, math.nan if rel_nan else rel_max)
+            self.ulp_max = _max(self.ulp_max, math.nan if ulp_nan else ulp_max)
+            self.rels.append(rel32 if k == n else rel32[:k].copy())
 
     def row(self) -> dict[str, float]:
         """The step's error columns of metrics.csv (NaN where no element qualifies)."""
@@ -104,7 +324,7 @@ class ErrorStats:
             "nonfinite": self.nonfinite,
             "err_max_rel": self.rel_max if k else nan,
             "err_mean_rel": self.rel_sum / k if k else nan,
-            "err_median_rel": float(np.median(np.concatenate(self.rels))) if k else nan,
+            "err_median_rel": median32(self.rels) if k else nan,
             "err_max_ulp": self.ulp_max if k else nan,
             "frac_correct": self.correct / self.total if self.total else nan,
         }
@@ -130,9 +350,21 @@ class CompareStats:
         self.sq_diff = 0.0
         self.sq_ref = 0.0
         self.hist = np.zeros(len(ULP_EDGES), dtype=np.int64)
+        self._scratch = np.empty((2, 0), dtype=np.float64)  # the kernel's deltas and distances, reused
 
     def add(self, y: np.ndarray, yref: np.ndarray, fmt: Format) -> None:
         """One chunk of results and the reference arm's results for the same elements."""
+        if y is yref:  # the reference arm against itself: every element agrees
+            self.total += y.size
+            self.hist[0] += y.size
+            b = y.astype(np.float64, copy=False)
+            with np.errstate(invalid="ignore", over="ignore"):
+                self.sq_ref += float(np.dot(b, b))
+            return
+        if (_KERNELS and _compare_compiled is not None and y.dtype in _FLOATS and yref.dtype in _FLOATS
+                and y.ndim == 1 and y.shape == yref.shape):
+            self._add_compiled(y, yref, fmt)
+            return
         a, b = y.astype(np.float64), yref.astype(np.float64)
         diff = np.flatnonzero(a.view(np.uint64) != b.view(np.uint64))
         if diff.size:
@@ -149,16 +381,40 @@ class CompareStats:
                 delta = da - db
                 big = np.maximum(np.abs(da), np.abs(db))  # +0.0 vs -0.0: delta 0, distance 0
                 d = np.abs(delta)
-                d *= _inverse_quantum(big, fmt)
+                if fmt.emin - fmt.precision + 1 < -1022:  # fp64: 1 / ulp overflows below 2**-971
+                    d /= _quantum_bits(big, fmt).view(np.float64)
+                else:
+                    d *= _inverse_quantum(big, fmt)
                 total = float(d.sum())
                 if not np.isfinite(total):  # NaN or Inf on one side: the largest distance
                     bad = np.flatnonzero(~np.isfinite(d))
-                    d[bad] = np.where(delta[bad] == 0, 0.0, float(ULP_EDGES[-1]))  # fp64 +-0: 0 * inf
+                    d[bad] = np.where(delta[bad] == 0, 0.0, float(ULP_EDGES[-1]))
                     total = float(d.sum())
                 self.d_sum += total
                 self.d_max = max(self.d_max, float(d.max()))
                 self.hist += ulp_histogram(d)
                 self.sq_diff += float(np.dot(delta, delta))
+            self.sq_ref += float(np.dot(b, b))
+
+    def _add_compiled(self, y: np.ndarray, yref: np.ndarray, fmt: Format) -> None:
+        """:meth:`add` by the kernel; the sums by numpy over the same arrays as the numpy path's."""
+        assert _compare_compiled is not None
+        n = y.size
+        if self._scratch.shape[1] < n:
+            self._scratch = np.empty((2, n), dtype=np.float64)
+        delta, d = self._scratch
+        b = np.ascontiguousarray(yref)
+        k, d_max = _compare_compiled(np.ascontiguousarray(y), b, *_tables(fmt), _BINS, float(ULP_EDGES[-1]),
+                                     delta, d, self.hist)
+        self.total += n
+        self.differ += k
+        self.hist[0] += n - k
+        with np.errstate(invalid="ignore", over="ignore"):
+            if k:
+                self.d_sum += float(d[:k].sum())
+                self.d_max = max(self.d_max, d_max)
+                self.sq_diff += float(np.dot(delta[:k], delta[:k]))
+            b = b.astype(np.float64, copy=False)
             self.sq_ref += float(np.dot(b, b))
 
     def row(self) -> dict[str, float]:

@@ -196,7 +196,7 @@ class ExactSum:
         lo = self.lo.reshape(-1)
         with np.errstate(invalid="ignore", over="ignore"):
             if m is Mode.NEAREST_EVEN:
-                out = round_to(hi, f).astype(np.float64)
+                out = np.asarray(round_to(hi, f), dtype=f.value_dtype)
                 inexact = np.flatnonzero(lo)  # where lo == 0, hi IS the exact sum
                 if f.precision < 53 and inexact.size:
                     # hi = RN64(exact) rounds like the exact sum unless hi sits on a midpoint of
@@ -207,11 +207,11 @@ class ExactSum:
                     q = _quantum_bits(dz, f).view(np.float64)
                     mid = np.isfinite(a) & ((a - dz) * 2 == q)
                     if mid.any():
-                        up = round_to(h[mid], f, Mode.UP).astype(np.float64)
-                        down = round_to(h[mid], f, Mode.DOWN).astype(np.float64)
+                        up = round_to(h[mid], f, Mode.UP)
+                        down = round_to(h[mid], f, Mode.DOWN)
                         out[inexact[mid]] = np.where(lo[inexact[mid]] > 0, up, down)
             else:
-                out = np.asarray(_round_with_remainder(hi, lo, f, m, rng), dtype=np.float64)
+                out = np.asarray(_round_with_remainder(hi, lo, f, m, rng), dtype=f.value_dtype)
             nf = self.nonfinite.reshape(-1)
             for j in np.flatnonzero(~np.isfinite(hi) & ~nf):  # exact sum beyond float64's range
                 v, s = self.values[int(j)]
@@ -220,7 +220,7 @@ class ExactSum:
             if nf.any():
                 sp = self.special[nf]
                 out[nf] = np.where(np.isnan(sp) | f.has_inf, sp, np.nan)
-        return out.astype(f.value_dtype).reshape(self.shape)
+        return out.reshape(self.shape)
 
     def error_of(self, y: ArrayLike) -> NDArray[np.float64]:
         """``y - exact``, rounded once (nearest-even) to float64, per column.
@@ -428,29 +428,40 @@ def exact_sum(X: ArrayLike, axis: int = 0) -> ExactSum:
     >>> exact_sum(np.array([1e308, 1e308, -1e308])).to_float64().item()
     1e+308
     """
+    return _exact_sum(X, axis)[0]
+
+
+def _exact_sum(X: ArrayLike, axis: int = 0) -> tuple[ExactSum, int | None]:
+    """:func:`exact_sum` and, when the compiled scan ran, the number of zero terms (else None)."""
     a, out_shape, sigbits = _check_input(X, axis)
     n, c = a.shape
+    zeros = None
     if n and c:
         scan = _scan(a) if _KERNELS else None
+        if scan is not None:
+            zeros = scan[4]
         ok = _float64_exact_columns(a, sigbits, scan)
         if ok.any():
-            return _with_fast_columns(a, ok, out_shape, sigbits, None if scan is None else scan[3])
-    return _exact_general(a, out_shape, sigbits)
+            return _with_fast_columns(a, ok, out_shape, sigbits, None if scan is None else scan[3]), zeros
+    return _exact_general(a, out_shape, sigbits), zeros
 
 
 def _scan_kernel(u, x, sign_off, one, top, low, orb, s):  # type: ignore[no-untyped-def]
     """One pass over (n, c) bits ``u`` / values ``x``: per column max |bits|, min nonzero |bits| - 1
-    (wrapping: all-ones for an all-zero column), OR of |bits|, and the float64 sum in row order.
+    (wrapping: all-ones for an all-zero column), OR of |bits|, and the float64 sum in row order;
+    returns the number of zero terms.
 
     ``one`` has the bits' unsigned type: ``v - 1`` with a Python int would be float64 in numba.
     """
     n, c = u.shape
+    zeros = 0
     for j in range(c):
         v = u[0, j] & sign_off
         top[j] = v
         low[j] = v - one
         orb[j] = v
         s[j] = x[0, j]
+        zeros += v == 0
     for i in range(1, n):
         for j in range(c):
             v = u[i, j] & sign_off
@@ -458,14 +469,17 @@ def _scan_kernel(u, x, sign_off, one, top, low, orb, s):  # type: ignore[no-unty
             low[j] = min(low[j], v - one)
             orb[j] |= v
             s[j] += x[i, j]
+            zeros += v == 0
+    return zeros
 
 
 _scan_compiled = jit(_scan_kernel)
 _KERNELS = _scan_compiled is not None  # tests switch the numpy path on and off
 
 
-def _scan(a: NDArray[np.floating]) -> tuple[np.ndarray, np.ndarray, np.ndarray, NDArray[np.float64]] | None:
-    """(max |bits|, min nonzero |bits| (0: all zero), OR of |bits|, float64 row-order sum) per column."""
+def _scan(a: NDArray[np.floating]) -> tuple[np.ndarray, np.ndarray, np.ndarray, NDArray[np.float64], int] | None:
+    """(max |bits|, min nonzero |bits| (0: all zero), OR of |bits|, float64 row-order sum) per column,
+    and the number of zero terms."""
     if _scan_compiled is None or a.dtype not in (np.float32, np.float64):
         return None
     a = np.ascontiguousarray(a)
@@ -473,9 +487,10 @@ def _scan(a: NDArray[np.floating]) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     c = a.shape[1]
     top, low, orb = (np.empty(c, dtype=ut) for _ in range(3))
     s = np.empty(c, dtype=np.float64)
-    _scan_compiled(a.view(ut), a, ut(0x7FFFFFFFFFFFFFFF if ut is np.uint64 else 0x7FFFFFFF), ut(1), top, low, orb, s)
+    zeros = _scan_compiled(a.view(ut), a, ut(0x7FFFFFFFFFFFFFFF if ut is np.uint64 else 0x7FFFFFFF), ut(1),
+                           top, low, orb, s)
     np.add(low, ut(1), out=low)  # min nonzero |bits|, 0 for an all-zero column
-    return top, low, orb, s
+    return top, low, orb, s, int(zeros)
 
 
 def _float64_exact_columns(a: NDArray[np.floating], sigbits: int, scan: Any = None) -> NDArray[np.bool_]:
@@ -503,7 +518,7 @@ def _float64_exact_columns(a: NDArray[np.floating], sigbits: int, scan: Any = No
             ab -= ut(1)
             low = np.min(ab, axis=0) + ut(1)  # 0 for an all-zero column
         else:
-            top, low, orb, _ = scan
+            top, low, orb = scan[:3]
         inf_bits = ut(0x7FF0000000000000 if wide else 0x7F800000)
         fin = top < inf_bits
         e_max = np.maximum(top >> ut(shift), ut(1)).astype(np.int64) - bias

@@ -30,7 +30,7 @@ from fpreduce._stepmetrics import ULP_EDGES, CompareStats, ErrorStats
 from fpreduce._version import __version__
 from fpreduce.config import ArmSpec, Config, load_config, to_toml
 from fpreduce.engine import reduce
-from fpreduce.exact import exact_sum
+from fpreduce.exact import _exact_sum
 from fpreduce.formats import get_format
 from fpreduce.results import Results, atomic_write, columns, load_run, read_rows, rows_to_csv
 from fpreduce.rounding import round_to
@@ -113,6 +113,11 @@ def _reduce(Xin: np.ndarray, plan: Any, arm: ArmSpec, seed: Any, lo: int = 0, to
                   offset=lo, total=total)
 
 
+def _seed(arm: ArmSpec, key: list[int]) -> np.random.Generator | None:
+    """The stochastic-rounding generator of one arm, step and chunk (None: the arm does not draw)."""
+    return np.random.default_rng(key) if arm.rounding == "stochastic" else None
+
+
 def chunk_width(workers: int) -> int:
     """Elements per chunk of a step: about 16 MiB of float32 inputs (a multiple of 2**15)."""
     return max(1 << 15, ((1 << 22) // workers) >> 15 << 15)
@@ -123,9 +128,10 @@ class _Inputs:
 
     def __init__(self, Xr: np.ndarray, X: np.ndarray) -> None:
         """``Xr``: ``X`` rounded to the input format."""
-        zeros = int(np.count_nonzero(Xr == 0))  # zeros stay zeros: new zeros are underflows
-        self.underflow = zeros - int(np.count_nonzero(X == 0)) if zeros else 0
-        self.exact = exact_sum(Xr)
+        self.exact, zeros = _exact_sum(Xr)  # the compiled scan counts the zero terms on the way
+        if zeros is None:
+            zeros = int(np.count_nonzero(Xr == 0))
+        self.underflow = zeros - int(np.count_nonzero(X == 0)) if zeros else 0  # zeros stay zeros
         self._rounded: dict[tuple[str, bool], np.ndarray] = {}
 
     def correctly_rounded(self, arm: ArmSpec, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -254,11 +260,11 @@ def _run_step(cfg: Config, source: Source, arms: list[_Arm], step: int, rows: li
                 times["engine"] += time.perf_counter() - t1
             Xr = inputs[key][0]
             t1 = time.perf_counter()
-            y = _reduce(Xr, plan[i], spec, np.random.default_rng([e.seed, step, i, c]), lo, m)
+            y = _reduce(Xr, plan[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
             times["engine"] += time.perf_counter() - t1
             ys[i][lo:hi] = y
             if check is not None:  # another run of the same job: re-seeded orders, same bits?
-                y2 = _reduce(Xr, check[i], spec, np.random.default_rng([e.seed + 7, step, i, c]), lo, m)
+                y2 = _reduce(Xr, check[i], spec, _seed(spec, [e.seed + 7, step, i, c]), lo, m)
                 a.reproducible = a.reproducible is not False and np.array_equal(y.view(np.uint8), y2.view(np.uint8))
         _measure(specs, inputs, keys, [y[lo:hi] for y in ys], n, err, cmp, underflow, times)
     for i, a in enumerate(arms):

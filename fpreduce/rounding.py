@@ -68,7 +68,9 @@ def _quantum_bits(a: NDArray[np.float64], f: Format) -> NDArray[np.uint64]:
     (fp64 itself, whose smallest quanta are subnormal: ``np.spacing``).
     """
     if f.emin - f.precision + 1 < -1022:  # fp64: quanta below 2**-1022 are subnormal
-        return np.spacing(np.abs(a)).view(np.uint64)  # the float64 ulp of |a| (2**-1074 below 2**-1021)
+        # the float64 ulp of |a| (2**-1074 below 2**-1021; 2**971 on the top binade, whose last
+        # value's np.spacing would overflow to inf)
+        return np.spacing(np.minimum(np.abs(a), 2.0**1023)).view(np.uint64)
     field = a.view(np.uint64) & np.uint64(0x7FF0000000000000)
     np.maximum(field, np.uint64((f.emin + 1023) << 52), out=field)
     field -= np.uint64((f.precision - 1) << 52)
@@ -119,6 +121,9 @@ def round_to(
         return np.array(a0, dtype=np.float64)
     if a0.dtype == np.float32 and f.precision >= 24:
         return a0.astype(f.value_dtype)  # float32 values are fp32 (and fp64) values
+    if m is Mode.NEAREST_EVEN and a0.dtype == np.float64 and f.name == "fp32":
+        with np.errstate(over="ignore"):  # IEEE conversion rounds once, overflow to ±Inf (tested vs Fraction)
+            return a0.astype(np.float32)
     if m is Mode.NEAREST_EVEN and a0.dtype == np.float32:
         if f.emin == -126:
             return _nearest_from_float32(np.ascontiguousarray(a0), f)
