@@ -1,0 +1,114 @@
+"""The proof that a column's float64 sum is exact, and the compiled scan that feeds it.
+
+Used by :func:`fpreduce.exact.exact_sum`: columns whose float64 sum is proved exact (in
+any order) skip the bucketed general path. With numba installed, one compiled pass
+(:func:`_scan`) gathers the statistics the proof needs and the sum itself; numpy needs
+four passes for the statistics and one more for the sum.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fpreduce._jit import jit
+
+
+def _scan_kernel(u, x, sign_off, one, top, low, orb, s):  # type: ignore[no-untyped-def]
+    """One pass over (n, c) bits ``u`` / values ``x``: per column max |bits|, min nonzero |bits| - 1
+    (wrapping: all-ones for an all-zero column), OR of |bits|, and the float64 sum in row order;
+    returns the number of zero terms.
+
+    ``one`` has the bits' unsigned type: ``v - 1`` with a Python int would be float64 in numba.
+    """
+    n, c = u.shape
+    zeros = 0
+    for j in range(c):
+        v = u[0, j] & sign_off
+        top[j] = v
+        low[j] = v - one
+        orb[j] = v
+        s[j] = x[0, j]
+        zeros += v == 0
+    for i in range(1, n):
+        for j in range(c):
+            v = u[i, j] & sign_off
+            top[j] = max(top[j], v)
+            low[j] = min(low[j], v - one)
+            orb[j] |= v
+            s[j] += x[i, j]
+            zeros += v == 0
+    return zeros
+
+
+_scan_compiled = jit(_scan_kernel)
+
+
+def _scan(a: NDArray[np.floating]) -> tuple[np.ndarray, np.ndarray, np.ndarray, NDArray[np.float64], int] | None:
+    """(max |bits|, min nonzero |bits| (0: all zero), OR of |bits|, float64 row-order sum) per column,
+    and the number of zero terms."""
+    if _scan_compiled is None or a.dtype not in (np.float32, np.float64):
+        return None
+    a = np.ascontiguousarray(a)
+    ut = np.uint64 if a.dtype == np.float64 else np.uint32
+    c = a.shape[1]
+    top, low, orb = (np.empty(c, dtype=ut) for _ in range(3))
+    s = np.empty(c, dtype=np.float64)
+    zeros = _scan_compiled(a.view(ut), a, ut(0x7FFFFFFFFFFFFFFF if ut is np.uint64 else 0x7FFFFFFF), ut(1),
+                           top, low, orb, s)
+    np.add(low, ut(1), out=low)  # min nonzero |bits|, 0 for an all-zero column
+    return top, low, orb, s, int(zeros)
+
+
+def _float64_exact_columns(a: NDArray[np.floating], sigbits: int, scan: Any = None) -> NDArray[np.bool_]:
+    """Columns whose float64 sum is exact in any order (a proof, per column).
+
+    Every nonzero ``x = f * 2**e`` (frexp) of ``sigbits`` significand bits is a multiple
+    of ``2**(e_min - sigbits)``, and every partial sum is such a multiple below
+    ``n * 2**e_max``: with ``e_max + ceil(log2 n) - e_min + sigbits <= 53`` every
+    partial sum, in any order, is a float64, so float64 addition never rounds. Trailing
+    zero bits common to a column's significands lower ``sigbits`` (the values lie on a
+    coarser grid), and ``e_max + ceil(log2 n) <= 1024`` rules out overflow. Columns
+    with NaN/Inf are left to the general path. ``scan``: the column statistics from
+    the compiled one-pass :func:`_scan` (else numpy computes them, in four passes).
+    """
+    n = a.shape[0]
+    log_n = math.ceil(math.log2(n)) if n > 1 else 0
+    if a.dtype in (np.float32, np.float64):
+        # on the bit patterns: |x| is bits & ~sign; (|x| - 1) wraps zeros to the top, so a
+        # min over it finds the smallest nonzero |x|; exponents are the top bits
+        wide = a.dtype == np.float64
+        ut, shift, bias = (np.uint64, 52, 1022) if wide else (np.uint32, 23, 126)
+        if scan is None:
+            ab = np.bitwise_and(a.view(ut), ut(0x7FFFFFFFFFFFFFFF if wide else 0x7FFFFFFF))
+            top = np.max(ab, axis=0)
+            ab -= ut(1)
+            low = np.min(ab, axis=0) + ut(1)  # 0 for an all-zero column
+        else:
+            top, low, orb = scan[:3]
+        inf_bits = ut(0x7FF0000000000000 if wide else 0x7F800000)
+        fin = top < inf_bits
+        e_max = np.maximum(top >> ut(shift), ut(1)).astype(np.int64) - bias
+        e_min = np.maximum(low >> ut(shift), ut(1)).astype(np.int64) - bias
+        need = e_max - e_min + sigbits + log_n
+        redo = np.flatnonzero(fin & (need > 53) & (top != 0))
+        if redo.size:
+            # trailing zero bits shared by all significands of a column (bf16 data in float32
+            # has >= 16) narrow its grid: every value is a multiple of 2**(e_min - sigbits + tz)
+            ors = np.bitwise_or.reduce(a[:, redo].view(ut), axis=0) if scan is None else orb[redo]
+            sig = ors & ut((1 << shift) - 1) | ut(1 << shift)
+            need[redo] -= np.frexp((sig & (~sig + ut(1))).astype(np.float64))[1].astype(np.int64) - 1
+        fin &= e_max + log_n <= 1024  # and no partial sum can overflow
+        return fin & ((need <= 53) | (top == 0))
+    with np.errstate(invalid="ignore"):
+        ax = np.abs(a)
+        mx = np.max(ax, axis=0)
+        mn = np.min(ax, axis=0, where=ax != 0, initial=np.inf)
+    fin = np.isfinite(mx)
+    e_hi = np.frexp(np.where(fin, mx, 1.0))[1]
+    e_lo = np.frexp(np.where(np.isfinite(mn), mn, 1.0))[1]
+    need = e_hi.astype(np.int64) - e_lo + sigbits + log_n
+    return fin & ((need <= 53) | ~np.isfinite(mn))
