@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fpreduce._errors import InvalidArgument
+from fpreduce._jit import jit
 
 Tree = Union[int, tuple["Tree", "Tree"]]
 
@@ -258,110 +259,355 @@ class Split:
         return [m // k + (1 if c < m % k else 0) for c in range(k)]
 
 
+_M64 = (1 << 64) - 1
+_GOLD = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+_REDRAW = 0xD1B54A32D192ED03  # separates an element's redraw stream from its main one
+_U64 = np.uint64
+_DRAW_BITS = 32  # bits per draw; tests narrow these two (n <= 2^bits) to force the rejection path
+_GROUP_BITS = 20  # Fisher-Yates steps share a draw while the product of their ranges is <= 2^this
+USE_JIT = True  # tests set False to force the numpy orders (the kernel is also checked against them)
+
+
 def _order_dtype(n: int) -> np.dtype:
     """The smallest unsigned integer type that holds 0..n-1 (uint8, uint16, uint32 or uint64)."""
     size = 1 << max(0, ((n - 1).bit_length() - 1) // 8).bit_length()  # bytes: 1, 2, 4 or 8
     return np.dtype(f"u{size}")
 
 
-def block_rows(n: int) -> int:
-    """Elements per block of :func:`block_orders`: 2^16 // n rounded down to a power of two, within 64..2^15.
+def _mix_int(z: int) -> int:
+    """The splitmix64 finalizer on a Python int (mod 2^64)."""
+    z &= _M64
+    z = ((z ^ (z >> 30)) * _MIX1) & _M64
+    z = ((z ^ (z >> 27)) * _MIX2) & _M64
+    return z ^ (z >> 31)
 
-    About 2^16 keys (256 KiB of 32-bit keys: the block's work stays in L2), and a
-    power of two that divides the engine's blocks of 2^15 elements, so none of
-    those needs two blocks of orders.
+
+def atomic_key(seed: int) -> int:
+    """The 64-bit key of the atomic plan's orders for ``seed`` (any integer >= 0, 64 bits at a time)."""
+    s, k = int(seed), 0
+    while True:
+        k = _mix_int((k ^ (s & _M64)) + _GOLD)
+        s >>= 64
+        if not s:
+            return k
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """The splitmix64 finalizer on a uint64 array (wraps mod 2^64)."""
+    z = (z ^ (z >> _U64(30))) * _U64(_MIX1)
+    z = (z ^ (z >> _U64(27))) * _U64(_MIX2)
+    return z ^ (z >> _U64(31))
+
+
+def _check_bits(n: int, bits: int) -> None:
+    if not (1 <= bits <= 32 and n <= 1 << bits):
+        raise InvalidArgument(f"need 1 <= bits <= 32 and n <= 2^bits, got bits={bits} for {n} workers")
+
+
+def draw_groups(n: int, bits: int = 32, group_bits: int = 20) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
+    """The Fisher-Yates steps that share a draw, and each group's rejection threshold.
+
+    Steps k = 0..n-2 (range s = n - k) are grouped greedily from k = 0: a group
+    takes the next step while the product P of its ranges stays <= 2^min(group_bits,
+    bits) (a group has at least one step). Returns (starts, thresholds): group g is
+    steps ``starts[g]..starts[g+1]-1`` and rejects when the remainder of its draw is
+    below ``(2^bits - P) % P`` (below 2^-12 of the draws for the defaults).
     """
-    return min(1 << 15, 1 << max(6, ((1 << 16) // n).bit_length() - 1))
+    _check_bits(n, bits)
+    limit = 1 << min(group_bits, bits)
+    starts, thr = [0], []
+    k = 0
+    while k < n - 1:
+        P = n - k
+        k += 1
+        while k < n - 1 and P * (n - k) <= limit:
+            P *= n - k
+            k += 1
+        starts.append(k)
+        thr.append(((1 << bits) - P) % P)
+    if n <= 1:
+        starts = [0]
+    return np.array(starts, dtype=np.int64), np.array(thr, dtype=np.uint64)
 
 
-def key_layout(n: int) -> tuple[int, int, int, int]:
-    """(w, g, t, b) of the sort keys for n workers: ``g`` elements' keys share a sorted row.
+def orders_numpy(key: int, lo: int, hi: int, init: np.ndarray, bits: int = 32, group_bits: int = 20
+                 ) -> NDArray[np.unsignedinteger]:
+    """The orders of elements lo..hi-1 (see :class:`PerElementPlan`), vectorized over elements in numpy.
 
-    A w-bit key is ``tag << (w - t) | random << b | worker``: b = ceil(log2 n)
-    (at least 1) index bits, t = ceil(log2 g) tag bits naming the element within
-    the row (g = max(1, 64 // n) elements share a sorted row of about 64 keys),
-    and w - t - b random bits. w = 32 when an element's chance of a tie, below
-    n(n-1)/2 / 2^(w-t-b), is at most 1/8 (up to 1024 workers), else 64.
+    ``init`` (n,) is the array shuffled (``arange(n)``, or a relabelling), of the
+    orders' dtype. Row j of the result (hi-lo, n) is element lo + j's order.
     """
-    b = max(1, (n - 1).bit_length())
-    g = max(1, 64 // n)
-    t = (g - 1).bit_length()
-    w = 32 if 32 - t - b - 3 >= 0 and n * (n - 1) // 2 <= 1 << (32 - t - b - 3) else 64
-    return w, g, t, b
-
-
-def block_orders(seed: int, block: int, n: int, random_bits: int | None = None) -> NDArray[np.unsignedinteger]:
-    """Block ``block`` of the atomic plan's orders: shape (rows, n), ``rows = block_rows(n)``.
-
-    Row r is the order of element ``block * rows + r`` (entry k = the worker
-    added k-th), a permutation of 0..n-1 in the smallest unsigned type that
-    holds n - 1 (uint8 up to 256 workers). With ``gen =
-    np.random.default_rng([seed, block])`` and (w, g, t, b) = :func:`key_layout`
-    ``(n)``: words of ``gen.bit_generator.random_raw``, viewed as w-bit integers
-    (native byte order: low half first on x86 and ARM), are the keys of
-    ``ceil(rows / g)`` sorted rows of ``g * n`` keys; key j of a row gets tag
-    ``j // n`` and worker index ``j % n`` in place of its top t and low b bits
-    (see :func:`key_layout`), and sorting the row sorts each of its g elements'
-    n keys by their random bits (element j // n of the row: block element
-    ``g * row + j // n``; the last row's surplus elements are dropped). An
-    element whose random parts tie (two adjacent after sorting) draws its n keys
-    again the same way, from ``gen`` (all such elements at once, in element
-    order, round after round until none ties). An order is kept only when its n
-    iid random parts are distinct, and then every ranking is equally likely, so
-    each order is exactly uniform over the n! permutations (idealising the
-    generator as iid bits), independent across elements, and a function of
-    (seed, element index) only. ``random_bits`` narrows the random part (tests:
-    forces ties).
-    """
-    keys, low = _block_keys(seed, block, n, random_bits)
-    out = keys.astype(_order_dtype(n))
-    np.bitwise_and(out, out.dtype.type(low), out=out)
+    n = init.size
+    starts, thrs = draw_groups(n, bits, group_bits)
+    out = np.empty((hi - lo, n), dtype=init.dtype)
+    sh, ub = _U64(32 - bits), _U64(bits)
+    low = _U64((1 << bits) - 1)
+    m32 = _U64(0xFFFFFFFF)
+    chunk = min(1 << 13, max(1 << 10, (1 << 21) // max(1, n)))  # elements at a time: (n, chunk) slots near cache
+    for c0 in range(lo, hi, chunk):
+        c1 = min(hi, c0 + chunk)
+        w = c1 - c0
+        e = np.arange(c0 + 1, c1 + 1, dtype=np.uint64)
+        h = _mix(e * _U64(_GOLD) + _U64(key))  # element e's 64-bit seed: splitmix64 of its counter
+        redraws = np.zeros(w, dtype=np.uint64)
+        idx = np.empty((max(n - 1, 1), w), dtype=np.intp)
+        z = h
+        mbuf = np.empty(w, dtype=np.uint64)
+        for g in range(thrs.size):
+            k0, k1 = int(starts[g]), int(starts[g + 1])
+            if g % 2 == 0:  # one 64-bit word: the low half is group g's draw, the high half group g + 1's
+                z = _mix(h + _U64(((g // 2 + 1) * _GOLD) & _M64))
+            rest = (z & m32) if g % 2 == 0 else (z >> _U64(32))
+            if bits < 32:
+                rest >>= sh
+            for k in range(k0, k1):  # batched Lemire, in place
+                np.multiply(rest, _U64(n - k), out=mbuf)
+                np.right_shift(mbuf, ub, out=idx[k], casting="unsafe")
+                np.bitwise_and(mbuf, low, out=rest)
+            bad = np.flatnonzero(rest < thrs[g])
+            while bad.size:  # rejected: redraw the group from the element's own redraw stream
+                redraws[bad] += _U64(1)
+                x = (_mix((h[bad] ^ _U64(_REDRAW)) + redraws[bad] * _U64(_GOLD)) & m32) >> sh
+                r = np.empty((k1 - k0, bad.size), dtype=np.intp)
+                for k in range(k0, k1):
+                    m = x * _U64(n - k)
+                    r[k - k0] = m >> ub
+                    x = m & low
+                ok = x >= thrs[g]
+                idx[k0:k1, bad[ok]] = r[:, ok]
+                bad = bad[~ok]
+        P = np.repeat(init[:, None], w, axis=1)  # (n, w): slot-major
+        flat_P = P.reshape(-1)
+        cols = np.arange(w, dtype=np.intp)
+        if n > 1:  # flat indices of slot k + idx[k] of every element, all steps at once
+            idx += np.arange(n - 1)[:, None]
+            idx *= w
+            idx += cols
+        for k in range(n - 1):  # forward Fisher-Yates: swap slots k and k + idx[k]
+            flat = idx[k]
+            v = flat_P[flat]
+            flat_P[flat] = P[k]
+            P[k] = v
+        out[c0 - lo : c1 - lo] = P.T
     return out
 
 
-def _block_keys(seed: int, block: int, n: int, random_bits: int | None = None) -> tuple[np.ndarray, int]:
-    """The sorted keys behind :func:`block_orders` (rows, n) and the worker index mask ``2^b - 1``."""
-    rows = block_rows(n)
-    w, g, t, b = key_layout(n)
-    r = w - t - b if random_bits is None else random_bits
-    if not 0 < r <= w - t - b:
-        raise InvalidArgument(f"need 0 < random_bits <= {w - t - b} for {n} workers")
-    gen = np.random.default_rng([seed, block])
-    kt = np.uint32 if w == 32 else np.uint64
-    low = kt((1 << b) - 1)
-    rand = kt(((1 << r) - 1) << b)
-    j = np.arange(g * n)
-    label = (j % n if t == 0 else (j // n) << (w - t) | j % n).astype(kt)  # each key's tag and worker index
+def _atomic_kernel(A, Au, col0, key, e0, count, bits, gstart, gthr, init, orders, out, sigma, velt, check, fold,
+                   h, hi32, rest, redraws, idx, perm, acc):  # type: ignore[no-untyped-def]
+    """numba: the orders of elements e0..e0+count-1 (as :func:`orders_numpy`) and, with ``fold``, their folds.
 
-    def draw(count: int) -> np.ndarray:
-        """Sorted keys of ``count`` elements, shape (count, n)."""
-        size = -(-count // g) * g * n
-        k = gen.bit_generator.random_raw(-(-size * w // 64)).view(kt)[:size].reshape(-1, g * n)
-        np.bitwise_and(k, rand, out=k)
-        np.bitwise_or(k, label, out=k)
-        k.sort(axis=1)
-        return k.reshape(-1, n)[:count]
+    Without ``fold``, writes the orders into ``orders`` (count, n) and returns 0. With
+    ``fold``, element e0 + j is the left fold of ``A[order[k], col0 + j]`` (k = 0..n-1)
+    in float32, each sum rounded by Veltkamp's splitting (``c = t * sigma; t = c - (c -
+    t)``) when ``velt``, written to ``out[j]``; returns 1 (leaving ``out`` partly
+    written) when some input has a bit of ``check`` set or some result is NaN, else 0.
+    Works in blocks of ``acc.size`` elements (``kernel_width(n)``; the other trailing
+    arguments are scratch of that width): the draws of all steps (vectorized over the
+    elements), the forward Fisher-Yates swaps into a slot-major (n, width) block (the
+    next block of A prefetched meanwhile), the input check, then the fold slot by slot
+    over the elements (independent: no latency chain; AVX-512 gathers, which the
+    ``noalias`` compilation of :func:`_jit_noalias` allows).
+    """
+    n = init.shape[0]
+    m32 = np.uint64(0xFFFFFFFF)
+    gold = np.uint64(0x9E3779B97F4A7C15)
+    mix1 = np.uint64(0xBF58476D1CE4E5B9)
+    mix2 = np.uint64(0x94D049BB133111EB)
+    redraw_key = np.uint64(0xD1B54A32D192ED03)
+    s30, s27, s31 = np.uint64(30), np.uint64(27), np.uint64(31)
+    ub = np.uint64(bits)
+    sh = np.uint64(32 - bits)
+    low = (np.uint64(1) << ub) - np.uint64(1)
+    ng = gstart.shape[0] - 1
+    blk = acc.shape[0]
+    orb = np.uint32(0)
+    for b0 in range(0, count, blk):
+        w = min(blk, count - b0)
+        c0 = col0 + b0
+        for j in range(w):
+            z = np.uint64(e0 + b0 + j + 1) * gold + key
+            z = (z ^ (z >> s30)) * mix1
+            z = (z ^ (z >> s27)) * mix2
+            h[j] = z ^ (z >> s31)
+            redraws[j] = 0
+        for g in range(ng):
+            k0, k1 = gstart[g], gstart[g + 1]
+            thr = gthr[g]
+            if g % 2 == 0:  # one 64-bit word: the low half is group g's draw, the high half group g + 1's
+                c = np.uint64(g // 2 + 1) * gold
+                for j in range(w):
+                    z = h[j] + c
+                    z = (z ^ (z >> s30)) * mix1
+                    z = (z ^ (z >> s27)) * mix2
+                    z = z ^ (z >> s31)
+                    hi32[j] = z >> np.uint64(32)
+                    rest[j] = (z & m32) >> sh
+            else:
+                for j in range(w):
+                    rest[j] = hi32[j] >> sh
+            for k in range(k0, k1):  # batched Lemire: each step takes the high part of rest * s
+                s = np.uint64(n - k)
+                ik = idx[k]
+                for j in range(w):
+                    m = rest[j] * s
+                    ik[j] = m >> ub
+                    rest[j] = m & low
+            bad = 0
+            for j in range(w):
+                bad += rest[j] < thr
+            if bad:  # rare (below 2^-12 per group): redraw the group from each element's own stream
+                for j in range(w):
+                    if rest[j] >= thr:
+                        continue
+                    while True:
+                        redraws[j] += np.uint64(1)
+                        z = (h[j] ^ redraw_key) + redraws[j] * gold
+                        z = (z ^ (z >> s30)) * mix1
+                        z = (z ^ (z >> s27)) * mix2
+                        z = z ^ (z >> s31)
+                        x = (z & m32) >> sh
+                        for k in range(k0, k1):
+                            m = x * np.uint64(n - k)
+                            idx[k, j] = m >> ub
+                            x = m & low
+                        if x >= thr:
+                            break
+        for k in range(n):
+            v0 = init[k]
+            for j in range(w):
+                perm[k, j] = v0
+        nxt = c0 + w  # the next block of A is prefetched, a line at a time, while the swaps run
+        wn = min(blk, col0 + count - nxt) if fold else 0
+        for k in range(n - 1):  # forward Fisher-Yates: slot k is final after step k
+            pk, ik = perm[k], idx[k]
+            for j in range(w):
+                i = k + ik[j]
+                v = perm[i, j]
+                perm[i, j] = pk[j]
+                pk[j] = v
+            for q in range(0, wn, 16):
+                _prefetch(Au, k, nxt + q)
+        for q in range(0, wn, 16):
+            _prefetch(Au, n - 1, nxt + q)
+        if fold:  # the input check (the block is in cache: prefetched during the previous block's swaps)
+            for k in range(n):
+                rb = Au[k]
+                for j in range(w):
+                    orb |= rb[c0 + j]
+            if orb & check:
+                return 1
+        if not fold:
+            for j in range(w):
+                for k in range(n):
+                    orders[b0 + j, k] = perm[k, j]
+            continue
+        p0 = perm[0]
+        for j in range(w):
+            acc[j] = A[p0[j], c0 + j]
+        if velt:  # slot by slot; the elements are independent (no latency chain; gathers)
+            for k in range(1, n):
+                pk = perm[k]
+                for j in range(w):
+                    x = acc[j] + A[pk[j], c0 + j]
+                    y = x * sigma
+                    acc[j] = y - (y - x)
+        else:
+            for k in range(1, n):
+                pk = perm[k]
+                for j in range(w):
+                    acc[j] += A[pk[j], c0 + j]
+        nan = False
+        for j in range(w):
+            x = acc[j]
+            nan |= x != x
+            out[b0 + j] = x
+        if nan:
+            return 1
+    if fold:
+        orders[0, 0] = orb & np.uint32(1)  # keeps the pass over A when nothing is checked (``orders``: scratch)
+    return 0
 
-    def tied(k: np.ndarray) -> NDArray[np.intp]:
-        """Rows of k (sorted) where two random parts tie: adjacent keys that differ only in the low b bits."""
-        d = k.reshape(-1)
-        diff = np.bitwise_xor(d[1:], d[:-1])
-        if n < 2 or diff.min() > low:  # the common case; diff also spans row ends
-            return np.empty(0, dtype=np.intp)
-        close = np.zeros((k.shape[0], n), dtype=bool)
-        np.less_equal(diff, low, out=close.reshape(-1)[:-1])
-        close[:, -1] = False  # pairs across rows
-        return np.flatnonzero(close.any(axis=1))
 
-    keys = draw(rows)
-    redo = tied(keys)
-    while redo.size:
-        again = draw(redo.size)
-        bad = np.zeros(redo.size, dtype=bool)
-        bad[tied(again)] = True
-        keys[redo[~bad]] = again[~bad]
-        redo = redo[bad]
-    return keys, int(low)
+def _prefetch(a: np.ndarray, i: int, j: int) -> None:
+    """Prefetch ``a[i, j]``'s cache line: a no-op in Python, ``llvm.prefetch`` once numba compiles the kernel."""
+
+
+def _numba_prefetch():  # type: ignore[no-untyped-def]
+    """The numba intrinsic behind :func:`_prefetch` (read, high locality, data cache)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def prefetch(typingctx, arr, i, j):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            aryty = signature.args[0]
+            ary = context.make_array(aryty)(context, builder, args[0])
+            ptr = cgutils.get_item_pointer2(context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
+                                            cgutils.unpack_tuple(builder, ary.strides), aryty.layout,
+                                            [args[1], args[2]], wraparound=False, boundscheck=False)
+            i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                                "llvm.prefetch.p0")
+            builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+            return context.get_dummy_value()
+
+        return types.void(arr, i, j), codegen
+
+    return prefetch
+
+
+def _jit_noalias(fn):  # type: ignore[no-untyped-def]
+    """:func:`fpreduce._jit.jit`, compiled with LLVM ``noalias`` on the array arguments, or None without numba.
+
+    The caller passes distinct buffers (read-only ones may share memory): this is
+    what lets LLVM vectorize the fold's loads from A (AVX-512 gathers) next to
+    the stores into the accumulators.
+    """
+    if jit(fn) is None:  # no numba, or FPREDUCE_NO_JIT
+        return None
+    compiled = []
+
+    def call(*args):  # type: ignore[no-untyped-def]
+        if not compiled:
+            import numba
+
+            global _prefetch
+            _prefetch = _numba_prefetch()  # the kernel's global, resolved when numba compiles it
+            from numba.core.compiler import CompilerBase, DefaultPassBuilder
+
+            class NoAlias(CompilerBase):
+                def define_pipelines(self):  # type: ignore[no-untyped-def]
+                    self.state.flags.noalias = True
+                    return [DefaultPassBuilder.define_nopython_pipeline(self.state)]
+
+            compiled.append(numba.njit(cache=True, nogil=True, pipeline_class=NoAlias)(fn))
+        return compiled[0](*args)
+
+    call.__name__ = call.__qualname__ = fn.__name__
+    return call
+
+
+def atomic_kernel(A, Au, col0, key, e0, count, bits, init, orders, out, sigma, velt, check, fold):  # type: ignore[no-untyped-def]
+    """Run :func:`_atomic_kernel` (numba must be available) with fresh scratch buffers; its return value."""
+    n = init.shape[0]
+    blk = kernel_width(n)
+    gstart, gthr = draw_groups(n, bits, _GROUP_BITS)
+    return _atomic_jit(A, Au, col0, np.uint64(key), e0, count, bits, gstart, gthr, init, orders, out, sigma, velt,
+                       np.uint32(check), fold, np.empty(blk, np.uint64), np.empty(blk, np.uint64),
+                       np.empty(blk, np.uint64), np.zeros(blk, np.uint64), np.empty((max(n - 1, 1), blk), init.dtype),
+                       np.empty((n, blk), init.dtype), np.empty(blk, np.float32))
+
+
+_atomic_jit = _jit_noalias(_atomic_kernel)
+
+
+def kernel_width(n: int) -> int:
+    """Elements per block of the numba kernel: about 2^14 slots (n x width: in L1), 64 to 4096 elements."""
+    return min(1 << 12, max(64, (1 << 14) // max(1, n)))
 
 
 @dataclass(frozen=True)
@@ -369,11 +615,24 @@ class PerElementPlan:
     """Every element a sequential left fold in its own uniformly random order.
 
     GPU ``atomicAdd`` into one accumulator per element: the N contributions land
-    in whatever order the hardware serialises them. Element e's order is row
-    ``e % block_rows(n)`` of :func:`block_orders` ``(seed, e // block_rows(n), n)``
-    (then relabelled by ``perm``): exactly uniform over the n! orders, independent
-    across elements, and a function of (seed, e) only, never of how the elements
-    are chunked.
+    in whatever order the hardware serialises them. Element e's order is a
+    forward Fisher-Yates shuffle of ``0..n-1`` (then relabelled by ``perm``):
+    step k = 0..n-2 swaps slot k with slot k + r_k, r_k uniform on 0..n-k-1.
+    With ``key = atomic_key(seed)``, ``h = mix(key + (e + 1) * G)`` (``mix`` the
+    splitmix64 finalizer, G its odd constant, all mod 2^64); the steps are cut
+    into groups (:func:`draw_groups`: consecutive steps while the product P of
+    their ranges is <= 2^20), and group g draws the low (g even) or high (g odd)
+    32 bits x of word ``mix(h + (g // 2 + 1) * G)``. Batched Lemire: r = x, and
+    for each step of the group m = r * s, r_k = m >> 32, r = m mod 2^32; the
+    group is kept unless the final r < (2^32 - P) mod P (r_k's are then the
+    mixed-radix digits of Lemire's exact draw on 0..P-1, so independent and
+    exactly uniform), else it is drawn again from the low 32 bits of
+    ``mix((h ^ R) + c * G)``, c = 1, 2, ... counting the element's redraws (R a
+    fixed constant), below 2^-12 of the groups. Every order is then exactly
+    uniform over the n! permutations (idealising ``mix`` as random bits),
+    independent across elements, and a function of (seed, e) only, never of how
+    the elements are chunked. :func:`orders_numpy` computes it in numpy,
+    :func:`_atomic_kernel` in numba (same bits; tests compare them).
 
     Attributes:
         name: ``atomic``.
@@ -388,25 +647,29 @@ class PerElementPlan:
     seed: int
     perm: tuple[int, ...] | None = None
 
+    def shuffled(self) -> NDArray[np.unsignedinteger]:
+        """The array every element shuffles: ``arange(n)``, or ``perm``, in the orders' dtype."""
+        dt = _order_dtype(self.n)
+        return np.arange(self.n, dtype=dt) if self.perm is None else np.asarray(self.perm, dtype=dt)
+
     def orders(self, lo: int, hi: int) -> NDArray[np.unsignedinteger]:
         """Worker orders of elements lo..hi-1: shape (hi-lo, n), row = first to last.
 
-        Row j is element lo + j's order (rows of :func:`block_orders`, relabelled
-        by ``perm``), C-contiguous, of the smallest unsigned type that holds n - 1
-        (uint8 up to 256 workers).
+        Row j is element lo + j's order (see the class), relabelled by ``perm``,
+        C-contiguous, of the smallest unsigned type that holds n - 1 (uint8 up to
+        256 workers, uint16 up to 65536). Computed by the numba kernel when numba
+        is installed (``USE_JIT``), else in numpy: the same bits.
         """
         if not 0 <= lo <= hi:
             raise InvalidArgument(f"need 0 <= lo <= hi, got lo={lo}, hi={hi}")
-        rows = block_rows(self.n)
-        out = np.empty((hi - lo, self.n), dtype=_order_dtype(self.n))
-        low = 0
-        for b in range(lo // rows, -(-hi // rows)):
-            s, e = max(lo, b * rows), min(hi, (b + 1) * rows)
-            keys, low = _block_keys(self.seed, b, self.n)
-            np.copyto(out[s - lo : e - lo], keys[s - b * rows : e - b * rows], casting="unsafe")  # keeps low bits
-        np.bitwise_and(out, out.dtype.type(low), out=out)  # as block_orders, without a copy
-        if self.perm is not None:
-            out = np.asarray(self.perm, dtype=out.dtype)[out]
+        init = self.shuffled()
+        key, bits = atomic_key(self.seed), _DRAW_BITS
+        if not (USE_JIT and _atomic_jit is not None) or hi == lo:
+            return orders_numpy(key, lo, hi, init, bits, _GROUP_BITS)
+        out = np.empty((hi - lo, self.n), dtype=init.dtype)
+        dummy = np.zeros((1, 1), dtype=np.float32)
+        atomic_kernel(dummy, dummy.view(np.uint32), 0, key, lo, hi - lo, bits, init, out, np.zeros(1, np.float32),
+                      np.float32(1), False, 0, False)
         return out
 
     def depths(self) -> NDArray[np.int64]:

@@ -198,3 +198,45 @@ def _small_ok(hi: float, lo: float, fin: Format, fa: Format, n: int) -> bool:
     if not big <= fin.max_finite:
         return False
     return fa.precision >= 24 or n * big * (1 + 2.0**-fa.precision) ** n <= fa.max_finite * (1 - 2.0**-30)
+
+
+USE_FUSED = True  # tests set False to force the numpy path of the atomic plan (gather, then _fast_block)
+
+
+def _fused_atomic(plan, A: np.ndarray, lo: int, hi: int, offset: int, load: _Loader, ar: _Arith, dest=None):  # type: ignore[no-untyped-def]
+    """The atomic plan's plain folds of columns lo..hi-1 in one numba pass (orders, gather, fold), else None.
+
+    Used only with numba, for the nearest-even folds ``_fast_block`` does on its
+    own (fp32 accumulators with plain adds; bf16 and tf32 ones with Veltkamp
+    rounding), float32 inputs already in the input format (fp32, or bf16/tf32:
+    the low 24 - p bits of every input are zero), no premultiply or predivide.
+    Element ``offset + lo + j``'s order is the plan's (``PerElementPlan.orders``,
+    same generator). A block whose inputs need rounding or whose result holds a
+    NaN (NaN/Inf inputs, or a sum beyond Veltkamp's range) returns None: the
+    caller recomputes it on the numpy path, same bits.
+    """
+    from fpreduce import _collectives as C
+
+    fa, fin = ar.fa, load.fin
+    n = A.shape[0]
+    if not USE_FUSED or C._atomic_jit is None or not ar.fast or load.premul is not None or not load.fits:
+        return None
+    if A.dtype != np.float32 or n < 2 or hi <= lo:
+        return None
+    p = fa.precision
+    if not (p == 24 or (p in _VELTKAMP_P and fa.emin == -126)):
+        return None
+    if fin.precision >= 24:
+        check = 0
+    elif fin.emin == -126:
+        check = (1 << (24 - fin.precision)) - 1
+    else:
+        return None  # fp16 / fp8 inputs: the numpy path
+    out = dest if dest is not None and dest.dtype == np.float32 and dest.flags.c_contiguous else None
+    if out is None:
+        out = np.empty(hi - lo, dtype=np.float32)
+    sigma = np.float32(2.0 ** (24 - p) + 1)
+    init = plan.shuffled()
+    bad = C.atomic_kernel(A, A.view(np.uint32), lo, C.atomic_key(plan.seed), offset + lo, hi - lo, C._DRAW_BITS, init,
+                          np.zeros((1, 1), dtype=init.dtype), out, sigma, p != 24, check, True)
+    return None if bad else out

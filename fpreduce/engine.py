@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fpreduce._errors import InvalidArgument, unknown_name
-from fpreduce._fastpath import _fast_block, _gather_orders, _program
+from fpreduce._fastpath import _fast_block, _fused_atomic, _gather_orders, _program
 from fpreduce._reference import round_fraction
 from fpreduce.formats import Format, get_format
 from fpreduce.plans import Plan, SegmentedPlan, Tree, fold, parse, sequential
@@ -354,7 +354,8 @@ def _pieces(p: AnyPlan, nel: int, offset: int = 0, total: int | None = None):  #
     the same for every element, or ``("gather", Y)`` with Y (n, width) already in
     slot order: segments that share a tree shape are gathered side by side so one
     fold serves them all (ring all-reduce has one shape and n leaf orders), and a
-    per-element plan gathers every element's own order.
+    per-element plan yields ``("atomic", (plan, offset))``: ``_evaluate`` folds it in one
+    numba pass when it can (``_fused_atomic``), else gathers every element's own order.
     """
     if isinstance(p, Plan):
         key, shape, perm = _shape_of(p)
@@ -394,7 +395,7 @@ def _pieces(p: AnyPlan, nel: int, offset: int = 0, total: int | None = None):  #
         return
     for lo in range(0, nel, _BLOCK):  # a per-element plan (atomics)
         hi = min(nel, lo + _BLOCK)
-        yield lo, hi, None, None, ("orders", p.orders(offset + lo, offset + hi))
+        yield lo, hi, None, None, ("atomic", (p, offset))  # orders drawn in _evaluate, or fused there
 
 
 def _gathered(batch, width: int, shape: Tree):  # type: ignore[no-untyped-def]
@@ -409,6 +410,13 @@ def _evaluate(shape, rows, A, load: _Loader, ar: _Arith, algorithm: str, lo: int
     n = A.shape[0]
     width = hi - lo
     Y = None
+    if kind == "atomic":
+        p, offset = what
+        if algorithm == "plain":
+            res = _fused_atomic(p, A, lo, hi, offset, load, ar, dest)
+            if res is not None:
+                return res
+        kind, what = "orders", p.orders(offset + lo, offset + hi)
     if kind == "orders":
         Y = _gather_orders(A, what, lo, hi, ar.gather_buffer(n, width, A.dtype))
         shape = None  # a left fold in each element's own order

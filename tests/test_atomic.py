@@ -1,4 +1,4 @@
-"""The atomic plan's per-element orders (fpreduce._collectives) and their gather (fpreduce._fastpath)."""
+"""The atomic plan's per-element orders (fpreduce._collectives), their gather and fused kernel (fpreduce._fastpath)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,19 @@ from itertools import permutations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fpreduce as fr
+from fpreduce import _collectives as C
+from fpreduce import _fastpath as F
 from fpreduce import plans as P
-from fpreduce._collectives import block_orders, block_rows, key_layout
+from fpreduce._collectives import draw_groups, kernel_width, orders_numpy
 from fpreduce._fastpath import _gather_orders
+
+JIT = C._atomic_jit is not None
+needs_jit = pytest.mark.skipif(not JIT, reason="numba not installed (or FPREDUCE_NO_JIT)")
+NS = [1, 2, 3, 7, 64, 255, 256, 257, 1024, 1025]
 
 
 def perm_codes(o: np.ndarray) -> np.ndarray:
@@ -29,8 +37,8 @@ def assert_uniform(codes: np.ndarray, k: int) -> None:
     """All k outcomes occur, with Pearson's chi-square far below anything a bias would give.
 
     The seeds are fixed, so this is deterministic; the bound is ~ dof + 10 sqrt(2 dof)
-    (a tail probability below 1e-9 for uniform draws), while a tie broken by the
-    worker index instead of a redraw, or a shared order, gives chi-square in the thousands.
+    (a tail probability below 1e-9 for uniform draws), while a biased draw (a
+    rejection skipped, a shared order) gives chi-square in the hundreds or thousands.
     """
     counts = np.bincount(codes, minlength=k)
     assert counts.size == k
@@ -38,32 +46,71 @@ def assert_uniform(codes: np.ndarray, k: int) -> None:
     assert chi2(counts, codes.size / k) < (k - 1) + 10 * math.sqrt(2 * (k - 1))
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 5, 16, 17, 64, 100, 300, 1024, 1025])
-def test_orders_are_chunk_independent_permutations(n):
+@pytest.fixture
+def numpy_orders(monkeypatch):
+    monkeypatch.setattr(C, "USE_JIT", False)
+
+
+@pytest.fixture
+def narrow(monkeypatch):
+    """Force the rejection path: ``narrow(bits, group_bits)`` draws ``bits``-bit values."""
+
+    def set_bits(bits: int, group_bits: int) -> None:
+        monkeypatch.setattr(C, "_DRAW_BITS", bits)
+        monkeypatch.setattr(C, "_GROUP_BITS", group_bits)
+
+    return set_bits
+
+
+def both_orders(plan: P.PerElementPlan, lo: int, hi: int) -> np.ndarray:
+    """plan.orders(lo, hi) from numpy, checked equal to the numba kernel's when numba is there."""
+    want = orders_numpy(C.atomic_key(plan.seed), lo, hi, plan.shuffled(), C._DRAW_BITS, C._GROUP_BITS)
+    got = plan.orders(lo, hi)
+    assert got.dtype == want.dtype
+    assert np.array_equal(got, want)
+    return want
+
+
+@pytest.mark.parametrize("n", NS)
+def test_numpy_and_numba_orders_agree_and_are_chunk_independent(n):
     a = P.atomic(n, seed=9)
-    rows = block_rows(n)
-    total = 2 * rows + 77
-    o = a.orders(0, total)
+    w = kernel_width(n)
+    total = 3 * w + 8197  # spans kernel blocks and numpy's chunks of 8192 elements
+    o = both_orders(a, 0, total)
     assert o.shape == (total, n)
     assert o.dtype == (np.uint8 if n <= 256 else np.uint16)
     assert o.flags.c_contiguous
     assert (np.sort(o, axis=1) == np.arange(n)).all()
-    for lo, hi in [(0, 1), (3, rows + 5), (rows - 1, rows + 1), (rows + 13, total), (total - 1, total), (5, 5)]:
-        assert (a.orders(lo, hi) == o[lo:hi]).all(), (lo, hi)
-    assert (P.atomic(n, seed=9).orders(rows + 1, 2 * rows + 3) == o[rows + 1 : 2 * rows + 3]).all()
+    for lo, hi in [(0, 1), (3, w + 5), (w - 1, w + 1), (w + 13, total), (total - 1, total), (5, 5), (8191, 8193)]:
+        assert np.array_equal(both_orders(a, lo, hi), o[lo:hi]), (lo, hi)
     parts = [a.orders(lo, min(total, lo + 97)) for lo in range(0, total, 97)]  # chunks not aligned to blocks
-    assert (np.concatenate(parts) == o).all()
-    last = total // rows  # the last (partial) block, straight from block_orders
-    assert (o[rows * last :] == block_orders(9, last, n)[: total - rows * last]).all()
+    assert np.array_equal(np.concatenate(parts), o)
     if n > 2:
         assert not (P.atomic(n, seed=10).orders(0, 100) == o[:100]).all()
         k = math.factorial(min(n, 20))  # distinct orders among 200 uniform draws: about k (1 - (1 - 1/k)^200)
         assert len({tuple(r) for r in o[:200].tolist()}) >= 0.8 * k * (1 - (1 - 1 / k) ** 200)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2, 77, 2**31 - 1, 2**63 + 5, 2**64, 3**50])
+@pytest.mark.parametrize("n", [2, 3, 7, 64, 257])
+def test_orders_agree_for_many_seeds(seed, n):
+    a = P.atomic(n, seed=seed)
+    o = both_orders(a, 1001, 1001 + 3 * kernel_width(n) + 7)
+    assert (np.sort(o, axis=1) == np.arange(n)).all()
+    assert np.array_equal(both_orders(a, 2**40 + 3, 2**40 + 70), a.orders(2**40 + 3, 2**40 + 70))  # far elements
+
+
+def test_orders_depend_on_the_whole_seed():
+    o = [P.atomic(5, seed=s).orders(0, 50) for s in (1, 1 + 2**64, 1 + 2**65)]
+    assert not np.array_equal(o[0], o[1])
+    assert not np.array_equal(o[1], o[2])
+
+
 def test_orders_dtype_for_many_workers():
     assert P.atomic(257, seed=1).orders(0, 3).dtype == np.uint16
-    assert block_orders(0, 0, 2).dtype == np.uint8
+    assert P.atomic(256, seed=1).orders(0, 3).dtype == np.uint8
+    assert P.atomic(2, seed=1).orders(0, 3).dtype == np.uint8
+    assert P.atomic(1, seed=1).orders(0, 3).tolist() == [[0]] * 3
 
 
 @pytest.mark.parametrize("n", [3, 4])
@@ -74,55 +121,74 @@ def test_orders_are_uniform_over_all_permutations(n):
 
 
 def test_neighbouring_elements_are_independent():
-    # n = 3 packs 21 elements' keys into one sorted row: the joint law of the orders
-    # of elements 2i and 2i+1 (mostly in the same row) is uniform over the 36 pairs
-    codes = perm_codes(P.atomic(3, seed=4).orders(0, 72000))
+    codes = perm_codes(P.atomic(3, seed=4).orders(0, 72000))  # orders of elements 2i and 2i+1: 36 pairs
     assert_uniform(codes[0::2] * 6 + codes[1::2], 36)
-    # and each worker is first equally often for larger n (a row of 64 keys per element)
-    first = P.atomic(64, seed=2).orders(0, 64000)[:, 0]
+    first = P.atomic(64, seed=2).orders(0, 64000)[:, 0]  # each worker first equally often
     assert_uniform(first.astype(np.intp), 64)
-    # 1024 workers on 32-bit keys: about 1 element in 9 ties and is redrawn
     o = P.atomic(1024, seed=2).orders(0, 20480)
     assert_uniform(o[:, 0].astype(np.intp), 1024)
     assert_uniform(o[:, 511].astype(np.intp), 1024)
+    assert_uniform(o[:, 1023].astype(np.intp), 1024)
 
 
-@pytest.mark.parametrize(("n", "bits"), [(4, 2), (3, 2), (8, 5), (2, 1)])
-def test_ties_are_redrawn_and_stay_uniform(n, bits):
-    """With 1-5 random bits most elements tie (4 workers on 2 bits: only 24/256
-    of the draws are tie-free) and go through the redraw rounds."""
-    w, g, t, b = key_layout(n)
-    assert bits < w - t - b
-    rows = block_rows(n)
-    o = np.concatenate([block_orders(3, blk, n, random_bits=bits) for blk in range(4)])
-    assert o.shape == (4 * rows, n)
+@pytest.mark.parametrize("n", [2, 3, 64, 100, 256, 1000, 1024, 1025, 4096])
+def test_draw_groups_keep_rejections_rare(n):
+    starts, thr = draw_groups(n)
+    assert starts[0] == 0
+    assert starts[-1] == n - 1
+    assert (np.diff(starts) >= 1).all()
+    for g in range(thr.size):
+        P_ = math.prod(n - k for k in range(int(starts[g]), int(starts[g + 1])))
+        assert P_ <= 2**20 or starts[g + 1] - starts[g] == 1
+        if starts[g + 1] < n - 1:  # greedy: the next step did not fit
+            assert P_ * (n - int(starts[g + 1])) > 2**20
+        assert int(thr[g]) == (2**32 - P_) % P_
+        assert int(thr[g]) < 2**20  # a draw is rejected with probability below 2^-12
+    assert draw_groups(1)[0].tolist() == [0]
+    assert draw_groups(1)[1].size == 0
+
+
+@pytest.mark.parametrize(("n", "bits", "group_bits"),
+                         [(4, 3, 3), (3, 2, 2), (8, 5, 4), (5, 3, 3), (4, 8, 5), (6, 8, 8)])
+def test_rejections_are_redrawn_and_stay_uniform(narrow, n, bits, group_bits):
+    """With a few bits per draw, most groups reject (4 workers on 3 bits: P = 6 rejects 2 draws in 8)."""
+    narrow(bits, group_bits)
+    starts, thr = draw_groups(n, bits, group_bits)
+    assert thr.max() > 0  # some group can reject
+    a = P.atomic(n, seed=3)
+    o = both_orders(a, 0, 40000)
     assert (np.sort(o, axis=1) == np.arange(n)).all()
-    assert (block_orders(3, 2, n, random_bits=bits) == o[2 * rows : 3 * rows]).all()  # deterministic
+    assert np.array_equal(both_orders(a, 1234, 9999), o[1234:9999])  # deterministic, chunk independent
     if n <= 4:
         assert_uniform(perm_codes(o), math.factorial(n))
     else:
-        assert_uniform(o[:, 0].astype(np.intp), n)  # first worker
-        assert_uniform(o[:, -1].astype(np.intp), n)  # last worker
-    assert not (o == block_orders(3, 0, n)[0]).all(axis=1).all()
+        for k in range(n):
+            assert_uniform(o[:, k].astype(np.intp), n)
+    narrow(32, 20)
+    assert not np.array_equal(a.orders(0, 200), o[:200])
 
 
-def test_random_bits_must_leave_room():
-    with pytest.raises(fr.InvalidArgument, match="random_bits"):
-        block_orders(0, 0, 4, random_bits=0)
-    w, g, t, b = key_layout(4)
-    with pytest.raises(fr.InvalidArgument, match="random_bits"):
-        block_orders(0, 0, 4, random_bits=w - t - b + 1)
+def test_rejections_happen_with_narrow_draws(narrow, monkeypatch):
+    """The numpy redraw loop runs (counted through its mix), and both paths still agree."""
+    narrow(2, 2)  # n = 3: one group of ranges 3, 2 would need 6 > 4: groups [3], [2]; P = 3 rejects 1 draw in 4
+    calls = []
+    real = C._mix
+
+    def counting(z):  # type: ignore[no-untyped-def]
+        calls.append(z.size)
+        return real(z)
+
+    monkeypatch.setattr(C, "_mix", counting)
+    both_orders(P.atomic(3, seed=1), 0, 1000)
+    assert len(calls) > 2  # element seeds, one word, then redraw rounds
 
 
-def test_key_layout_fits_and_keeps_ties_rare():
-    for n in [1, 2, 3, 5, 16, 17, 31, 64, 65, 256, 1000, 1024, 1025, 4096]:
-        w, g, t, b = key_layout(n)
-        assert n - 1 < 1 << b
-        assert g - 1 < 1 << t
-        assert g * n <= max(64, n)
-        r = w - t - b
-        assert r > 0
-        assert n * (n - 1) / 2 / 2**r <= 1 / 8, n
+def test_bits_must_fit_the_workers(narrow):
+    narrow(2, 2)
+    with pytest.raises(fr.InvalidArgument, match="bits"):
+        P.atomic(5, seed=0).orders(0, 3)
+    with pytest.raises(fr.InvalidArgument, match="bits"):
+        draw_groups(4, 0)
 
 
 def test_relabel_composes_with_small_dtypes():
@@ -131,7 +197,7 @@ def test_relabel_composes_with_small_dtypes():
     p2 = np.arange(300)[::-1]
     o = a.orders(10, 60)
     r = a.relabel(p1).relabel(p2)
-    got = r.orders(10, 60)
+    got = both_orders(r, 10, 60)
     assert got.dtype == o.dtype
     assert (got == p2[p1[o]]).all()
 
@@ -155,3 +221,127 @@ def test_gather_orders_matches_fancy_indexing(n, width):
     assert np.array_equal(Y, want)
     assert np.isnan(buf[:, width:]).all()
     assert _gather_orders(A, o[:0], lo, lo).shape == (n, 0)
+
+
+# -- the fused kernel (orders, gather and fold in one numba pass) against the numpy path ---------------------------
+
+FORMATS = [("bf16", "bf16"), ("bf16", "tf32"), ("tf32", "tf32"), ("bf16", "fp32"), ("tf32", "fp32"), ("fp32", "fp32")]
+
+
+def bits_of(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32).view(np.uint32)
+
+
+def run_both(X, monkeypatch, **kw):  # type: ignore[no-untyped-def]
+    """(fused result, numpy-path result, number of blocks the fused kernel completed)."""
+    done = []
+    real = F._fused_atomic
+
+    def counting(*a, **k):  # type: ignore[no-untyped-def]
+        r = real(*a, **k)
+        done.append(r is not None)
+        return r
+
+    monkeypatch.setattr(F, "_fused_atomic", counting)
+    monkeypatch.setattr("fpreduce.engine._fused_atomic", counting)
+    fused = fr.reduce(X, "atomic", **kw)
+    monkeypatch.setattr(F, "USE_FUSED", False)
+    plain = fr.reduce(X, "atomic", **kw)
+    monkeypatch.setattr(F, "USE_FUSED", True)
+    return fused, plain, sum(done)
+
+
+@needs_jit
+@pytest.mark.parametrize(("fin", "fa"), FORMATS)
+@pytest.mark.parametrize("n", [2, 3, 64, 257])
+def test_fused_equals_numpy_path(monkeypatch, fin, fa, n):
+    rng = np.random.default_rng(n)
+    m = 40000  # more than one engine block
+    X = fr.round_to(rng.standard_normal((n, m), dtype=np.float32) * np.float32(4.0), fin)
+    fused, plain, done = run_both(X, monkeypatch, input=fin, accumulate=fa, seed=7)
+    assert np.array_equal(bits_of(fused), bits_of(plain))
+    assert done == 2  # both blocks fused
+    part, _, _ = run_both(X[:, 1000:30000], monkeypatch, input=fin, accumulate=fa, seed=7, offset=1000, total=m)
+    assert np.array_equal(bits_of(part), bits_of(fused[1000:30000]))  # chunks: the element index is global
+
+
+@needs_jit
+def test_fused_falls_back_when_it_must(monkeypatch):
+    rng = np.random.default_rng(1)
+    X = fr.round_to(rng.standard_normal((8, 300), dtype=np.float32), "bf16")
+    X[3, 5] = np.nan
+    fused, plain, done = run_both(X, monkeypatch, input="bf16", accumulate="bf16")
+    assert done == 0
+    assert np.array_equal(bits_of(fused), bits_of(plain))
+    Y = rng.standard_normal((8, 300), dtype=np.float32)  # not bf16 values: the inputs need rounding first
+    fused, plain, done = run_both(Y, monkeypatch, input="bf16", accumulate="bf16")
+    assert done == 0
+    assert np.array_equal(bits_of(fused), bits_of(plain))
+    for kw in [dict(input="fp16", accumulate="fp32"), dict(input="bf16", accumulate="fp16"),
+               dict(input="bf16", accumulate="bf16", rounding="toward_zero"),
+               dict(input="bf16", accumulate="bf16", average="premultiply")]:
+        fused, plain, done = run_both(X[:, 10:], monkeypatch, **kw)
+        assert done == 0, kw
+        assert np.array_equal(bits_of(fused), bits_of(plain)), kw
+    big = np.full((4, 10), 3e38, dtype=np.float32)  # bf16 sums beyond float32: Inf, past Veltkamp's range
+    big = fr.round_to(big, "bf16")
+    fused, plain, done = run_both(big, monkeypatch, input="bf16", accumulate="bf16")
+    assert done == 0
+    assert np.isinf(fused).all()
+    assert np.array_equal(bits_of(fused), bits_of(plain))
+    fused, plain, done = run_both(big, monkeypatch, input="bf16", accumulate="fp32")  # fp32: Inf is no NaN
+    assert done == 1
+    assert np.isinf(fused).all()
+    assert np.array_equal(bits_of(fused), bits_of(plain))
+
+
+@needs_jit
+@pytest.mark.parametrize(("n", "bits", "group_bits"), [(3, 2, 2), (4, 3, 3), (7, 5, 4)])
+def test_fused_follows_the_rejection_path(monkeypatch, narrow, n, bits, group_bits):
+    narrow(bits, group_bits)
+    rng = np.random.default_rng(n)
+    X = fr.round_to(rng.standard_normal((n, 3000), dtype=np.float32), "bf16")
+    fused, plain, done = run_both(X, monkeypatch, input="bf16", accumulate="bf16", seed=4)
+    assert done == 1
+    assert np.array_equal(bits_of(fused), bits_of(plain))
+    ref = fr.reduce_reference(X[:, :200], P.atomic(n, seed=4), input="bf16", accumulate="bf16")
+    assert np.array_equal(bits_of(fused[:200]), bits_of(ref))
+
+
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 2.0**-8, 1.0 + 2.0**-7, 3.0, -3.0, 2.0**-126, -(2.0**-126), 2.0**-133, -(2.0**-140),
+           2.0**-149, 3.0 * 2.0**-140, 2.0**127, -(2.0**127), 3e38, float("inf"), float("-inf"), float("nan"),
+           65504.0, 1.5 * 2.0**-130, 2.0**24 + 2.0**17, 1.0 + 2.0**-10]
+values = st.one_of(st.sampled_from(SPECIAL), st.floats(width=32, allow_nan=True, allow_infinity=True),
+                   st.floats(-4.0, 4.0, width=32))
+
+
+@needs_jit
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 6), m=st.integers(1, 12), data=st.data(), formats=st.sampled_from(FORMATS),
+       seed=st.integers(0, 2**70))
+def test_fused_matches_numpy_path_and_reference(n, m, data, formats, seed):
+    fin, fa = formats
+    raw = np.array(data.draw(st.lists(values, min_size=n * m, max_size=n * m)), dtype=np.float32).reshape(n, m)
+    X = fr.round_to(raw, fin)  # representable inputs: the fused path applies (NaN/overflow: falls back)
+    kw = dict(input=fin, accumulate=fa, seed=seed)
+    fused = fr.reduce(X, "atomic", **kw)
+    F.USE_FUSED = False
+    try:
+        plain = fr.reduce(X, "atomic", **kw)
+    finally:
+        F.USE_FUSED = True
+    assert np.array_equal(bits_of(fused), bits_of(plain))
+    ref = fr.reduce_reference(X, P.atomic(n, seed=seed), input=fin, accumulate=fa)
+    nan = np.isnan(ref)
+    assert np.array_equal(np.isnan(fused), nan)
+    assert np.array_equal(bits_of(fused)[~nan], bits_of(ref)[~nan])  # signed zeros included
+
+
+@needs_jit
+def test_fused_signed_zeros():
+    for col, want in [([-0.0, -0.0], -0.0), ([-0.0, 0.0], 0.0), ([0.0, -0.0], 0.0), ([-0.0, -0.0, -0.0], -0.0),
+                      ([1.0, -1.0], 0.0), ([-(2.0**-140), 2.0**-140], 0.0)]:
+        X = np.array(col, dtype=np.float32)[:, None].repeat(5, axis=1)
+        for fa in ("bf16", "tf32", "fp32"):
+            got = fr.reduce(X, "atomic", input="bf16", accumulate=fa, seed=1)
+            assert np.array_equal(bits_of(got), bits_of(np.full(5, want, dtype=np.float32))), (col, fa)
