@@ -97,8 +97,7 @@ def rabenseifner(n: int) -> list[Tree]:
         for k in range(steps):
             kept_by_lower = not (b >> (steps - 1 - k)) & 1
             nodes = [
-                (nodes[j + 1], nodes[j]) if kept_by_lower else (nodes[j], nodes[j + 1])
-                for j in range(0, len(nodes), 2)
+                (nodes[j + 1], nodes[j]) if kept_by_lower else (nodes[j], nodes[j + 1]) for j in range(0, len(nodes), 2)
             ]
         trees.append(nodes[0])
     return trees
@@ -332,8 +331,9 @@ def draw_groups(n: int, bits: int = 32, group_bits: int = 20) -> tuple[NDArray[n
     return np.array(starts, dtype=np.int64), np.array(thr, dtype=np.uint64)
 
 
-def orders_numpy(key: int, lo: int, hi: int, init: np.ndarray, bits: int = 32, group_bits: int = 20
-                 ) -> NDArray[np.unsignedinteger]:
+def orders_numpy(
+    key: int, lo: int, hi: int, init: np.ndarray, bits: int = 32, group_bits: int = 20
+) -> NDArray[np.unsignedinteger]:
     """The orders of elements lo..hi-1 (see :class:`PerElementPlan`), vectorized over elements in numpy.
 
     ``init`` (n,) is the array shuffled (``arange(n)``, or a relabelling), of the
@@ -394,8 +394,31 @@ def orders_numpy(key: int, lo: int, hi: int, init: np.ndarray, bits: int = 32, g
     return out
 
 
-def _atomic_kernel(A, Au, col0, key, e0, count, bits, gstart, gthr, init, orders, out, sigma, velt, check, fold,
-                   h, hi32, rest, redraws, idx, perm, acc):  # type: ignore[no-untyped-def]
+def _atomic_kernel(
+    A,
+    Au,
+    col0,
+    key,
+    e0,
+    count,
+    bits,
+    gstart,
+    gthr,
+    init,
+    orders,
+    out,
+    sigma,
+    velt,
+    check,
+    fold,
+    h,
+    hi32,
+    rest,
+    redraws,
+    idx,
+    perm,
+    acc,
+):  # type: ignore[no-untyped-def]
     """numba: the orders of elements e0..e0+count-1 (as :func:`orders_numpy`) and, with ``fold``, their folds.
 
     Without ``fold``, writes the orders into ``orders`` (count, n) and returns 0. With
@@ -546,12 +569,21 @@ def _numba_prefetch():  # type: ignore[no-untyped-def]
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
             aryty = signature.args[0]
             ary = context.make_array(aryty)(context, builder, args[0])
-            ptr = cgutils.get_item_pointer2(context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
-                                            cgutils.unpack_tuple(builder, ary.strides), aryty.layout,
-                                            [args[1], args[2]], wraparound=False, boundscheck=False)
+            ptr = cgutils.get_item_pointer2(
+                context,
+                builder,
+                ary.data,
+                cgutils.unpack_tuple(builder, ary.shape),
+                cgutils.unpack_tuple(builder, ary.strides),
+                aryty.layout,
+                [args[1], args[2]],
+                wraparound=False,
+                boundscheck=False,
+            )
             i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                                "llvm.prefetch.p0")
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0"
+            )
             builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
             return context.get_dummy_value()
 
@@ -596,10 +628,31 @@ def atomic_kernel(A, Au, col0, key, e0, count, bits, init, orders, out, sigma, v
     n = init.shape[0]
     blk = kernel_width(n)
     gstart, gthr = draw_groups(n, bits, _GROUP_BITS)
-    return _atomic_jit(A, Au, col0, np.uint64(key), e0, count, bits, gstart, gthr, init, orders, out, sigma, velt,
-                       np.uint32(check), fold, np.empty(blk, np.uint64), np.empty(blk, np.uint64),
-                       np.empty(blk, np.uint64), np.zeros(blk, np.uint64), np.empty((max(n - 1, 1), blk), init.dtype),
-                       np.empty((n, blk), init.dtype), np.empty(blk, np.float32))
+    return _atomic_jit(
+        A,
+        Au,
+        col0,
+        np.uint64(key),
+        e0,
+        count,
+        bits,
+        gstart,
+        gthr,
+        init,
+        orders,
+        out,
+        sigma,
+        velt,
+        np.uint32(check),
+        fold,
+        np.empty(blk, np.uint64),
+        np.empty(blk, np.uint64),
+        np.empty(blk, np.uint64),
+        np.zeros(blk, np.uint64),
+        np.empty((max(n - 1, 1), blk), init.dtype),
+        np.empty((n, blk), init.dtype),
+        np.empty(blk, np.float32),
+    )
 
 
 _atomic_jit = _jit_noalias(_atomic_kernel)
@@ -668,8 +721,22 @@ class PerElementPlan:
             return orders_numpy(key, lo, hi, init, bits, _GROUP_BITS)
         out = np.empty((hi - lo, self.n), dtype=init.dtype)
         dummy = np.zeros((1, 1), dtype=np.float32)
-        atomic_kernel(dummy, dummy.view(np.uint32), 0, key, lo, hi - lo, bits, init, out, np.zeros(1, np.float32),
-                      np.float32(1), False, 0, False)
+        atomic_kernel(
+            dummy,
+            dummy.view(np.uint32),
+            0,
+            key,
+            lo,
+            hi - lo,
+            bits,
+            init,
+            out,
+            np.zeros(1, np.float32),
+            np.float32(1),
+            False,
+            0,
+            False,
+        )
         return out
 
     def depths(self) -> NDArray[np.int64]:

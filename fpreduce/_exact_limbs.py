@@ -20,8 +20,9 @@ _CHUNK_ROWS = 1 << 16
 _BLOCK_CELLS = 1 << 20  # bincount bins / accumulator cells per column block (bounded memory)
 
 
-def _column_block(a: NDArray[np.floating], sigbits: int) -> tuple[
-        _Limbs, NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
+def _column_block(
+    a: NDArray[np.floating], sigbits: int
+) -> tuple[_Limbs, NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
     """Exact sums ``(V, s)`` of the columns of a finite 2-D float64 block."""
     n, c = a.shape
     split = sigbits == 53
@@ -31,7 +32,7 @@ def _column_block(a: NDArray[np.floating], sigbits: int) -> tuple[
     cols = np.arange(c, dtype=np.int64)
     kr = [_NE, 0]
     for r0 in range(0, n, rows):
-        x = np.asarray(a[r0:r0 + rows], dtype=np.float64)
+        x = np.asarray(a[r0 : r0 + rows], dtype=np.float64)
         fr, ex = np.frexp(x)
         nz = fr != 0
         if not nz.any():
@@ -46,7 +47,7 @@ def _column_block(a: NDArray[np.floating], sigbits: int) -> tuple[
             for old in (acc_hi, acc_lo) if split else (acc_hi,):
                 g = np.zeros((c, nk[1] - nk[0]), dtype=np.int64)
                 if kr[0] < kr[1]:
-                    g[:, kr[0] - nk[0]:kr[1] - nk[0]] = old
+                    g[:, kr[0] - nk[0] : kr[1] - nk[0]] = old
                 grown.append(g)
             acc_hi = grown[0]
             acc_lo = grown[1] if split else acc_hi
@@ -56,13 +57,18 @@ def _column_block(a: NDArray[np.floating], sigbits: int) -> tuple[
         parts: list[tuple[NDArray[np.int64], NDArray[np.float64]]] = [(acc_hi, mf)]
         if split:
             m = mf.astype(np.int64)
-            parts = [(acc_hi, (m >> 26).astype(np.float64)),
-                     (acc_lo, (m & ((1 << 26) - 1)).astype(np.float64))]
+            parts = [(acc_hi, (m >> 26).astype(np.float64)), (acc_lo, (m & ((1 << 26) - 1)).astype(np.float64))]
         for acc, w in parts:
             b = np.bincount(key, weights=w, minlength=c * ne)
-            acc[:, e0 + _E_OFFSET - kr[0]:e1 + _E_OFFSET + 1 - kr[0]] += b.reshape(c, ne).astype(np.int64)
-    return _finish_block(acc_hi, acc_lo if split else None, -_E_OFFSET - sigbits, kr[0], kr[1],
-                         max(n, 1).bit_length() + (28 if split else sigbits) + 1)
+            acc[:, e0 + _E_OFFSET - kr[0] : e1 + _E_OFFSET + 1 - kr[0]] += b.reshape(c, ne).astype(np.int64)
+    return _finish_block(
+        acc_hi,
+        acc_lo if split else None,
+        -_E_OFFSET - sigbits,
+        kr[0],
+        kr[1],
+        max(n, 1).bit_length() + (28 if split else sigbits) + 1,
+    )
 
 
 _M32 = (1 << 32) - 1
@@ -78,8 +84,9 @@ def _add_one(L: NDArray[np.int64], rows: NDArray[np.bool_]) -> None:
         carry = t >> 32
 
 
-def _rn_limbs(A: NDArray[np.int64], base: int) -> tuple[NDArray[np.float64], NDArray[np.bool_],
-                                                       NDArray[np.int64], NDArray[np.bool_]]:
+def _rn_limbs(
+    A: NDArray[np.int64], base: int
+) -> tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.int64], NDArray[np.bool_]]:
     """RN64 of nonneg 32-bit limb vectors (value sum A_j 2**(32j+base)).
 
     Returns (magnitude, rounded up, cut bit index, ok); ``ok`` False means fall back."""
@@ -115,9 +122,9 @@ def _rn_limbs(A: NDArray[np.int64], base: int) -> tuple[NDArray[np.float64], NDA
     return mag, up, 32 * t + b - 53, ok
 
 
-def _finish_block(acc_hi: NDArray[np.int64], acc_lo: NDArray[np.int64] | None,
-                  s: int, k0: int, k1: int, nbits: int
-                  ) -> tuple[_Limbs, NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
+def _finish_block(
+    acc_hi: NDArray[np.int64], acc_lo: NDArray[np.int64] | None, s: int, k0: int, k1: int, nbits: int
+) -> tuple[_Limbs, NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
     """Carry-propagate the buckets into limbs; hi/lo vectorized; fallback mask."""
     c = acc_hi.shape[0]
     if k0 >= k1:
@@ -132,10 +139,10 @@ def _finish_block(acc_hi: NDArray[np.int64], acc_lo: NDArray[np.int64] | None,
     w = -(-w // 32) * 32
     C = np.zeros((c, w), dtype=np.int64)
     if acc_lo is not None:
-        C[:, :k1 - k0] = acc_lo
-        C[:, 26:26 + k1 - k0] += acc_hi
+        C[:, : k1 - k0] = acc_lo
+        C[:, 26 : 26 + k1 - k0] += acc_hi
     else:
-        C[:, :k1 - k0] = acc_hi
+        C[:, : k1 - k0] = acc_hi
     for _ in range(its):
         q = C >> 16
         C &= 0xFFFF

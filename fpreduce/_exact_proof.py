@@ -57,8 +57,9 @@ def _scan(a: NDArray[np.floating]) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     c = a.shape[1]
     top, low, orb = (np.empty(c, dtype=ut) for _ in range(3))
     s = np.empty(c, dtype=np.float64)
-    zeros = _scan_compiled(a.view(ut), a, ut(0x7FFFFFFFFFFFFFFF if ut is np.uint64 else 0x7FFFFFFF), ut(1),
-                           top, low, orb, s)
+    zeros = _scan_compiled(
+        a.view(ut), a, ut(0x7FFFFFFFFFFFFFFF if ut is np.uint64 else 0x7FFFFFFF), ut(1), top, low, orb, s
+    )
     np.add(low, ut(1), out=low)  # min nonzero |bits|, 0 for an all-zero column
     return top, low, orb, s, int(zeros)
 

@@ -237,6 +237,20 @@ def _fused_atomic(plan, A: np.ndarray, lo: int, hi: int, offset: int, load: _Loa
         out = np.empty(hi - lo, dtype=np.float32)
     sigma = np.float32(2.0 ** (24 - p) + 1)
     init = plan.shuffled()
-    bad = C.atomic_kernel(A, A.view(np.uint32), lo, C.atomic_key(plan.seed), offset + lo, hi - lo, C._DRAW_BITS, init,
-                          np.zeros((1, 1), dtype=init.dtype), out, sigma, p != 24, check, True)
+    bad = C.atomic_kernel(
+        A,
+        A.view(np.uint32),
+        lo,
+        C.atomic_key(plan.seed),
+        offset + lo,
+        hi - lo,
+        C._DRAW_BITS,
+        init,
+        np.zeros((1, 1), dtype=init.dtype),
+        out,
+        sigma,
+        p != 24,
+        check,
+        True,
+    )
     return None if bad else out

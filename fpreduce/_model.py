@@ -51,8 +51,12 @@ def unpack(p: F64, inputs: int, hidden: int, outputs: int) -> tuple[F64, F64, F6
     i1 = inputs * hidden
     i2 = i1 + hidden
     i3 = i2 + hidden * outputs
-    return (p[..., :i1].reshape(*lead, inputs, hidden), p[..., i1:i2],
-            p[..., i2:i3].reshape(*lead, hidden, outputs), p[..., i3:])
+    return (
+        p[..., :i1].reshape(*lead, inputs, hidden),
+        p[..., i1:i2],
+        p[..., i2:i3].reshape(*lead, hidden, outputs),
+        p[..., i3:],
+    )
 
 
 def init(rng: np.random.Generator, inputs: int, hidden: int, outputs: int) -> F64:
@@ -62,8 +66,7 @@ def init(rng: np.random.Generator, inputs: int, hidden: int, outputs: int) -> F6
     return np.concatenate([w1.ravel(), np.zeros(hidden), w2.ravel(), np.zeros(outputs)])
 
 
-def forward(p: F64, x: F64, inputs: int, hidden: int, outputs: int,
-            act: Activation) -> tuple[F64, F64, F64]:
+def forward(p: F64, x: F64, inputs: int, hidden: int, outputs: int, act: Activation) -> tuple[F64, F64, F64]:
     """Pre-activations, hidden activations and outputs for ``x`` of shape (..., b, inputs)."""
     w1, b1, w2, b2 = unpack(p, inputs, hidden, outputs)
     pre = x @ w1 + b1
@@ -71,8 +74,7 @@ def forward(p: F64, x: F64, inputs: int, hidden: int, outputs: int,
     return pre, h, h @ w2 + b2
 
 
-def loss_and_grad(p: F64, x: F64, y: F64, inputs: int, hidden: int, outputs: int,
-                  act: Activation) -> tuple[F64, F64]:
+def loss_and_grad(p: F64, x: F64, y: F64, inputs: int, hidden: int, outputs: int, act: Activation) -> tuple[F64, F64]:
     """Loss and its exact gradient (backprop) for each leading batch index.
 
     Args:
@@ -131,8 +133,7 @@ class ModelSource:
         self.spec, self.workers, self.seed = spec, workers, seed
         self.dims = (spec.inputs, spec.hidden, spec.outputs)
         self.elements = n_params(*self.dims)
-        self._teacher = init(np.random.default_rng([seed, _TEACHER]), spec.inputs, spec.teacher_hidden,
-                             spec.outputs)
+        self._teacher = init(np.random.default_rng([seed, _TEACHER]), spec.inputs, spec.teacher_hidden, spec.outputs)
 
     def batch(self, step: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Inputs and targets of step's global batch, shapes (workers, batch_per_worker, .)."""
@@ -161,8 +162,9 @@ class ModelSource:
             raise InvalidArgument(f"model source needs params of shape ({self.elements},), got {got}")
         return p.astype(np.float64)
 
-    def gradients(self, step: int, params: NDArray[np.float32] | None = None, *, lo: int = 0,
-                  hi: int | None = None) -> NDArray[np.float32]:
+    def gradients(
+        self, step: int, params: NDArray[np.float32] | None = None, *, lo: int = 0, hi: int | None = None
+    ) -> NDArray[np.float32]:
         """Each worker's fp32 gradient of ``loss_scale`` x its shard's mean loss (elements lo..hi-1).
 
         Computed in float64 and rounded once to float32 (nearest-even; overflow ->
@@ -179,11 +181,11 @@ class ModelSource:
         x, y = self.batch(step)
         flat = (x.reshape(-1, self.spec.inputs), y.reshape(-1, self.spec.outputs))
         with np.errstate(all="ignore"):
-            return float(loss_and_grad(self._params64(params), *flat, *self.dims,
-                                       self.spec.activation)[0])  # type: ignore[arg-type]
+            return float(loss_and_grad(self._params64(params), *flat, *self.dims, self.spec.activation)[0])  # type: ignore[arg-type]
 
-    def update(self, params: NDArray[np.float32], g_sum: NDArray[np.floating],
-               state: dict[str, NDArray[np.float32]]) -> NDArray[np.float32]:
+    def update(
+        self, params: NDArray[np.float32], g_sum: NDArray[np.floating], state: dict[str, NDArray[np.float32]]
+    ) -> NDArray[np.float32]:
         """One SGD step on fp32 master weights from the reduced gradient sum.
 
         ``g = g_sum / (workers * loss_scale)`` (the average of the unscaled

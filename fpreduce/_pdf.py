@@ -45,8 +45,15 @@ class Doc:
         self.flush()
         self.page += 1
         self.fig, self.y = Figure(figsize=(_W, _H)), _M
-        self.fig.text(0.5, 0.4 / _H, f"{textwrap.shorten(self.footer, 90)} - page {self.page}", ha="center",
-                      fontsize=7, color="0.4", parse_math=False)
+        self.fig.text(
+            0.5,
+            0.4 / _H,
+            f"{textwrap.shorten(self.footer, 90)} - page {self.page}",
+            ha="center",
+            fontsize=7,
+            color="0.4",
+            parse_math=False,
+        )
         return self.fig
 
     def flush(self) -> None:
@@ -65,9 +72,14 @@ class Doc:
         """Wrapped to the page width (mono: hard-wrapped at the character width)."""
         width = int((_W - 2 * _M - indent) * 72 / (size * (0.61 if mono else 0.555)))
         for para in s.split("\n"):
-            lines = ([para[i:i + width] for i in range(0, max(len(para), 1), width)] if mono
-                     else textwrap.wrap(para, width, break_long_words=False,
-                                           subsequent_indent="  " if para.startswith("- ") else "") or [""])
+            lines = (
+                [para[i : i + width] for i in range(0, max(len(para), 1), width)]
+                if mono
+                else textwrap.wrap(
+                    para, width, break_long_words=False, subsequent_indent="  " if para.startswith("- ") else ""
+                )
+                or [""]
+            )
             dy = size * 1.4 / 72
             if not mono and self.fig is not None and self.y + len(lines) * dy > _H - _M:
                 self.new_page()  # keep a paragraph on one page
@@ -99,8 +111,10 @@ class Doc:
             groups[-1].append(j)
         dy = size * 1.35 / 72
         for g in groups:
+
             def fmt(r: list[str], g: list[int] = g) -> str:
                 return "  ".join(r[k].rjust(w[k]) if right[k] else r[k].ljust(w[k]) for k in g).rstrip()
+
             for i, r in enumerate(cells[1:]):
                 if i == 0 or self.fig is None or self.y + dy > _H - _M:
                     if self.fig is None or self.y + 3 * dy > _H - _M:
@@ -112,8 +126,18 @@ class Doc:
 
     def banner(self, s: str) -> None:
         assert self.fig is not None
-        self.fig.text(0.5, 1 - (self.y + 0.35) / _H, s, ha="center", va="center", fontsize=20, weight="bold",
-                      color="white", bbox={"facecolor": "#c0392b", "edgecolor": "none", "pad": 10}, parse_math=False)
+        self.fig.text(
+            0.5,
+            1 - (self.y + 0.35) / _H,
+            s,
+            ha="center",
+            va="center",
+            fontsize=20,
+            weight="bold",
+            color="white",
+            bbox={"facecolor": "#c0392b", "edgecolor": "none", "pad": 10},
+            parse_math=False,
+        )
         self.y += 0.85
 
     def figure_page(self, draw: Draw, caption: str) -> None:
@@ -135,5 +159,3 @@ def render(out: Path, title: str, body: Callable[[Doc], None]) -> Path:
             doc.flush()
     atomic_write(out, buf.getvalue())
     return out
-
-

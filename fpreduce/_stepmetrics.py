@@ -93,7 +93,6 @@ _BIG_BITS = np.float64(_BIG).view(np.uint64)
 _SIGN_OFF = np.uint64(0x7FFFFFFFFFFFFFFF)
 
 
-
 def _error_kernel(y, hi, lo, cr, qtab, invtab, rel64, rel32):  # type: ignore[no-untyped-def]
     """One pass of :meth:`ErrorStats.add`: the qualifying elements' relative errors into ``rel64``/``rel32``
     (in order); returns (their count, nonfinite results, results equal to ``cr``, max rel, max ulps,
@@ -260,12 +259,18 @@ class ErrorStats:
         self.rels: list[NDArray[np.float32]] = []  # for the median: float32 halves the memory
         self._scratch = np.empty(0, dtype=np.float64)  # the kernel's float64 errors, reused chunk after chunk
 
-    def add(self, y: np.ndarray, hi: NDArray[np.float64], lo: NDArray[np.float64], cr: np.ndarray,
-            fmt: Format) -> None:
+    def add(self, y: np.ndarray, hi: NDArray[np.float64], lo: NDArray[np.float64], cr: np.ndarray, fmt: Format) -> None:
         """One chunk: results ``y``, exact values ``hi + lo``, ``cr`` = exact rounded once to ``fmt``."""
-        if (_KERNELS and _error_compiled is not None and y.dtype in _FLOATS and cr.dtype in _FLOATS
-                and hi.dtype == np.float64 and lo.dtype == np.float64 and y.ndim == 1
-                and y.shape == hi.shape == lo.shape == cr.shape):
+        if (
+            _KERNELS
+            and _error_compiled is not None
+            and y.dtype in _FLOATS
+            and cr.dtype in _FLOATS
+            and hi.dtype == np.float64
+            and lo.dtype == np.float64
+            and y.ndim == 1
+            and y.shape == hi.shape == lo.shape == cr.shape
+        ):
             self._add_compiled(y, hi, lo, cr, fmt)
             return
         y64 = y.astype(np.float64)
@@ -294,8 +299,9 @@ class ErrorStats:
             self.rel_max = _max(self.rel_max, float(rel.max()))
             self.ulp_max = _max(self.ulp_max, float(ulps.max()))
 
-    def _add_compiled(self, y: np.ndarray, hi: NDArray[np.float64], lo: NDArray[np.float64], cr: np.ndarray,
-                      fmt: Format) -> None:
+    def _add_compiled(
+        self, y: np.ndarray, hi: NDArray[np.float64], lo: NDArray[np.float64], cr: np.ndarray, fmt: Format
+    ) -> None:
         """:meth:`add` by the kernel; the sum by numpy over the same array as the numpy path's."""
         assert _error_compiled is not None
         n = y.size
@@ -304,8 +310,14 @@ class ErrorStats:
         rel = self._scratch  # reused: a fresh array's first touch (page faults) costs as much as the kernel
         rel32 = np.empty(n, dtype=np.float32)
         k, nonfinite, same, rel_max, ulp_max, rel_nan, ulp_nan = _error_compiled(
-            np.ascontiguousarray(y), np.ascontiguousarray(hi), np.ascontiguousarray(lo), np.ascontiguousarray(cr),
-            *_tables(fmt), rel, rel32)
+            np.ascontiguousarray(y),
+            np.ascontiguousarray(hi),
+            np.ascontiguousarray(lo),
+            np.ascontiguousarray(cr),
+            *_tables(fmt),
+            rel,
+            rel32,
+        )
         self.total += n
         self.nonfinite += nonfinite
         self.correct += same
@@ -361,8 +373,14 @@ class CompareStats:
             with np.errstate(invalid="ignore", over="ignore"):
                 self.sq_ref += float(np.dot(b, b))
             return
-        if (_KERNELS and _compare_compiled is not None and y.dtype in _FLOATS and yref.dtype in _FLOATS
-                and y.ndim == 1 and y.shape == yref.shape):
+        if (
+            _KERNELS
+            and _compare_compiled is not None
+            and y.dtype in _FLOATS
+            and yref.dtype in _FLOATS
+            and y.ndim == 1
+            and y.shape == yref.shape
+        ):
             self._add_compiled(y, yref, fmt)
             return
         a, b = y.astype(np.float64), yref.astype(np.float64)
@@ -401,8 +419,9 @@ class CompareStats:
             self._scratch = np.empty((2, n), dtype=np.float64)
         delta, d = self._scratch
         b = np.ascontiguousarray(yref)
-        k, d_max = _compare_compiled(np.ascontiguousarray(y), b, *_tables(fmt), _BINS, float(ULP_EDGES[-1]),
-                                     delta, d, self.hist)
+        k, d_max = _compare_compiled(
+            np.ascontiguousarray(y), b, *_tables(fmt), _BINS, float(ULP_EDGES[-1]), delta, d, self.hist
+        )
         self.total += n
         self.differ += k
         self.hist[0] += n - k
@@ -418,6 +437,9 @@ class CompareStats:
         """The step's comparison columns of metrics.csv."""
         with np.errstate(invalid="ignore"):
             rel_l2 = float(np.sqrt(self.sq_diff) / np.sqrt(self.sq_ref)) if self.sq_ref > 0 else float("nan")
-        return {"diff_frac": self.differ / self.total if self.total else float("nan"),
-                "ulp_max": self.d_max, "ulp_mean": self.d_sum / self.total if self.total else float("nan"),
-                "rel_l2": rel_l2}
+        return {
+            "diff_frac": self.differ / self.total if self.total else float("nan"),
+            "ulp_max": self.d_max,
+            "ulp_mean": self.d_sum / self.total if self.total else float("nan"),
+            "rel_l2": rel_l2,
+        }

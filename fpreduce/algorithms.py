@@ -69,11 +69,14 @@ def _adder(f: Format, m: Mode, rng: np.random.Generator | None) -> tuple[Op, Op,
     if m is Mode.NEAREST_EVEN and f.precision == 24:
         return np.add, np.subtract, np.float32
     if m is Mode.NEAREST_EVEN and f.precision <= 11 and f.emin == -126:  # bf16, tf32
-        return ((lambda a, b: _rne32(np.add(a, b), f)), (lambda a, b: _rne32(np.subtract(a, b), f)),
-                np.float32)
+        return ((lambda a, b: _rne32(np.add(a, b), f)), (lambda a, b: _rne32(np.subtract(a, b), f)), np.float32)
     if m is Mode.NEAREST_EVEN and f.precision <= 11:
-        return ((lambda a, b: round_to(a + b, f)), (lambda a, b: round_to(a - b, f)),  # type: ignore[return-value]
-                np.float32)
+        return (
+            (lambda a, b: round_to(a + b, f)),
+            (lambda a, b: round_to(a - b, f)),  # type: ignore[return-value]
+            np.float32,
+        )
+
     def add(a: NDArray[np.floating], b: NDArray[np.floating]) -> NDArray[np.floating]:
         return add_rounded(a, b, f, m, rng)  # type: ignore[arg-type]
 
@@ -182,8 +185,9 @@ def _row(A: NDArray[np.floating], i: int, c0: int, dt: type, f: Format) -> NDArr
         return x
     narrowed = raw.dtype.itemsize > x.dtype.itemsize and not np.array_equal(x, raw, equal_nan=True)
     if narrowed or not np.array_equal(round_to(x, f), x, equal_nan=True):
-        raise InvalidArgument(f"row {i} of Y holds values not representable in {f.name}; "
-                              "round them with round_to first")
+        raise InvalidArgument(
+            f"row {i} of Y holds values not representable in {f.name}; round them with round_to first"
+        )
     return x
 
 
@@ -312,8 +316,9 @@ def binned(
     A = _as_2d(X, "binned")
     n, cols = A.shape
     if n > BINNED_MAX_ROWS:
-        raise InvalidArgument(f"binned sums at most 2**26 = {BINNED_MAX_ROWS} rows exactly per bin, "
-                              f"got {n}; split the rows or use exact")
+        raise InvalidArgument(
+            f"binned sums at most 2**26 = {BINNED_MAX_ROWS} rows exactly per bin, got {n}; split the rows or use exact"
+        )
     gen = None
     if m is Mode.STOCHASTIC:
         if rng is None or f.precision == 53:
@@ -325,8 +330,9 @@ def binned(
     return out
 
 
-def _binned_block(xb: NDArray[np.floating], f: Format, m: Mode,
-                  gen: np.random.Generator | None) -> NDArray[np.floating]:
+def _binned_block(
+    xb: NDArray[np.floating], f: Format, m: Mode, gen: np.random.Generator | None
+) -> NDArray[np.floating]:
     special = None
     if not np.isfinite(xb).all():
         nan = np.isnan(xb).any(axis=0) | ((xb == np.inf).any(axis=0) & (xb == -np.inf).any(axis=0))

@@ -18,8 +18,9 @@ from fpreduce._version import __version__
 
 def _progress(done: int, total: int, eta: float) -> None:
     if done == 1 and eta > 60:
-        sys.stderr.write(f"fpreduce: estimated time {eta / 60:.1f} min for {total} steps "
-                         "(Ctrl-C stops; --resume continues)\n")
+        sys.stderr.write(
+            f"fpreduce: estimated time {eta / 60:.1f} min for {total} steps (Ctrl-C stops; --resume continues)\n"
+        )
     width = 30
     fill = int(width * done / total)
     sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] step {done}/{total}  ETA {eta:5.1f} s")
@@ -39,8 +40,10 @@ def _artifacts(run_dir: Path) -> list[Path]:
 
 def _summary_table(results) -> str:  # type: ignore[no-untyped-def]
     s = results.summary
-    head = (f"{'arm':<12} {'order':<20} {'formats':<16} {'bits differ':>11} {'max ulp':>8} "
-            f"{'mean rel err':>13} {'repro':>6}")
+    head = (
+        f"{'arm':<12} {'order':<20} {'formats':<16} {'bits differ':>11} {'max ulp':>8} "
+        f"{'mean rel err':>13} {'repro':>6}"
+    )
     lines = [head, "-" * len(head)]
     for a in s["arms"]:
         fmts = f"{a['input']}->{a['accumulate']}" + (f"->{a['output']}" if a["output"] != a["accumulate"] else "")
@@ -49,8 +52,10 @@ def _summary_table(results) -> str:  # type: ignore[no-untyped-def]
         diff = "ref" if a["name"] == s["reference"] else f"{100 * (a['mean_diff_frac'] or 0):.1f}%"
         mx = "" if a["name"] == s["reference"] else f"{a['max_ulp'] or 0:.0f}"
         err = a["mean_err_rel"]
-        lines.append(f"{a['name']:<12} {a['order']:<20} {fmts:<16} {diff:>11} {mx:>8} "
-                     f"{'n/a' if err is None else f'{err:.2e}':>13} {str(a['reproducible']):>6}")
+        lines.append(
+            f"{a['name']:<12} {a['order']:<20} {fmts:<16} {diff:>11} {mx:>8} "
+            f"{'n/a' if err is None else f'{err:.2e}':>13} {str(a['reproducible']):>6}"
+        )
     return "\n".join(lines)
 
 
@@ -74,20 +79,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     e = cfg.experiment
     out = Path(args.out) if args.out else Path("runs") / e.name
     if root:
-        print(f"fpreduce {__version__}: experiment {e.name!r}: {len(cfg.arms)} arms, {e.workers} workers, "
-              f"{e.steps} steps, source {cfg.source.kind} -> {out}")
+        print(
+            f"fpreduce {__version__}: experiment {e.name!r}: {len(cfg.arms)} arms, {e.workers} workers, "
+            f"{e.steps} steps, source {cfg.source.kind} -> {out}"
+        )
     try:
         res = runner(cfg, out, resume=args.resume, progress=None if args.quiet or not root else _progress)
     except KeyboardInterrupt:
-        print(f"\nfpreduce: interrupted; the partial run in {out} is readable and marked incomplete: "
-              f"continue it with `fpreduce run {args.config or ''} --out {out} --resume`", file=sys.stderr)
+        print(
+            f"\nfpreduce: interrupted; the partial run in {out} is readable and marked incomplete: "
+            f"continue it with `fpreduce run {args.config or ''} --out {out} --resume`",
+            file=sys.stderr,
+        )
         return 130
     if res is None:  # an MPI rank other than 0: rank 0 writes the run
         return 0
     print(_summary_table(res))
     files = [] if args.no_report else _artifacts(out)
-    print(f"wrote {out}/config.toml, metrics.csv, summary.json" +
-          "".join(f", {p.relative_to(out)}" for p in files))
+    print(f"wrote {out}/config.toml, metrics.csv, summary.json" + "".join(f", {p.relative_to(out)}" for p in files))
     return 0
 
 
@@ -184,29 +193,52 @@ def _cmd_sum(args: argparse.Namespace) -> int:
     s = ex.to_float64()
     n, d = X.shape
     out_fmt = args.output or args.accumulate
-    print(f"{n} values{'' if d == 1 else f' x {d} columns'}, {args.input} -> {args.accumulate}"
-          + (f" -> {args.output}" if args.output else "") + f", {args.rounding}, algorithm {args.algorithm}")
+    print(
+        f"{n} values{'' if d == 1 else f' x {d} columns'}, {args.input} -> {args.accumulate}"
+        + (f" -> {args.output}" if args.output else "")
+        + f", {args.rounding}, algorithm {args.algorithm}"
+    )
     if d == 1:
-        print(f"exact sum of the {args.input} inputs: {float(s[0])!r} ({float(s[0]).hex()})"
-              + ("" if ex.lo[0] == 0 else " (rounded to float64)"))
+        print(
+            f"exact sum of the {args.input} inputs: {float(s[0])!r} ({float(s[0]).hex()})"
+            + ("" if ex.lo[0] == 0 else " (rounded to float64)")
+        )
     for name in _split_top(args.plans):
         p = plans.parse(name, n, seed=args.seed)
-        y = reduce(Xi, p, input=args.input, accumulate=args.accumulate, rounding=args.rounding,
-                   seed=args.seed, algorithm=args.algorithm, output=args.output)
+        y = reduce(
+            Xi,
+            p,
+            input=args.input,
+            accumulate=args.accumulate,
+            rounding=args.rounding,
+            seed=args.seed,
+            algorithm=args.algorithm,
+            output=args.output,
+        )
         ue = ulp_error(y, ex, out_fmt)
         bound = apriori_bound(Xi, p, args.accumulate)
         if d == 1:
-            print(f"{name:>14}: {float(y[0])!r:<24} {float(y[0]).hex():<24} error {float(ue[0]):6.2f} ulp   "
-                  f"bound {float(bound[0]):.3g}")
+            print(
+                f"{name:>14}: {float(y[0])!r:<24} {float(y[0]).hex():<24} error {float(ue[0]):6.2f} ulp   "
+                f"bound {float(bound[0]):.3g}"
+            )
         else:
             cr = np.mean(y.astype(np.float64) == ex.round(out_fmt).astype(np.float64))
             print(f"{name:>14}: max error {float(np.nanmax(ue)):.2f} ulp, {100 * cr:.1f}% correctly rounded")
     if args.orders:
         if d != 1:
             raise InvalidArgument("--orders needs a single sum: N values, not an (N, d) array")
-        oc = order_outcomes(X[:, 0], args.family, samples=args.orders, input=args.input,
-                            accumulate=args.accumulate, rounding=args.rounding, seed=args.seed,
-                            algorithm=args.algorithm, output=args.output)
+        oc = order_outcomes(
+            X[:, 0],
+            args.family,
+            samples=args.orders,
+            input=args.input,
+            accumulate=args.accumulate,
+            rounding=args.rounding,
+            seed=args.seed,
+            algorithm=args.algorithm,
+            output=args.output,
+        )
         print(oc.summary())
     return 0
 
@@ -219,17 +251,28 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("config", nargs="?", default=None, help="TOML config (default: the embedded one)")
     r.add_argument("--out", default=None, help="run directory (default: runs/<experiment name>)")
     r.add_argument("--steps", type=int, default=None, help="override experiment.steps")
-    r.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a config key, e.g. experiment.workers=32 or arms.B.accumulate=fp32")
+    r.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. experiment.workers=32 or arms.B.accumulate=fp32",
+    )
     r.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     r.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
-    r.add_argument("--backend", choices=("emulate", "mpi"), default="emulate",
-                   help="mpi: run under `mpirun -np N` (N = experiment.workers); real MPI_Allreduce for the arms "
-                        "Open MPI can do, RUN/real.csv compares its bits (docs/verification.md)")
-    r.add_argument("--mpi-algorithm", default=None,
-                   help="with --backend mpi: the allreduce forced for this launch: ring:ompi, rd, rabenseifner, "
-                        "linear (or an Open MPI name); default: the first real-capable arm's")
+    r.add_argument(
+        "--backend",
+        choices=("emulate", "mpi"),
+        default="emulate",
+        help="mpi: run under `mpirun -np N` (N = experiment.workers); real MPI_Allreduce for the arms "
+        "Open MPI can do, RUN/real.csv compares its bits (docs/verification.md)",
+    )
+    r.add_argument(
+        "--mpi-algorithm",
+        default=None,
+        help="with --backend mpi: the allreduce forced for this launch: ring:ompi, rd, rabenseifner, "
+        "linear (or an Open MPI name); default: the first real-capable arm's",
+    )
     r.set_defaults(func=_cmd_run)
     pl = sub.add_parser("plot", help="regenerate a run's figures from its results")
     pl.add_argument("run", help="run directory")
@@ -242,8 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="run a real all-reduce (Open MPI or gloo) and compare its bits with the plan")
     v.add_argument("--backend", required=True, choices=("mpi", "gloo"))
     v.add_argument("--np", type=int, required=True, help="number of local processes (ranks)")
-    v.add_argument("--algorithm", default=None,
-                   help="ring (default), recursive_doubling, rabenseifner, segmented_ring, basic_linear, ...")
+    v.add_argument(
+        "--algorithm",
+        default=None,
+        help="ring (default), recursive_doubling, rabenseifner, segmented_ring, basic_linear, ...",
+    )
     v.add_argument("--dtype", default="fp32", help="fp32 or fp64 (mpi); fp32, fp16, bf16, fp64 (gloo)")
     v.add_argument("--elements", type=int, default=1000)
     v.add_argument("--seed", type=int, default=0)
@@ -260,8 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rounding", default="nearest_even")
     s.add_argument("--output", default=None, help="round the sum once to this format at the end")
     s.add_argument("--algorithm", default="plain", help="plain, kahan, neumaier, binned or exact")
-    s.add_argument("--plans", default="sequential,reverse,pairwise",
-                   help="comma-separated plans: sequential, pairwise, kary:4, ring:nccl, rd, atomic, ((0,1),2) ...")
+    s.add_argument(
+        "--plans",
+        default="sequential,reverse,pairwise",
+        help="comma-separated plans: sequential, pairwise, kary:4, ring:nccl, rd, atomic, ((0,1),2) ...",
+    )
     s.add_argument("--orders", type=int, default=0, help="also sample K random orders of --family")
     s.add_argument("--family", default="sequential", help="plan family for --orders (or random_tree)")
     s.add_argument("--seed", type=int, default=0)

@@ -169,8 +169,10 @@ class Config:
         out = []
         for a in self.arms:
             if a.accumulate.startswith("fp8") and self.experiment.workers > 1000:
-                out.append(f"arm {a.name}: an {a.accumulate} accumulator with "
-                           f"{self.experiment.workers} workers will mostly saturate")
+                out.append(
+                    f"arm {a.name}: an {a.accumulate} accumulator with "
+                    f"{self.experiment.workers} workers will mostly saturate"
+                )
         return out
 
 

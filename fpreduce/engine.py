@@ -57,7 +57,8 @@ def add_rounded(
             if np.any(over):
                 pos = s > 0
                 to_inf = {Mode.TOWARD_ZERO: np.zeros_like(pos), Mode.UP: pos, Mode.DOWN: ~pos}.get(
-                    mode, np.ones_like(pos))
+                    mode, np.ones_like(pos)
+                )
                 out = np.where(over & ~to_inf, np.copysign(f.max_finite, s), out)
         zero = (s == 0) & (a == b * -1)
         if np.any(zero):
@@ -316,8 +317,9 @@ def reduce(
     n, nel = A.shape
     total = nel if total is None else int(total)
     if not (isinstance(offset, int | np.integer) and 0 <= offset <= total - nel):
-        raise InvalidArgument(f"need 0 <= offset and offset + elements <= total, got offset={offset}, "
-                              f"elements={nel}, total={total}")
+        raise InvalidArgument(
+            f"need 0 <= offset and offset + elements <= total, got offset={offset}, elements={nel}, total={total}"
+        )
     ar = _Arith(fa, m, rng)
     load = _Loader(A, fin, fa, m, rng, ar.dtype)
     if average in ("premultiply", "predivide"):
@@ -451,6 +453,7 @@ def _evaluate(shape, rows, A, load: _Loader, ar: _Arith, algorithm: str, lo: int
 
         def leaf(k: int) -> np.ndarray:
             return Yc[k]
+
     if algorithm in ("kahan", "neumaier"):
         from fpreduce.algorithms import compensated
 

@@ -47,8 +47,7 @@ def _check_input(X: ArrayLike, axis: int) -> tuple[NDArray[np.floating], tuple[i
         )
     if a.dtype.kind == "f" and a.dtype.itemsize > 8:
         raise InvalidArgument(
-            f"dtype {a.dtype} is wider than float64 and cannot be summed exactly here; "
-            "pass float64 or narrower"
+            f"dtype {a.dtype} is wider than float64 and cannot be summed exactly here; pass float64 or narrower"
         )
     if a.ndim == 0:
         raise InvalidArgument("exact_sum needs at least a 1-D array; wrap a scalar as [x]")
@@ -130,10 +129,16 @@ class ExactSum:
         shape: shape of the result arrays.
     """
 
-    def __init__(self, values: list[tuple[int, int]] | _LazyValues | _MixedValues, special: NDArray[np.float64],
-                 nonfinite: NDArray[np.bool_], negzero: NDArray[np.bool_],
-                 shape: tuple[int, ...], hi: NDArray[np.float64] | None = None,
-                 lo: NDArray[np.float64] | None = None) -> None:
+    def __init__(
+        self,
+        values: list[tuple[int, int]] | _LazyValues | _MixedValues,
+        special: NDArray[np.float64],
+        nonfinite: NDArray[np.bool_],
+        negzero: NDArray[np.bool_],
+        shape: tuple[int, ...],
+        hi: NDArray[np.float64] | None = None,
+        lo: NDArray[np.float64] | None = None,
+    ) -> None:
         self.values = values
         self.special = special
         self.nonfinite = nonfinite.reshape(shape)
@@ -169,8 +174,9 @@ class ExactSum:
         v, s = self.values[index]
         return Fraction(v) * Fraction(2) ** s
 
-    def round(self, fmt: str | Format, mode: str = "nearest_even",
-              rng: np.random.Generator | None = None) -> NDArray[np.floating]:
+    def round(
+        self, fmt: str | Format, mode: str = "nearest_even", rng: np.random.Generator | None = None
+    ) -> NDArray[np.floating]:
         """The sums rounded once, from the exact values, onto ``fmt``.
 
         Args:
@@ -283,8 +289,13 @@ def _exact_sum(X: ArrayLike, axis: int = 0) -> tuple[ExactSum, int | None]:
     return _exact_general(a, out_shape, sigbits), zeros
 
 
-def _with_fast_columns(a: NDArray[np.floating], ok: NDArray[np.bool_], out_shape: tuple[int, ...],
-                       sigbits: int, acc: NDArray[np.float64] | None = None) -> ExactSum:
+def _with_fast_columns(
+    a: NDArray[np.floating],
+    ok: NDArray[np.bool_],
+    out_shape: tuple[int, ...],
+    sigbits: int,
+    acc: NDArray[np.float64] | None = None,
+) -> ExactSum:
     c = a.shape[1]
     fast = np.flatnonzero(ok)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -401,8 +412,7 @@ def _exact_general(a: NDArray[np.floating], out_shape: tuple[int, ...], sigbits:
 
 def exact_sum_fraction(column: ArrayLike) -> Fraction:
     """Slow reference: the exact sum of the finite values of a 1-D column as a Fraction."""
-    return sum((Fraction(float(x)) for x in np.asarray(column, dtype=np.float64).ravel()),
-               Fraction(0))
+    return sum((Fraction(float(x)) for x in np.asarray(column, dtype=np.float64).ravel()), Fraction(0))
 
 
 def exact_sum_mpmath(X: ArrayLike, axis: int = 0) -> NDArray[np.float64]:
@@ -434,6 +444,6 @@ def exact_sum_mpmath(X: ArrayLike, axis: int = 0) -> NDArray[np.float64]:
         for x in nzc:
             acc = acc + ctx.mpf(float(x))
         sign, man, ex, _bc = acc._mpf_
-        v = (-int(man) if sign else int(man))
+        v = -int(man) if sign else int(man)
         out[j] = _round_int(v, int(ex), _FP64, "nearest_even") if v else 0.0
     return out.reshape(out_shape)

@@ -74,9 +74,11 @@ def plan_for(cfg: Config, arm: ArmSpec, step: int, *, salt: int = 0) -> Any:
         return plans.parse(rest, n).relabel(rng.permutation(n))  # = shuffle_permutation(...)
     if policy == "arrival":
         a = cfg.arrival
-        jitter = {"exponential": lambda: rng.exponential(a.scale, n),
-                  "normal": lambda: rng.normal(0.0, a.scale, n),
-                  "lognormal": lambda: rng.lognormal(0.0, a.scale, n)}[a.jitter]()
+        jitter = {
+            "exponential": lambda: rng.exponential(a.scale, n),
+            "normal": lambda: rng.normal(0.0, a.scale, n),
+            "lognormal": lambda: rng.lognormal(0.0, a.scale, n),
+        }[a.jitter]()
         t = a.base + arrival_means(cfg) + jitter
         return plans.sequential(n, np.argsort(t, kind="stable"))
     if policy == "atomic":
@@ -108,9 +110,19 @@ class _Arm:
 
 
 def _reduce(Xin: np.ndarray, plan: Any, arm: ArmSpec, seed: Any, lo: int = 0, total: int | None = None) -> np.ndarray:
-    return reduce(Xin, plan, input=arm.input, accumulate=arm.accumulate, rounding=arm.rounding,
-                  seed=seed, algorithm=arm.algorithm, output=arm.output or None, average=arm.average,
-                  offset=lo, total=total)
+    return reduce(
+        Xin,
+        plan,
+        input=arm.input,
+        accumulate=arm.accumulate,
+        rounding=arm.rounding,
+        seed=seed,
+        algorithm=arm.algorithm,
+        output=arm.output or None,
+        average=arm.average,
+        offset=lo,
+        total=total,
+    )
 
 
 def _seed(arm: ArmSpec, key: list[int]) -> np.random.Generator | None:
@@ -194,14 +206,31 @@ def run_experiment(
             done = step + 1 - start
             progress(step + 1, e.steps, wall / done * (e.steps - step - 1))
     repro = {a.spec.name: a.reproducible for a in arms}
-    _write_summary(d, cfg, rows, arms, e.steps, complete=True, times=(time.perf_counter() - t0, times),
-                   repro=repro, extra=summary_extra)
+    _write_summary(
+        d,
+        cfg,
+        rows,
+        arms,
+        e.steps,
+        complete=True,
+        times=(time.perf_counter() - t0, times),
+        repro=repro,
+        extra=summary_extra,
+    )
     return load_run(d)
 
 
-def _measure(specs: list[ArmSpec], inputs: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]],
-             keys: list[tuple[str, int]], ys: list[np.ndarray], n: int, err: list[ErrorStats],
-             cmp: list[CompareStats], underflow: list[int], times: dict[str, float]) -> None:
+def _measure(
+    specs: list[ArmSpec],
+    inputs: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]],
+    keys: list[tuple[str, int]],
+    ys: list[np.ndarray],
+    n: int,
+    err: list[ErrorStats],
+    cmp: list[CompareStats],
+    underflow: list[int],
+    times: dict[str, float],
+) -> None:
     """One chunk's exact sums, and every arm's metrics against them and against the reference arm."""
     t0 = time.perf_counter()
     sums = {k: _Inputs(Xr, X) for k, (Xr, X) in inputs.items()}
@@ -217,8 +246,15 @@ def _measure(specs: list[ArmSpec], inputs: dict[tuple[str, int], tuple[np.ndarra
     times["metrics"] += t2 - t1
 
 
-def _run_step(cfg: Config, source: Source, arms: list[_Arm], step: int, rows: list[dict[str, Any]],
-              times: dict[str, float], on_step: OnStep | None) -> None:
+def _run_step(
+    cfg: Config,
+    source: Source,
+    arms: list[_Arm],
+    step: int,
+    rows: list[dict[str, Any]],
+    times: dict[str, float],
+    on_step: OnStep | None,
+) -> None:
     """Every arm reduces the step's gradients, chunk after chunk of elements; appends one row per arm.
 
     Per chunk: the inputs are rounded once per input format (the cast ``fr.reduce``
@@ -272,8 +308,15 @@ def _run_step(cfg: Config, source: Source, arms: list[_Arm], step: int, rows: li
         if on_step is not None:
             on_step(step, spec, ys[i])
         loss = source.loss(step, a.params) if training else float("nan")  # type: ignore[attr-defined]
-        row: dict[str, Any] = {"step": step, "arm": spec.name, "elements": m, "loss": loss,
-                               "underflow": underflow[i], **err[i].row(), **cmp[i].row()}
+        row: dict[str, Any] = {
+            "step": step,
+            "arm": spec.name,
+            "elements": m,
+            "loss": loss,
+            "underflow": underflow[i],
+            **err[i].row(),
+            **cmp[i].row(),
+        }
         a.hist += cmp[i].hist
         if row["diff_frac"] > 0 and a.first_div is None:
             a.first_div = step
@@ -281,7 +324,7 @@ def _run_step(cfg: Config, source: Source, arms: list[_Arm], step: int, rows: li
             g = ys[i].astype(np.float64) * (n if spec.average != "none" else 1)
             a.params = source.update(a.params, g, a.state)  # type: ignore[attr-defined]
         rows.append(row)
-    for a, row in zip(arms, rows[-len(arms):], strict=True):
+    for a, row in zip(arms, rows[-len(arms) :], strict=True):
         if training:
             assert a.params is not None
             assert ref.params is not None
@@ -328,9 +371,14 @@ def _init_arms(cfg: Config, source: Source, d: Path, start: int, training: bool)
         return [_Arm(a, None, {}) for a in cfg.arms]
     if start > 0:
         with np.load(d / "state.npz", allow_pickle=False) as z:
-            return [_Arm(a, z[f"params/{a.name}"].copy(),
-                         {k.split("/")[2]: z[k].copy() for k in z.files if k.startswith(f"state/{a.name}/")})
-                    for a in cfg.arms]
+            return [
+                _Arm(
+                    a,
+                    z[f"params/{a.name}"].copy(),
+                    {k.split("/")[2]: z[k].copy() for k in z.files if k.startswith(f"state/{a.name}/")},
+                )
+                for a in cfg.arms
+            ]
     p0 = source.init_params()  # type: ignore[attr-defined]
     return [_Arm(a, p0.copy(), source.init_state()) for a in cfg.arms]  # type: ignore[attr-defined]
 
@@ -349,8 +397,16 @@ def _restore(a: _Arm, rows: list[dict[str, Any]], old: dict[str, Any]) -> None:
             a.hist = np.array(s["ulp_hist"]["counts"], dtype=np.int64)
 
 
-def _checkpoint(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[_Arm], steps_done: int,
-                training: bool, times: tuple[float, dict[str, float]], extra: SummaryExtra | None = None) -> None:
+def _checkpoint(
+    d: Path,
+    cfg: Config,
+    rows: list[dict[str, Any]],
+    arms: list[_Arm],
+    steps_done: int,
+    training: bool,
+    times: tuple[float, dict[str, float]],
+    extra: SummaryExtra | None = None,
+) -> None:
     try:
         atomic_write(d / "metrics.csv", rows_to_csv(rows))
         if training:
@@ -366,9 +422,18 @@ def _checkpoint(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[_Ar
         raise InvalidArgument(f"cannot write to {d}: {err.strerror}") from None
 
 
-def _write_summary(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[_Arm], steps_done: int, *,
-                   complete: bool, times: tuple[float, dict[str, float]], repro: dict[str, bool | None],
-                   extra: SummaryExtra | None = None) -> None:
+def _write_summary(
+    d: Path,
+    cfg: Config,
+    rows: list[dict[str, Any]],
+    arms: list[_Arm],
+    steps_done: int,
+    *,
+    complete: bool,
+    times: tuple[float, dict[str, float]],
+    repro: dict[str, bool | None],
+    extra: SummaryExtra | None = None,
+) -> None:
     cols = columns(rows)
     out_arms = []
     for a in arms:
@@ -380,25 +445,46 @@ def _write_summary(d: Path, cfg: Config, rows: list[dict[str, Any]], arms: list[
                 return None
             return float(fn(v[~np.isnan(v)]))
 
-        out_arms.append({
-            "name": a.spec.name, "order": a.spec.order, "input": a.spec.input,
-            "accumulate": a.spec.accumulate, "output": a.spec.out_format, "rounding": a.spec.rounding,
-            "algorithm": a.spec.algorithm, "average": a.spec.average,
-            "reproducible": repro.get(a.spec.name),
-            "first_divergence_step": a.first_div, "first_param_divergence_step": a.first_param_div,
-            "mean_diff_frac": stat("diff_frac", np.mean), "median_diff_frac": stat("diff_frac", np.median),
-            "max_ulp": stat("ulp_max", np.max), "mean_err_rel": stat("err_mean_rel", np.mean),
-            "max_err_rel": stat("err_max_rel", np.max), "mean_frac_correct": stat("frac_correct", np.mean),
-            "final_loss": stat("loss", lambda v: v[-1]), "final_param_dist": stat("param_dist", lambda v: v[-1]),
-            "ulp_hist": {"edges": ULP_EDGES, "counts": [int(x) for x in a.hist]},
-        })
+        out_arms.append(
+            {
+                "name": a.spec.name,
+                "order": a.spec.order,
+                "input": a.spec.input,
+                "accumulate": a.spec.accumulate,
+                "output": a.spec.out_format,
+                "rounding": a.spec.rounding,
+                "algorithm": a.spec.algorithm,
+                "average": a.spec.average,
+                "reproducible": repro.get(a.spec.name),
+                "first_divergence_step": a.first_div,
+                "first_param_divergence_step": a.first_param_div,
+                "mean_diff_frac": stat("diff_frac", np.mean),
+                "median_diff_frac": stat("diff_frac", np.median),
+                "max_ulp": stat("ulp_max", np.max),
+                "mean_err_rel": stat("err_mean_rel", np.mean),
+                "max_err_rel": stat("err_max_rel", np.max),
+                "mean_frac_correct": stat("frac_correct", np.mean),
+                "final_loss": stat("loss", lambda v: v[-1]),
+                "final_param_dist": stat("param_dist", lambda v: v[-1]),
+                "ulp_hist": {"edges": ULP_EDGES, "counts": [int(x) for x in a.hist]},
+            }
+        )
     e = cfg.experiment
     summary = {
-        "format": 1, "name": e.name, "complete": complete, "steps": e.steps, "steps_done": steps_done,
-        "workers": e.workers, "elements": int(rows[-1]["elements"]) if rows else None,
-        "source": cfg.source.kind, "seed": e.seed, "reference": cfg.arms[0].name,
-        "wall_time_s": round(times[0], 3), "engine_time_s": round(times[1]["engine"], 3),
-        "source_time_s": round(times[1]["source"], 3), "exact_time_s": round(times[1]["exact"], 3),
+        "format": 1,
+        "name": e.name,
+        "complete": complete,
+        "steps": e.steps,
+        "steps_done": steps_done,
+        "workers": e.workers,
+        "elements": int(rows[-1]["elements"]) if rows else None,
+        "source": cfg.source.kind,
+        "seed": e.seed,
+        "reference": cfg.arms[0].name,
+        "wall_time_s": round(times[0], 3),
+        "engine_time_s": round(times[1]["engine"], 3),
+        "source_time_s": round(times[1]["source"], 3),
+        "exact_time_s": round(times[1]["exact"], 3),
         "metrics_time_s": round(times[1]["metrics"], 3),
         "versions": {"fpreduce": __version__, "numpy": np.__version__, "python": platform.python_version()},
         "arms": out_arms,

@@ -93,14 +93,15 @@ class Format:
         return np.dtype(np.float64 if self.precision > 24 else np.float32)
 
 
-def _row(name: str, bits: int, p: int, ebits: int, *, inf: bool = True, emax: int | None = None,
-         max_frac_ulps: int = 0) -> Format:
+def _row(
+    name: str, bits: int, p: int, ebits: int, *, inf: bool = True, emax: int | None = None, max_frac_ulps: int = 0
+) -> Format:
     bias = 2 ** (ebits - 1) - 1
     emin = 1 - bias
     if emax is None:
         emax = bias
     # max finite: (2 - 2**(1-p)) * 2**emax, less max_frac_ulps ulps (e4m3fn: NaN at 1.111)
-    max_finite = float((2 ** p - 1 - max_frac_ulps) * 2.0 ** (emax - p + 1))
+    max_finite = float((2**p - 1 - max_frac_ulps) * 2.0 ** (emax - p + 1))
     return Format(name, bits, p, ebits, emin, emax, inf, "inf" if inf else "nan", max_finite)
 
 
@@ -139,13 +140,9 @@ def get_format(fmt: str | Format) -> Format:
 
 def _as_float64(x: ArrayLike) -> NDArray[np.float64]:
     a = np.asarray(x)
-    if a.dtype.kind != "f" and a.dtype.name not in ("bfloat16",) and not a.dtype.name.startswith(
-        "float8"
-    ):
+    if a.dtype.kind != "f" and a.dtype.name not in ("bfloat16",) and not a.dtype.name.startswith("float8"):
         if a.dtype.kind in "iu" or a.dtype == bool:
-            raise InvalidArgument(
-                f"expected a float array, got dtype {a.dtype}; convert with .astype(np.float64)"
-            )
+            raise InvalidArgument(f"expected a float array, got dtype {a.dtype}; convert with .astype(np.float64)")
         raise InvalidArgument(f"expected a float array, got dtype {a.dtype}")
     return np.asarray(a, dtype=np.float64)
 
@@ -230,9 +227,7 @@ def from_bits(bits: ArrayLike, fmt: str | Format) -> NDArray[np.floating]:
         return np.ascontiguousarray(b).view(np.float64).copy()
     b = b >> np.uint64(f.bits - f.storage_bits)
     sign = (b >> np.uint64(f.storage_bits - 1)) & np.uint64(1)
-    expf = ((b >> np.uint64(f.fraction_bits)) & np.uint64((1 << f.exponent_bits) - 1)).astype(
-        np.int64
-    )
+    expf = ((b >> np.uint64(f.fraction_bits)) & np.uint64((1 << f.exponent_bits) - 1)).astype(np.int64)
     frac = (b & np.uint64((1 << f.fraction_bits) - 1)).astype(np.float64)
     emax_field = (1 << f.exponent_bits) - 1
     normal = expf > 0

@@ -255,8 +255,9 @@ def apriori_bound(X: ArrayLike, plan: Plan | SegmentedPlan | PerElementPlan, fmt
         return np.sum(g * a, axis=0)
 
 
-def probabilistic_bound(X: ArrayLike, fmt: str | Format, lam: float = 5.0,
-                        n: int | None = None) -> tuple[NDArray[np.float64], float]:
+def probabilistic_bound(
+    X: ArrayLike, fmt: str | Format, lam: float = 5.0, n: int | None = None
+) -> tuple[NDArray[np.float64], float]:
     """Higham & Mary (2019) probabilistic bound for recursive summation, per column.
 
     With ``k = n - 1`` additions and ``u = fmt.unit_roundoff`` (Higham & Mary, "A

@@ -45,8 +45,7 @@ RANDOM_TREE = "random_tree"
 _BLOCK_CELLS = 1 << 22  # (workers x samples) cells reduced per call: bounded memory
 
 
-def tree_from_gaps(order: Sequence[int] | NDArray[np.integer], gaps: Sequence[int] | NDArray[np.integer]
-                   ) -> Plan:
+def tree_from_gaps(order: Sequence[int] | NDArray[np.integer], gaps: Sequence[int] | NDArray[np.integer]) -> Plan:
     """The tree built by closing the gaps between adjacent leaves in the order ``gaps``.
 
     The leaves ``order[0], ..., order[n-1]`` stand in a row with a gap ``g`` between
@@ -178,14 +177,12 @@ class OrderOutcomes:
         ex = self.exact_value
         lines = [
             f"order outcomes: family={self.family} n={self.n} samples={self.samples} seed={self.seed}",
-            f"formats: {self.input} -> {self.accumulate} -> {self.output} ({self.rounding}, "
-            f"{self.algorithm})",
+            f"formats: {self.input} -> {self.accumulate} -> {self.output} ({self.rounding}, {self.algorithm})",
             f"exact sum:          {ex:.9g} ({float.hex(ex)})"
             + ("" if self.exact.lo.flat[0] == 0 else " rounded to float64"),
             f"correctly rounded:  {self.correctly_rounded:.9g} ({float.hex(self.correctly_rounded)})",
             f"distinct results:   {len(self.distinct)}",
-            f"error (ulps of {self.output}): min {self.min_error_ulps:+.4g} "
-            f"max {self.max_error_ulps:+.4g}",
+            f"error (ulps of {self.output}): min {self.min_error_ulps:+.4g} max {self.max_error_ulps:+.4g}",
             "",
             f"{'result':>16} {'hex':>24} {'count':>8} {'share':>7} {'err ulps':>10} {'steps':>6}",
         ]
@@ -258,12 +255,10 @@ def order_outcomes(
     xi = np.asarray(round_to(a.astype(np.float64), fin))
     n, samples = int(a.shape[0]), int(samples)
     rng = np.random.default_rng(int(seed))
-    perms = rng.permuted(np.tile(np.arange(n, dtype=np.min_scalar_type(max(n - 1, 1))), (samples, 1)),
-                         axis=1)
+    perms = rng.permuted(np.tile(np.arange(n, dtype=np.min_scalar_type(max(n - 1, 1))), (samples, 1)), axis=1)
     srng = np.random.default_rng(rng.integers(2**63)) if m is Mode.STOCHASTIC else None
     fo = fa if output is None else get_format(output)
-    kw: dict[str, Any] = {"input": fin, "accumulate": fa, "rounding": m, "seed": srng,
-                          "algorithm": algorithm}
+    kw: dict[str, Any] = {"input": fin, "accumulate": fa, "rounding": m, "seed": srng, "algorithm": algorithm}
     if output is not None:
         kw["output"] = fo
     gaps = None
@@ -272,8 +267,9 @@ def order_outcomes(
         if algorithm == "plain" and output is None:
             values = _gap_reduce(xi, perms, gaps, fin, fa, m, srng)
         else:
-            values = np.concatenate([reduce(xi[:, None], tree_from_gaps(p, g), **kw)
-                                     for p, g in zip(perms, gaps, strict=True)])
+            values = np.concatenate(
+                [reduce(xi[:, None], tree_from_gaps(p, g), **kw) for p, g in zip(perms, gaps, strict=True)]
+            )
     else:
         values = _fixed_reduce(xi, perms, family, kw)
     out = _summarize(family, fin, fo, m, int(seed), xi, values, perms, gaps)
@@ -294,8 +290,9 @@ def _first_tree(plan: Any) -> Plan | None:
     return None
 
 
-def _fixed_reduce(xi: NDArray[np.floating], perms: NDArray[np.integer], family: str,
-                  kw: dict[str, Any]) -> NDArray[np.floating]:
+def _fixed_reduce(
+    xi: NDArray[np.floating], perms: NDArray[np.integer], family: str, kw: dict[str, Any]
+) -> NDArray[np.floating]:
     n, samples = perms.shape[1], perms.shape[0]
     try:
         plan = sequential(n) if family == "sequential" else parse(family, n)
@@ -312,9 +309,15 @@ def _fixed_reduce(xi: NDArray[np.floating], perms: NDArray[np.integer], family: 
     return np.concatenate(parts)
 
 
-def _gap_reduce(xi: NDArray[np.floating], perms: NDArray[np.integer], gaps: NDArray[np.integer],
-                fin: Format, fa: Format, m: Mode, srng: np.random.Generator | None
-                ) -> NDArray[np.floating]:
+def _gap_reduce(
+    xi: NDArray[np.floating],
+    perms: NDArray[np.integer],
+    gaps: NDArray[np.integer],
+    fin: Format,
+    fa: Format,
+    m: Mode,
+    srng: np.random.Generator | None,
+) -> NDArray[np.floating]:
     """All random trees at once: n - 1 steps, each one rounded addition over the samples.
 
     As in :func:`tree_from_gaps`, a segment's partial sum sits at its left end and
@@ -345,9 +348,17 @@ def _gap_reduce(xi: NDArray[np.floating], perms: NDArray[np.integer], gaps: NDAr
     return np.concatenate(parts).astype(fa.value_dtype)
 
 
-def _summarize(family: str, fin: Format, fa: Format, m: Mode, seed: int, xi: NDArray[np.floating],
-               values: NDArray[np.floating], perms: NDArray[np.integer],
-               gaps: NDArray[np.integer] | None) -> OrderOutcomes:
+def _summarize(
+    family: str,
+    fin: Format,
+    fa: Format,
+    m: Mode,
+    seed: int,
+    xi: NDArray[np.floating],
+    values: NDArray[np.floating],
+    perms: NDArray[np.integer],
+    gaps: NDArray[np.integer] | None,
+) -> OrderOutcomes:
     """Distinct results and errors; ``fa`` is the result format (accumulate or output)."""
     ex = exact_sum(xi[:, None])
     bits = to_bits(values, fa)
@@ -370,5 +381,22 @@ def _summarize(family: str, fin: Format, fa: Format, m: Mode, seed: int, xi: NDA
         fin_ = np.isfinite(dv)
         dist = ulp_distance(dv[fin_], np.broadcast_to(rn, dv[fin_].shape), fa)
         steps[fin_] = np.where(dv[fin_] < float(rn[0]), -dist, dist)
-    return OrderOutcomes(family, int(perms.shape[1]), fin.name, fa.name, m.value, "plain", fa.name,
-                         seed, xi, ex, values, perms, gaps, distinct, counts, errs, steps)
+    return OrderOutcomes(
+        family,
+        int(perms.shape[1]),
+        fin.name,
+        fa.name,
+        m.value,
+        "plain",
+        fa.name,
+        seed,
+        xi,
+        ex,
+        values,
+        perms,
+        gaps,
+        distinct,
+        counts,
+        errs,
+        steps,
+    )

@@ -65,8 +65,19 @@ Tree = Union[int, tuple["Tree", "Tree"]]
 
 #: Plan family names accepted by :func:`parse` (parameters after ``:``).
 FAMILIES = (
-    "sequential", "reverse", "pairwise", "kary", "blocked", "numpy", "ring", "rd",
-    "rabenseifner", "linear", "tree", "hier", "atomic",
+    "sequential",
+    "reverse",
+    "pairwise",
+    "kary",
+    "blocked",
+    "numpy",
+    "ring",
+    "rd",
+    "rabenseifner",
+    "linear",
+    "tree",
+    "hier",
+    "atomic",
 )
 
 
@@ -123,8 +134,7 @@ class Plan:
         leaves = _leaves(self.root)
         if sorted(leaves) != list(range(self.n)):
             raise InvalidArgument(
-                f"plan {self.name!r}: leaves must be each worker 0..{self.n - 1} exactly once, "
-                f"got {leaves}"
+                f"plan {self.name!r}: leaves must be each worker 0..{self.n - 1} exactly once, got {leaves}"
             )
 
     def leaves(self) -> list[int]:
@@ -435,9 +445,7 @@ def ring(n: int, convention: str = "nccl", *, item_bytes: int = 4) -> SegmentedP
         orders = (c - 1 - k) % n
     else:
         raise unknown_name("ring convention", convention, _RING)
-    split = {"gloo": Split("gloo", item_bytes=item_bytes), "mpich": Split("ceil")}.get(
-        convention, Split()
-    )
+    split = {"gloo": Split("gloo", item_bytes=item_bytes), "mpich": Split("ceil")}.get(convention, Split())
     # gloo computes ``local (op) received``: right-nested
     gloo = Plan("sequential", n, _c.right_fold(list(range(n))[::-1])) if convention == "gloo" else None
     shape = gloo or sequential(n)
@@ -461,9 +469,7 @@ def _nodes(n: int, gpus_per_node: int, what: str) -> int:
     _check_n(n)
     _check_param(what, "gpus_per_node", gpus_per_node, 1)
     if n % gpus_per_node:
-        raise InvalidArgument(
-            f"plan {what!r}: gpus_per_node={gpus_per_node} does not divide n={n} workers"
-        )
+        raise InvalidArgument(f"plan {what!r}: gpus_per_node={gpus_per_node} does not divide n={n} workers")
     return n // gpus_per_node
 
 
@@ -557,8 +563,13 @@ def parse(text: str, n: int | None = None, *, seed: int | None = 0) -> AnyPlan:
 
 
 _SIMPLE: dict[str, Callable[[int], Plan | SegmentedPlan]] = {
-    "sequential": sequential, "reverse": reverse, "pairwise": pairwise, "numpy": numpy_pairwise,
-    "rd": rd, "rabenseifner": rabenseifner, "linear": linear,
+    "sequential": sequential,
+    "reverse": reverse,
+    "pairwise": pairwise,
+    "numpy": numpy_pairwise,
+    "rd": rd,
+    "rabenseifner": rabenseifner,
+    "linear": linear,
 }
 
 

@@ -39,21 +39,41 @@ __all__ = ["FIGSIZE", "arm_label", "load_metrics", "load_summary", "load_sweep",
 FIGSIZE = (9.0, 5.4)  # inches, every figure
 DPI = 150
 _FORMATS = ("png", "pdf", "svg")
-_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf")
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 _STYLE: dict[str, Any] = {
-    "font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "legend.fontsize": 9,
-    "figure.titlesize": 11.5, "xtick.labelsize": 9, "ytick.labelsize": 9, "axes.grid": True,
-    "grid.alpha": 0.3, "grid.linewidth": 0.6, "pdf.fonttype": 42, "svg.fonttype": "path",
-    "svg.hashsalt": "fpreduce", "savefig.dpi": DPI, "legend.frameon": False,
+    "font.size": 10,
+    "axes.titlesize": 10.5,
+    "axes.labelsize": 10,
+    "legend.fontsize": 9,
+    "figure.titlesize": 11.5,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "grid.linewidth": 0.6,
+    "pdf.fonttype": 42,
+    "svg.fonttype": "path",
+    "svg.hashsalt": "fpreduce",
+    "savefig.dpi": DPI,
+    "legend.frameon": False,
 }
-SWEEP_COLUMNS = ("workers", "plan", "input", "accumulate", "arm", "mean_err_rel", "max_err_rel",
-                 "mean_diff_frac", "max_ulp")
+SWEEP_COLUMNS = (
+    "workers",
+    "plan",
+    "input",
+    "accumulate",
+    "arm",
+    "mean_err_rel",
+    "max_err_rel",
+    "mean_diff_frac",
+    "max_ulp",
+)
 
 Series = tuple[NDArray[Any], NDArray[Any], dict[str, Any]]
 
 
 # ----------------------------------------------------------------------------- reading
+
 
 def load_summary(run_dir: str | Path) -> dict[str, Any]:
     """Read ``RUN/summary.json``; InvalidArgument if missing, not JSON or without ``arms``."""
@@ -77,8 +97,12 @@ def load_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
     """
     measures = SWEEP_COLUMNS[SWEEP_COLUMNS.index("arm") + 1 :]
     required = [c for c in SWEEP_COLUMNS if c != "dist"]  # sweeps before the data dimension had no dist
-    return _read_csv(Path(sweep_dir) / "sweep.csv", "sweep", required, lambda r: {
-        "dist": "", **r, "workers": int(r["workers"]), **{c: float(r[c]) for c in measures}})[1]
+    return _read_csv(
+        Path(sweep_dir) / "sweep.csv",
+        "sweep",
+        required,
+        lambda r: {"dist": "", **r, "workers": int(r["workers"]), **{c: float(r[c]) for c in measures}},
+    )[1]
 
 
 def arm_label(arm: Mapping[str, Any], *, reference: str | None = None) -> str:
@@ -92,8 +116,11 @@ def arm_label(arm: Mapping[str, Any], *, reference: str | None = None) -> str:
     text = f"{name}: {arm.get('order', '?')} {arm.get('input', '?')}→{arm.get('accumulate', '?')}"
     if arm.get("output") not in (None, arm.get("accumulate")):
         text += f"→{arm['output']}"
-    extras = [str(arm[k]) for k, plain in (("algorithm", "plain"), ("rounding", "nearest_even"))
-              if arm.get(k) not in (None, plain)]
+    extras = [
+        str(arm[k])
+        for k, plain in (("algorithm", "plain"), ("rounding", "nearest_even"))
+        if arm.get(k) not in (None, plain)
+    ]
     if arm.get("average") not in (None, "none"):
         extras.append(f"average={arm['average']}")
     if extras:
@@ -102,6 +129,7 @@ def arm_label(arm: Mapping[str, Any], *, reference: str | None = None) -> str:
 
 
 # ----------------------------------------------------------------------------- run model
+
 
 @dataclass(frozen=True)
 class _Run:
@@ -118,8 +146,13 @@ class _Run:
     def style(self, arm: str, ls: str = "-") -> dict[str, Any]:
         """The reference arm thick, pale and underneath, so identical curves stay visible."""
         ref = arm == self.reference
-        return {"color": self.color(arm), "ls": ls, "lw": 2.8 if ref else 1.3, "alpha": 0.55 if ref else 0.95,
-                "zorder": 2 if ref else 3}
+        return {
+            "color": self.color(arm),
+            "ls": ls,
+            "lw": 2.8 if ref else 1.3,
+            "alpha": 0.55 if ref else 0.95,
+            "zorder": 2 if ref else 3,
+        }
 
     def col(self, arm: str, name: str) -> tuple[NDArray[Any], NDArray[Any]]:
         m = self.metrics.get(arm, {})
@@ -133,16 +166,28 @@ class _Run:
         """(x, y, style) for every arm and every (column, line style)."""
         return [(*self.col(arm, c), self.style(arm, ls)) for arm in self.arms for c, ls in cols]
 
-    def legend(self, fig: Figure, cols: Sequence[str], suffix: Mapping[str, str] | None = None, *,
-               extra: Sequence[tuple[str, str]] = ()) -> None:
+    def legend(
+        self,
+        fig: Figure,
+        cols: Sequence[str],
+        suffix: Mapping[str, str] | None = None,
+        *,
+        extra: Sequence[tuple[str, str]] = (),
+    ) -> None:
         """Arms (flagging one whose curves equal an earlier arm's: drawn over it), then (line style, meaning)."""
         from matplotlib.lines import Line2D
 
         entries = []
         for i, a in enumerate(self.arms):
-            same = [b for b in self.arms[:i] if all(
-                np.array_equal(self.col(a, c)[0], self.col(b, c)[0])
-                and np.array_equal(self.col(a, c)[1], self.col(b, c)[1], equal_nan=True) for c in cols)]
+            same = [
+                b
+                for b in self.arms[:i]
+                if all(
+                    np.array_equal(self.col(a, c)[0], self.col(b, c)[0])
+                    and np.array_equal(self.col(a, c)[1], self.col(b, c)[1], equal_nan=True)
+                    for c in cols
+                )
+            ]
             note = f"; same values as {', '.join(same)} (drawn over it)" if same else ""
             if not any(np.isfinite(self.col(a, c)[1]).any() for c in cols):
                 note = "; no values (NaN: not applicable)"
@@ -163,16 +208,26 @@ def _read_run(run_dir: str | Path) -> _Run:
     arms = tuple(dict.fromkeys([*info, *metrics]))
     done = max(int(m["step"][-1]) + 1 for m in metrics.values())
     steps = summary.get("steps")
-    parts = [f"N = {summary.get('workers', '?')} workers", f"{summary.get('elements', '?')} elements",
-             f"{summary.get('source', '?')} source",
-             f"{done} of {steps} steps" if steps not in (None, done) else f"{done} step{'s' * (done != 1)}"]
+    parts = [
+        f"N = {summary.get('workers', '?')} workers",
+        f"{summary.get('elements', '?')} elements",
+        f"{summary.get('source', '?')} source",
+        f"{done} of {steps} steps" if steps not in (None, done) else f"{done} step{'s' * (done != 1)}",
+    ]
     if not summary.get("complete", True):
         parts.append("INCOMPLETE run")
-    return _Run(str(summary.get("name") or d.name), ", ".join(parts), str(summary.get("reference") or arms[0]),
-                arms, info, metrics)
+    return _Run(
+        str(summary.get("name") or d.name),
+        ", ".join(parts),
+        str(summary.get("reference") or arms[0]),
+        arms,
+        info,
+        metrics,
+    )
 
 
 # ----------------------------------------------------------------------------- drawing helpers
+
 
 def _new_figure(title: str, subtitle: str, nrows: int = 1, ncols: int = 1) -> tuple[Figure, list[Axes]]:
     from matplotlib.figure import Figure
@@ -193,8 +248,16 @@ def _legend(fig: Figure, entries: Sequence[tuple[Any, str]]) -> None:
 
 
 def _note(ax: Axes, text: str, *, corner: bool = False) -> None:
-    ax.text(0.99 if corner else 0.5, 0.97 if corner else 0.5, text, transform=ax.transAxes, color="0.3",
-            ha="right" if corner else "center", va="top" if corner else "center", fontsize=8 if corner else 10)
+    ax.text(
+        0.99 if corner else 0.5,
+        0.97 if corner else 0.5,
+        text,
+        transform=ax.transAxes,
+        color="0.3",
+        ha="right" if corner else "center",
+        va="top" if corner else "center",
+        fontsize=8 if corner else 10,
+    )
 
 
 def _positive(values: Iterable[NDArray[Any]]) -> NDArray[Any]:
@@ -226,10 +289,18 @@ def _log_lines(ax: Axes, series: Sequence[Series], *, markers: bool) -> None:
         from matplotlib.transforms import blended_transform_factory
 
         ax.axhline(floor, color="0.45", lw=0.9, ls=":", zorder=1)
-        ax.annotate("values equal to 0 are drawn on this dotted line", (0.01, floor), xytext=(0, -2.5),
-                    xycoords=blended_transform_factory(ax.transAxes, ax.transData), textcoords="offset points",
-                    ha="left", va="top", fontsize=7.5, color="0.35",
-                    bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.5})
+        ax.annotate(
+            "values equal to 0 are drawn on this dotted line",
+            (0.01, floor),
+            xytext=(0, -2.5),
+            xycoords=blended_transform_factory(ax.transAxes, ax.transData),
+            textcoords="offset points",
+            ha="left",
+            va="top",
+            fontsize=7.5,
+            color="0.35",
+            bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.5},
+        )
 
 
 def _step_axes(run: _Run, *axes: Axes) -> bool:
@@ -248,21 +319,27 @@ def _step_axes(run: _Run, *axes: Axes) -> bool:
 
 # ----------------------------------------------------------------------------- run figures
 
+
 def _fig_error(run: _Run) -> Figure:
-    fig, (ax,) = _new_figure(f"{run.name}: relative error of each arm's sum against the exact sum, per step",
-                             run.subtitle)
+    fig, (ax,) = _new_figure(
+        f"{run.name}: relative error of each arm's sum against the exact sum, per step", run.subtitle
+    )
     _log_lines(ax, run.series(("err_max_rel", "-"), ("err_mean_rel", "--")), markers=_step_axes(run, ax))
     ax.set_ylabel("relative error |y − s| / |s|")
     nonfinite = {a: int(np.sum(np.nan_to_num(run.col(a, "nonfinite")[1]) > 0)) for a in run.arms}
     ax.set_title("solid: max over elements, dashed: mean over elements")
-    run.legend(fig, ("err_max_rel", "err_mean_rel"),
-               {a: f"; NaN/Inf results at {k} step(s)" for a, k in nonfinite.items() if k})
+    run.legend(
+        fig,
+        ("err_max_rel", "err_mean_rel"),
+        {a: f"; NaN/Inf results at {k} step(s)" for a, k in nonfinite.items() if k},
+    )
     return fig
 
 
 def _fig_divergence(run: _Run) -> Figure:
-    fig, (a1, a2) = _new_figure(f"{run.name}: bitwise divergence from the reference arm {run.reference}, per step",
-                                run.subtitle, ncols=2)
+    fig, (a1, a2) = _new_figure(
+        f"{run.name}: bitwise divergence from the reference arm {run.reference}, per step", run.subtitle, ncols=2
+    )
     markers = _step_axes(run, a1, a2)
     _log_lines(a1, run.series(("diff_frac", "-")), markers=markers)
     a1.set(title="elements whose bits differ from the reference", ylabel="fraction of elements")
@@ -282,8 +359,9 @@ def _bin_label(lo: int, hi: int | None) -> str:
 def _fig_ulp_hist(run: _Run) -> Figure:
     from matplotlib.patches import Patch
 
-    fig, (ax,) = _new_figure(f"{run.name}: distribution of ulp distances to the reference arm {run.reference}"
-                             ", all steps", run.subtitle)
+    fig, (ax,) = _new_figure(
+        f"{run.name}: distribution of ulp distances to the reference arm {run.reference}, all steps", run.subtitle
+    )
     hists: dict[str, tuple[NDArray[Any], NDArray[Any]]] = {}
     for arm in run.arms:
         h = run.info.get(arm, {}).get("ulp_hist")
@@ -305,27 +383,36 @@ def _fig_ulp_hist(run: _Run) -> Figure:
         f = np.zeros(nbins)
         f[: min(nbins, frac.size)] = frac[:nbins]
         x = np.arange(nbins) - 0.4 + width * (i + 0.5)
-        ax.bar(x[f > 0], f[f > 0] - bottom, width=width, bottom=bottom, color=run.color(arm),
-               alpha=0.6 if arm == run.reference else 0.9, edgecolor="white", linewidth=0.4)
+        ax.bar(
+            x[f > 0],
+            f[f > 0] - bottom,
+            width=width,
+            bottom=bottom,
+            color=run.color(arm),
+            alpha=0.6 if arm == run.reference else 0.9,
+            edgecolor="white",
+            linewidth=0.4,
+        )
     ax.set_yscale("log")
     ax.set_ylim(bottom, 1.6)
-    labels = [_bin_label(int(edges[i]), int(edges[i + 1]) - 1 if i + 1 < edges.size else None)
-              for i in range(nbins)]
+    labels = [_bin_label(int(edges[i]), int(edges[i + 1]) - 1 if i + 1 < edges.size else None) for i in range(nbins)]
     ax.set_xticks(np.arange(nbins), labels, rotation=35 if nbins > 8 else 0, ha="right" if nbins > 8 else "center")
     ax.set_xlim(-0.6, nbins - 0.4)
     ax.grid(False, axis="x")
-    ax.set(xlabel="ulp distance to the reference (ulps of output format, the wider of the two; log-spaced bins)",
-           ylabel="fraction of elements")
+    ax.set(
+        xlabel="ulp distance to the reference (ulps of output format, the wider of the two; log-spaced bins)",
+        ylabel="fraction of elements",
+    )
     if missing := [a for a in run.arms if a not in hists]:
         _note(ax, "no histogram for: " + ", ".join(missing), corner=True)
-    _legend(fig, [(Patch(color=run.color(a), alpha=0.6 if a == run.reference else 0.9),
-                   run.label(a)) for a in hists])
+    _legend(fig, [(Patch(color=run.color(a), alpha=0.6 if a == run.reference else 0.9), run.label(a)) for a in hists])
     return fig
 
 
 def _fig_training(run: _Run) -> Figure:
-    fig, (a1, a2) = _new_figure(f"{run.name}: training, each arm's replica updated with its own gradient sum",
-                                run.subtitle, ncols=2)
+    fig, (a1, a2) = _new_figure(
+        f"{run.name}: training, each arm's replica updated with its own gradient sum", run.subtitle, ncols=2
+    )
     markers = _step_axes(run, a1, a2)
     losses = run.series(("loss", "-"))
     pos, finite = _positive(y for _, y, _ in losses), sum(int(np.isfinite(y).sum()) for _, y, _ in losses)
@@ -337,8 +424,10 @@ def _fig_training(run: _Run) -> Figure:
             a1.plot(x, y, **mk, **kw)
     a1.set(title="training loss (before each update)", ylabel="loss")
     _log_lines(a2, run.series(("param_dist", "-")), markers=markers)
-    a2.set(title=rf"parameter distance to {run.reference}: $\|\theta - \theta_{{ref}}\|_2\,/\,\|\theta_{{ref}}\|_2$",
-           ylabel="relative parameter distance")
+    a2.set(
+        title=rf"parameter distance to {run.reference}: $\|\theta - \theta_{{ref}}\|_2\,/\,\|\theta_{{ref}}\|_2$",
+        ylabel="relative parameter distance",
+    )
     suffix, marked, xmax = {}, 0, max(int(m["step"][-1]) for m in run.metrics.values())
     for arm in run.arms:
         first = run.info.get(arm, {}).get("first_param_divergence_step")
@@ -352,19 +441,33 @@ def _fig_training(run: _Run) -> Figure:
             continue
         a2.axvline(first, color=run.color(arm), ls="--", lw=1.0, zorder=1)
         right = first > 0.65 * xmax
-        a2.annotate(f"{arm}: step {first}", xy=(first, 0.97 - 0.07 * marked),
-                    xycoords=("data", "axes fraction"), xytext=(-4 if right else 4, 0), textcoords="offset points",
-                    ha="right" if right else "left", va="top", fontsize=8, color=run.color(arm),
-                    bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 1}, in_layout=False)
+        a2.annotate(
+            f"{arm}: step {first}",
+            xy=(first, 0.97 - 0.07 * marked),
+            xycoords=("data", "axes fraction"),
+            xytext=(-4 if right else 4, 0),
+            textcoords="offset points",
+            ha="right" if right else "left",
+            va="top",
+            fontsize=8,
+            color=run.color(arm),
+            bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 1},
+            in_layout=False,
+        )
         marked += 1
     final = {a: y[np.isfinite(y)][-1] for a in run.arms if np.isfinite(y := run.col(a, "loss")[1]).any()}
     suffix = {a: (f"; final loss {final[a]:.5g}" if a in final else "") + suffix.get(a, "") for a in run.arms}
-    run.legend(fig, ("loss", "param_dist"), suffix,
-               extra=[("--", "first step whose weights differ bitwise from the reference")] if marked else [])
+    run.legend(
+        fig,
+        ("loss", "param_dist"),
+        suffix,
+        extra=[("--", "first step whose weights differ bitwise from the reference")] if marked else [],
+    )
     return fig
 
 
 # ----------------------------------------------------------------------------- saving
+
 
 def _check_formats(formats: Sequence[str]) -> tuple[str, ...]:
     formats = (formats,) if isinstance(formats, str) else tuple(formats)
@@ -386,8 +489,10 @@ def _render(out_dir: Path, builders: Mapping[str, Callable[[], Figure]], formats
         for stem, build in builders.items():
             fig, title = build(), f"fpreduce {stem}"
             metadata: dict[str, dict[str, Any]] = {  # no dates: same inputs => same bytes
-                "png": {"Title": title}, "svg": {"Title": title, "Date": None},
-                "pdf": {"Title": title, "Creator": "fpreduce", "CreationDate": None}}
+                "png": {"Title": title},
+                "svg": {"Title": title, "Date": None},
+                "pdf": {"Title": title, "Creator": "fpreduce", "CreationDate": None},
+            }
             for fmt in formats:
                 buf = io.BytesIO()
                 fig.savefig(buf, format=fmt, dpi=DPI, metadata=metadata[fmt])
@@ -409,14 +514,18 @@ def plot_run(run_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")) ->
     """
     fmts = _check_formats(formats)
     run = _read_run(run_dir)
-    builders = {"error": lambda: _fig_error(run), "divergence": lambda: _fig_divergence(run),
-                "ulp_hist": lambda: _fig_ulp_hist(run)}
+    builders = {
+        "error": lambda: _fig_error(run),
+        "divergence": lambda: _fig_divergence(run),
+        "ulp_hist": lambda: _fig_ulp_hist(run),
+    }
     if any(np.isfinite(run.col(arm, "loss")[1]).any() for arm in run.arms):
         builders["training"] = lambda: _fig_training(run)
     return _render(Path(run_dir) / "figures", builders, fmts)
 
 
 # ----------------------------------------------------------------------------- sweep
+
 
 def _fig_sweep(rows: list[dict[str, Any]], name: str, about: str) -> Figure:
     from matplotlib.lines import Line2D
@@ -433,14 +542,19 @@ def _fig_sweep(rows: list[dict[str, Any]], name: str, about: str) -> Figure:
     lines: dict[tuple[str, ...], dict[int, list[dict[str, Any]]]] = {}
     for r in rows:
         lines.setdefault((*group(r), r["arm"]), {}).setdefault(r["workers"], []).append(r)
-    fig, axes = _new_figure(f"{name}: error and divergence against the number of workers N",
-                            f"{about}{len(groups)} plan/format combination(s), {len(arms)} arm(s), "
-                            f"N = {', '.join(map(str, workers))}", nrows=2, ncols=2)
+    fig, axes = _new_figure(
+        f"{name}: error and divergence against the number of workers N",
+        f"{about}{len(groups)} plan/format combination(s), {len(arms)} arm(s), N = {', '.join(map(str, workers))}",
+        nrows=2,
+        ncols=2,
+    )
     err = "relative error |y − s| / |s|"
-    panels = [("mean_err_rel", "mean relative error vs exact", err),
-              ("max_err_rel", "max relative error vs exact", err),
-              ("mean_diff_frac", "elements whose bits differ from the reference arm", "fraction of elements"),
-              ("max_ulp", "max ulp distance to the reference arm", "ulps of output format")]
+    panels = [
+        ("mean_err_rel", "mean relative error vs exact", err),
+        ("max_err_rel", "max relative error vs exact", err),
+        ("mean_diff_frac", "elements whose bits differ from the reference arm", "fraction of elements"),
+        ("max_ulp", "max ulp distance to the reference arm", "ulps of output format"),
+    ]
     styles = ("-", "--", ":", "-.")
     slope_ls = {0.5: (0, (4, 3)), 1.0: (0, (1.5, 2))}
     for ax, (col, title, ylabel) in zip(axes, panels, strict=True):
@@ -450,17 +564,27 @@ def _fig_sweep(rows: list[dict[str, Any]], name: str, about: str) -> Figure:
             for n in sorted(by_n):
                 v = np.array([r[col] for r in by_n[n]])
                 ys.append(float(v[np.isfinite(v)].mean()) if np.isfinite(v).any() else np.nan)
-            series.append((np.array(sorted(by_n), dtype=np.float64), np.array(ys),
-                           {"color": _COLORS[groups.index((plan, inp, acc)) % len(_COLORS)],
-                            "ls": styles[arms.index(arm) % len(styles)], "lw": 1.4}))
+            series.append(
+                (
+                    np.array(sorted(by_n), dtype=np.float64),
+                    np.array(ys),
+                    {
+                        "color": _COLORS[groups.index((plan, inp, acc)) % len(_COLORS)],
+                        "ls": styles[arms.index(arm) % len(styles)],
+                        "lw": 1.4,
+                    },
+                )
+            )
         pos = _positive(y for _, y, _ in series)
         if col != "mean_diff_frac" and pos.size and len(workers) > 1:  # a fraction saturates at 1: no slopes
             # anchored at the highest line's value at the smallest N where some line is positive
             n0 = min(n for x, y, _ in series for n, v in zip(x, y, strict=True) if np.isfinite(v) and v > 0)
             y0 = float(_positive(y[x == n0] for x, y, _ in series).max())
             xs = np.array([n for n in workers if n >= n0], dtype=np.float64)
-            series += [(xs, y0 * (xs / n0) ** power, {"color": "0.5", "ls": ls, "lw": 1.0, "marker": "none"})
-                       for power, ls in slope_ls.items()]
+            series += [
+                (xs, y0 * (xs / n0) ** power, {"color": "0.5", "ls": ls, "lw": 1.0, "marker": "none"})
+                for power, ls in slope_ls.items()
+            ]
         _log_lines(ax, series, markers=True)
         ax.set_xscale("log", base=2)
         ax.set_xticks(workers, [str(n) for n in workers])
@@ -470,13 +594,17 @@ def _fig_sweep(rows: list[dict[str, Any]], name: str, about: str) -> Figure:
         ax.set(title=title, ylabel=ylabel, xlabel="workers N")
     entries: list[tuple[Any, str]] = [
         (Line2D([], [], color=_COLORS[i % len(_COLORS)], lw=1.4, marker="o", markersize=3.5), f"{p} {i_}→{a}")
-        for i, (p, i_, a) in enumerate(groups)]
+        for i, (p, i_, a) in enumerate(groups)
+    ]
     if len(arms) > 1:
-        entries += [(Line2D([], [], color="0.25", ls=styles[i % len(styles)], lw=1.4), f"arm {a}")
-                    for i, a in enumerate(arms)]
+        entries += [
+            (Line2D([], [], color="0.25", ls=styles[i % len(styles)], lw=1.4), f"arm {a}") for i, a in enumerate(arms)
+        ]
     if len(workers) > 1:
-        entries += [(Line2D([], [], color="0.5", ls=slope_ls[0.5]), "reference slope ∝ √N"),
-                    (Line2D([], [], color="0.5", ls=slope_ls[1.0]), "reference slope ∝ N")]
+        entries += [
+            (Line2D([], [], color="0.5", ls=slope_ls[0.5]), "reference slope ∝ √N"),
+            (Line2D([], [], color="0.5", ls=slope_ls[1.0]), "reference slope ∝ N"),
+        ]
     _legend(fig, entries)
     return fig
 

@@ -32,18 +32,20 @@ from fpreduce.plans import parse
 
 __all__ = ["findings", "write_report", "write_sweep_report"]
 
-QUESTION = ("When the gradients of N data-parallel workers are summed in low precision, does the order "
-            "of the sum change the bits of the result, by how much, and does it matter? Experiment A sums "
-            "in a fixed order every step, Experiment B in an order that changes every step; further arms "
-            "vary the accumulator format or the summation algorithm.")
+QUESTION = (
+    "When the gradients of N data-parallel workers are summed in low precision, does the order "
+    "of the sum change the bits of the result, by how much, and does it matter? Experiment A sums "
+    "in a fixed order every step, Experiment B in an order that changes every step; further arms "
+    "vary the accumulator format or the summation algorithm."
+)
 METRICS = {
     "err_*_rel": "relative error |y - s| / |s| of the arm's result y against the exact sum s of the same "
-                 "input-format values (elements with s != 0 and finite y); max, mean, median per step",
+    "input-format values (elements with s != 0 and finite y); max, mean, median per step",
     "err_max_ulp": "max error in ulps of the arm's output format",
     "frac_correct": "fraction of elements equal to the exact sum correctly rounded to the output format",
     "diff_frac": "fraction of elements whose bits differ from the reference arm's result (0 for it)",
     "ulp_max, ulp_mean": "max / mean distance to the reference arm's result in ulps of the larger "
-                         "magnitude, |y - y_ref| / ulp(max(|y|, |y_ref|)), in the wider of the two output formats",
+    "magnitude, |y - y_ref| / ulp(max(|y|, |y_ref|)), in the wider of the two output formats",
     "rel_l2": "||y - y_ref||_2 / ||y_ref||_2",
     "loss": "training loss of the arm's replica at the step, before the update (training only)",
     "param_dist": "||theta - theta_ref||_2 / ||theta_ref||_2 after the step's update (training only)",
@@ -51,24 +53,30 @@ METRICS = {
 }
 CAPTIONS = {  # figure stem (plots.plot_run's names) -> what to look at; the order of the figure pages
     "error": "Error against the exact sum per step (log scale). Look at the gap between arms: a wider "
-             "accumulator or a compensated/reproducible algorithm should sit orders of magnitude lower, "
-             "while the fixed-order and changing-order arms of one format sit at the same level.",
+    "accumulator or a compensated/reproducible algorithm should sit orders of magnitude lower, "
+    "while the fixed-order and changing-order arms of one format sit at the same level.",
     "divergence": "Bitwise divergence from the reference arm per step: the fraction of elements whose bits "
-                  "differ and the largest ulp distance. Look at whether it is non-zero at almost every "
-                  "step (order dependence) and how much lower it is with an fp32 accumulator.",
+    "differ and the largest ulp distance. Look at whether it is non-zero at almost every "
+    "step (order dependence) and how much lower it is with an fp32 accumulator.",
     "ulp_hist": "Histogram of ulp distances to the reference arm over all steps and elements. Look at how "
-                "much mass sits at 0 (identical bits) and how far the tail reaches.",
+    "much mass sits at 0 (identical bits) and how far the tail reaches.",
     "training": "Training: loss per arm and relative parameter distance to the reference arm (log scale), "
-                "the first step of bitwise weight divergence marked. Look at whether the distance keeps "
-                "growing (differences compound) and whether the loss curves separate.",
+    "the first step of bitwise weight divergence marked. Look at whether the distance keeps "
+    "growing (differences compound) and whether the loss curves separate.",
 }
 _PANELS = {  # fallback figures: stem -> (title, [(column, y label, log y, skip the reference arm)])
-    "error": ("Error against the exact sum", [("err_mean_rel", "mean relative error", True, False),
-                                              ("err_max_rel", "max relative error", True, False)]),
-    "divergence": ("Divergence from the reference arm", [
-        ("diff_frac", "fraction of elements differing", False, True), ("ulp_max", "max ulp distance", False, True)]),
-    "training": ("Training: loss and parameter divergence", [
-        ("loss", "loss", False, False), ("param_dist", "relative parameter distance", True, True)]),
+    "error": (
+        "Error against the exact sum",
+        [("err_mean_rel", "mean relative error", True, False), ("err_max_rel", "max relative error", True, False)],
+    ),
+    "divergence": (
+        "Divergence from the reference arm",
+        [("diff_frac", "fraction of elements differing", False, True), ("ulp_max", "max ulp distance", False, True)],
+    ),
+    "training": (
+        "Training: loss and parameter divergence",
+        [("loss", "loss", False, False), ("param_dist", "relative parameter distance", True, True)],
+    ),
 }
 
 
@@ -178,23 +186,41 @@ def findings(run_dir: str | Path) -> list[str]:
 def _findings(run: _Run) -> list[str]:
     s, banner = run.summary, _status(run)
     rep = next((a.get("reproducible") for a in run.arms if a["name"] == run.ref), None)
-    verdict = ("was bitwise reproducible: re-running its first steps gave identical bits" if rep is True else
-               "was NOT bitwise reproducible: re-running its first steps gave different bits"
-               if rep is False else "was not checked for run-to-run reproducibility")
-    return [f"{banner}; every number below covers only the completed steps." if banner else
-            f"The run completed all {s.get('steps_done', s.get('steps', '?'))} configured steps.",
-            f"Reference arm {run.ref} {verdict}.", *_rerun(run),
-            *([] if run.metrics else ["metrics.csv holds no step yet: there is nothing to measure."]),
-            *_divergence(run), *_errors(run), *_pair_findings(run), *_training(run)]
+    verdict = (
+        "was bitwise reproducible: re-running its first steps gave identical bits"
+        if rep is True
+        else "was NOT bitwise reproducible: re-running its first steps gave different bits"
+        if rep is False
+        else "was not checked for run-to-run reproducibility"
+    )
+    return [
+        f"{banner}; every number below covers only the completed steps."
+        if banner
+        else f"The run completed all {s.get('steps_done', s.get('steps', '?'))} configured steps.",
+        f"Reference arm {run.ref} {verdict}.",
+        *_rerun(run),
+        *([] if run.metrics else ["metrics.csv holds no step yet: there is nothing to measure."]),
+        *_divergence(run),
+        *_errors(run),
+        *_pair_findings(run),
+        *_training(run),
+    ]
 
 
 def _rerun(run: _Run) -> list[str]:
-    by = {v: [a["name"] for a in run.arms if a["name"] != run.ref and a.get("reproducible") is v]
-          for v in (True, False)}
-    return ([f"Re-running their first steps with a re-seeded order policy gave different bits for "
-             f"{', '.join(by[False])}" + (f" and identical bits for {', '.join(by[True])}" if by[True] else "")
-             + "."] if by[False] else
-            [f"Re-running their first steps gave identical bits for {', '.join(by[True])}."] if by[True] else [])
+    by = {
+        v: [a["name"] for a in run.arms if a["name"] != run.ref and a.get("reproducible") is v] for v in (True, False)
+    }
+    return (
+        [
+            f"Re-running their first steps with a re-seeded order policy gave different bits for "
+            f"{', '.join(by[False])}" + (f" and identical bits for {', '.join(by[True])}" if by[True] else "") + "."
+        ]
+        if by[False]
+        else [f"Re-running their first steps gave identical bits for {', '.join(by[True])}."]
+        if by[True]
+        else []
+    )
 
 
 def _divergence(run: _Run) -> list[str]:
@@ -210,11 +236,17 @@ def _divergence(run: _Run) -> list[str]:
             out.append(f"{what} gave bits identical to {run.ref}'s at all {d.size} steps.")
             continue
         w, med = int(np.argmax(d)), float(np.median(d))
-        ulps = (f" The largest ulp distance per step had median {float(np.median(u)):g} and worst "
-                f"{float(np.max(u)):g} ulps of {a.get('output') or _acc(a)}." if u.size else "")
-        out.append(f"{what} differed from {run.ref} in a median {_pct(med)} of elements per step (fraction "
-                   f"{_x(med)}), worst {_pct(float(d[w]))} at step {int(st[w])}; {int(np.sum(d > 0))} of "
-                   f"{d.size} steps differed, the first at step {int(st[np.argmax(d > 0)])}.{ulps}")
+        ulps = (
+            f" The largest ulp distance per step had median {float(np.median(u)):g} and worst "
+            f"{float(np.max(u)):g} ulps of {a.get('output') or _acc(a)}."
+            if u.size
+            else ""
+        )
+        out.append(
+            f"{what} differed from {run.ref} in a median {_pct(med)} of elements per step (fraction "
+            f"{_x(med)}), worst {_pct(float(d[w]))} at step {int(st[w])}; {int(np.sum(d > 0))} of "
+            f"{d.size} steps differed, the first at step {int(st[np.argmax(d > 0)])}.{ulps}"
+        )
     return out
 
 
@@ -224,22 +256,31 @@ def _errors(run: _Run) -> list[str]:
         me, mx = _mean_err(run, a["name"]), _fin(run.col(a["name"], "err_max_rel"))
         if not math.isnan(me):
             o = a.get("output") or _acc(a)
-            out.append(f"Arm {a['name']}: mean relative error against the exact sum {_x(me)} = "
-                       f"{me / get_format(o).unit_roundoff:.3g} u of its {o} output; "
-                       f"worst element {_x(float(np.max(mx)) if mx.size else math.nan)}.")
+            out.append(
+                f"Arm {a['name']}: mean relative error against the exact sum {_x(me)} = "
+                f"{me / get_format(o).unit_roundoff:.3g} u of its {o} output; "
+                f"worst element {_x(float(np.max(mx)) if mx.size else math.nan)}."
+            )
         nf = _fin(run.col(a["name"], "nonfinite"))
         if nf.size and nf.sum() > 0:
-            out.append(f"Arm {a['name']} produced NaN or Inf in {int(nf.sum())} element results "
-                       f"({int(np.sum(nf > 0))} steps); they are left out of the error statistics.")
+            out.append(
+                f"Arm {a['name']} produced NaN or Inf in {int(nf.sum())} element results "
+                f"({int(np.sum(nf > 0))} steps); they are left out of the error statistics."
+            )
     n = run.summary.get("workers")
     if isinstance(n, int) and n > 1 and out:
         fmts = sorted({_acc(a) for a in run.arms}, key=lambda f: get_format(f).precision)
-        out.append(f"For comparison, with N = {n} the worst-case error bound of a recursive sum, relative to "
-                   f"sum |x_i|, is about (N-1)u, and random-sign rounding errors predict about sqrt(N)u: "
-                   + "; ".join(f"{f}: u = 2^-{get_format(f).precision}, (N-1)u = "
-                               f"{(n - 1) * get_format(f).unit_roundoff:.3g}, sqrt(N)u = "
-                               f"{math.sqrt(n) * get_format(f).unit_roundoff:.3g}" for f in fmts)
-                   + ". Sums with cancellation can exceed these relative to |sum x_i|.")
+        out.append(
+            f"For comparison, with N = {n} the worst-case error bound of a recursive sum, relative to "
+            f"sum |x_i|, is about (N-1)u, and random-sign rounding errors predict about sqrt(N)u: "
+            + "; ".join(
+                f"{f}: u = 2^-{get_format(f).precision}, (N-1)u = "
+                f"{(n - 1) * get_format(f).unit_roundoff:.3g}, sqrt(N)u = "
+                f"{math.sqrt(n) * get_format(f).unit_roundoff:.3g}"
+                for f in fmts
+            )
+            + ". Sums with cancellation can exceed these relative to |sum x_i|."
+        )
     return out
 
 
@@ -249,7 +290,7 @@ def _pair_findings(run: _Run) -> list[str]:
     for vary in ("accumulate", "algorithm"):
         same = [k for k in keys if k != vary]
         for i, a in enumerate(run.arms):
-            for b in run.arms[i + 1:]:
+            for b in run.arms[i + 1 :]:
                 if a.get(vary) == b.get(vary) or any(a.get(k) != b.get(k) for k in same):
                     continue
                 if vary == "accumulate" and get_format(_acc(a)).precision > get_format(_acc(b)).precision:
@@ -257,18 +298,27 @@ def _pair_findings(run: _Run) -> list[str]:
                 ea, eb = _mean_err(run, a["name"]), _mean_err(run, b["name"])
                 if math.isnan(ea) or math.isnan(eb):
                     continue
-                ratio = (f"multiplied the mean relative error by {_x(eb / ea)}" if ea > 0 else
-                         "left the mean relative error at 0" if eb == 0 else
-                         f"raised the mean relative error from 0 to {_x(eb)}")
+                ratio = (
+                    f"multiplied the mean relative error by {_x(eb / ea)}"
+                    if ea > 0
+                    else "left the mean relative error at 0"
+                    if eb == 0
+                    else f"raised the mean relative error from 0 to {_x(eb)}"
+                )
                 da, db = _fin(run.col(a["name"], "diff_frac")), _fin(run.col(b["name"], "diff_frac"))
-                div = (f"; the median fraction of elements differing from {run.ref} went from "
-                       f"{_pct(float(np.median(da)))} to {_pct(float(np.median(db)))}"
-                       if da.size and db.size and run.ref not in (a["name"], b["name"]) else "")
+                div = (
+                    f"; the median fraction of elements differing from {run.ref} went from "
+                    f"{_pct(float(np.median(da)))} to {_pct(float(np.median(db)))}"
+                    if da.size and db.size and run.ref not in (a["name"], b["name"])
+                    else ""
+                )
                 what = "accumulator" if vary == "accumulate" else vary
                 oa, ob = a.get("output") or _acc(a), b.get("output") or _acc(b)
                 note = f" (errors measured in each arm's output format: {oa} vs {ob})" if oa != ob else ""
-                out.append(f"Changing the {what} from {a.get(vary)} to {b.get(vary)} (arm {a['name']} -> "
-                           f"{b['name']}) {ratio}{div}{note}.")
+                out.append(
+                    f"Changing the {what} from {a.get(vary)} to {b.get(vary)} (arm {a['name']} -> "
+                    f"{b['name']}) {ratio}{div}{note}."
+                )
     return out
 
 
@@ -284,11 +334,16 @@ def _training(run: _Run) -> list[str]:
         if first is None and np.any(pf > 0):
             first = int(steps[np.argmax(pf > 0)])
         la, lr = float(loss[k - 1]), float(loss_ref[k - 1])
-        start = (f"first differed bitwise from {ref}'s at step {first}" if first is not None else
-                 f"stayed bitwise identical to {ref}'s")
-        out.append(f"Training: arm {name}'s weights {start}; after the last step ({int(steps[k - 1])}) the "
-                   f"relative parameter distance was {_x(float(pd[k - 1]))} and the loss differed by "
-                   f"{_x(la - lr)} ({name} {la:.6g} vs {ref} {lr:.6g}).")
+        start = (
+            f"first differed bitwise from {ref}'s at step {first}"
+            if first is not None
+            else f"stayed bitwise identical to {ref}'s"
+        )
+        out.append(
+            f"Training: arm {name}'s weights {start}; after the last step ({int(steps[k - 1])}) the "
+            f"relative parameter distance was {_x(float(pd[k - 1]))} and the loss differed by "
+            f"{_x(la - lr)} ({name} {la:.6g} vs {ref} {lr:.6g})."
+        )
     return out
 
 
@@ -306,8 +361,9 @@ def _draw_panels(run: _Run, stem: str) -> Draw:
                 if v.size == 0 or (skip and a["name"] == run.ref):
                     continue
                 ok = np.isfinite(v) & (v > 0) if log else np.isfinite(v)
-                handles[a["name"]], = ax.plot(run.col(a["name"], "step")[ok], v[ok], ".-" if i < 10 else ".--",
-                                              color=c)
+                (handles[a["name"]],) = ax.plot(
+                    run.col(a["name"], "step")[ok], v[ok], ".-" if i < 10 else ".--", color=c
+                )
                 if col == "param_dist" and a.get("first_param_divergence_step") is not None:
                     ax.axvline(a["first_param_divergence_step"], color=c, ls=":", lw=1)
             if log and ax.get_lines():
@@ -315,9 +371,17 @@ def _draw_panels(run: _Run, stem: str) -> Draw:
             ax.set(ylabel=label, title=title if j == 0 else "", xlabel="step" if j == len(panels) - 1 else "")
             ax.grid(True, alpha=0.3)
         if handles:
-            fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=3, fontsize=8,
-                       bbox_to_anchor=(x + w / 2, y - 0.04 * ph), frameon=False)
+            fig.legend(
+                list(handles.values()),
+                list(handles),
+                loc="upper center",
+                ncol=3,
+                fontsize=8,
+                bbox_to_anchor=(x + w / 2, y - 0.04 * ph),
+                frameon=False,
+            )
         return (1 - rect[1]) * _H
+
     return draw
 
 
@@ -329,6 +393,7 @@ def _draw_png(path: Path) -> Draw:
         ax.imshow(img, interpolation="none")  # embedded as is, no resampling
         ax.set_axis_off()
         return (1 - rect[1] - rect[3] + h) * _H
+
     return draw
 
 
@@ -337,17 +402,20 @@ def _figures(run: _Run) -> list[tuple[Draw, str]]:
     if pngs:
         order = list(CAPTIONS)
         pngs.sort(key=lambda p: (order.index(p.stem) if p.stem in order else len(order), p.name))
-        return [(_draw_png(p), CAPTIONS.get(p.stem, f"Figure {p.name} from the run's figures directory."))
-                for p in pngs]
+        return [
+            (_draw_png(p), CAPTIONS.get(p.stem, f"Figure {p.name} from the run's figures directory.")) for p in pngs
+        ]
     if not run.metrics:
         return []  # interrupted before the first step: nothing to draw
-    stems = ["error", "divergence"][:1 + (len(run.arms) > 1)] + ["training"] * bool(_fin(run.col(run.ref,
-                                                                                                 "loss")).size)
+    stems = ["error", "divergence"][: 1 + (len(run.arms) > 1)] + ["training"] * bool(
+        _fin(run.col(run.ref, "loss")).size
+    )
     return [(_draw_panels(run, k), CAPTIONS[k]) for k in stems]
 
 
 _POLICIES = {
-    "fixed": "the same plan every step", "shuffle": "the plan re-ranked by a fresh random permutation every step",
+    "fixed": "the same plan every step",
+    "shuffle": "the plan re-ranked by a fresh random permutation every step",
     "arrival": "a sequential fold in the order the workers' messages arrive (latency model), new every step",
     "atomic": "every element a sequential fold in its own random order, new every step",
     "random_tree": "a random tree shape and leaf order every step",
@@ -358,17 +426,34 @@ def _methods(doc: Doc, run: _Run) -> None:
     doc.new_page()
     doc.heading("Methods")
     doc.heading("Formats", 11)
-    fmts = sorted({f for a in run.arms for f in (a.get("input"), a.get("accumulate"), a.get("output")) if f},
-                  key=lambda f: -get_format(f).precision)
-    doc.table(["format", "precision p", "exponents", "max finite", "u = 2^-p", "u (hex)"],
-              [[F.name, F.precision, f"[{F.emin}, {F.emax}]", f"{F.max_finite:.6g}", f"{F.unit_roundoff:.3g}",
-                F.unit_roundoff.hex()] for F in map(get_format, fmts)], size=8)
+    fmts = sorted(
+        {f for a in run.arms for f in (a.get("input"), a.get("accumulate"), a.get("output")) if f},
+        key=lambda f: -get_format(f).precision,
+    )
+    doc.table(
+        ["format", "precision p", "exponents", "max finite", "u = 2^-p", "u (hex)"],
+        [
+            [
+                F.name,
+                F.precision,
+                f"[{F.emin}, {F.emax}]",
+                f"{F.max_finite:.6g}",
+                f"{F.unit_roundoff:.3g}",
+                F.unit_roundoff.hex(),
+            ]
+            for F in map(get_format, fmts)
+        ],
+        size=8,
+    )
     doc.heading("Reduction plans", 11)
     n = min(int(run.summary.get("workers") or 8), 8)
     for order in dict.fromkeys(str(a.get("order")) for a in run.arms):
         policy, _, plan = order.partition(":")
-        doc.text(f"{order}: {_POLICIES.get(policy, 'unknown order policy')}"
-                 + (f"; drawn for n = {n} workers:" if plan else "."), size=9)
+        doc.text(
+            f"{order}: {_POLICIES.get(policy, 'unknown order policy')}"
+            + (f"; drawn for n = {n} workers:" if plan else "."),
+            size=9,
+        )
         if plan:
             try:
                 tree = parse(plan, n).draw()
@@ -377,10 +462,13 @@ def _methods(doc: Doc, run: _Run) -> None:
             doc.text(tree, size=7.5, mono=True, indent=0.25)
         doc.y += 0.05
     doc.heading("Exact oracle", 11)
-    doc.text("Every value of a binary format is an integer significand times a power of two, so the exact "
-             "column sum is computed as an integer sum per exponent, combined into one integer (numpy integer "
-             "arithmetic, vectorized, no rounding at all) and rounded once onto a format when compared. The "
-             "test suite checks it against mpmath at a precision wide enough to be exact.", size=9)
+    doc.text(
+        "Every value of a binary format is an integer significand times a power of two, so the exact "
+        "column sum is computed as an integer sum per exponent, combined into one integer (numpy integer "
+        "arithmetic, vectorized, no rounding at all) and rounded once onto a format when compared. The "
+        "test suite checks it against mpmath at a precision wide enough to be exact.",
+        size=9,
+    )
     doc.heading("Metrics (docs/run-format.md)", 11)
     for k, v in METRICS.items():
         doc.text(f"{k}: {v}", size=9)
@@ -393,8 +481,11 @@ def _cell(v: object) -> str:
 def _appendix(doc: Doc, run: _Run) -> None:
     doc.new_page()
     doc.heading("Appendix A: resolved config.toml")
-    doc.text(run.config_text.rstrip() if run.config_text is not None else
-             "(config.toml not found in the run directory)", size=7.5, mono=True)
+    doc.text(
+        run.config_text.rstrip() if run.config_text is not None else "(config.toml not found in the run directory)",
+        size=7.5,
+        mono=True,
+    )
     doc.new_page()
     doc.heading("Appendix B: run and per-arm summary (summary.json)")
     timing = ("wall_time_s", "engine_time_s", "source_time_s", "exact_time_s", "metrics_time_s")  # vary per rerun
@@ -406,9 +497,10 @@ def _appendix(doc: Doc, run: _Run) -> None:
     if hists:
         doc.heading("ulp distance to the reference arm: counts, bin i is edges[i] <= d < edges[i+1]", 11)
         counts = [list(h.get("counts", [])) for _, h in hists]
-        doc.table(["d from", *(name for name, _ in hists)],
-                  [[e, *(c[i] if i < len(c) else "" for c in counts)]
-                   for i, e in enumerate(hists[0][1].get("edges", []))])
+        doc.table(
+            ["d from", *(name for name, _ in hists)],
+            [[e, *(c[i] if i < len(c) else "" for c in counts)] for i, e in enumerate(hists[0][1].get("edges", []))],
+        )
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
@@ -433,12 +525,21 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
         doc.text(QUESTION, size=11)
         doc.heading("Run", 11)
         date = next((str(s[k]) for k in ("date", "created", "started", "finished") if s.get(k)), "n/a")
-        doc.table(["", ""], [["directory", run.dir.name], ["date", date],
-                             ["versions", ", ".join(f"{k} {v}" for k, v in (s.get("versions") or {}).items())],
-                             ["source", s.get("source", "n/a")], ["N workers", s.get("workers", "n/a")],
-                             ["elements", s.get("elements", "n/a")],
-                             ["steps", f"{s.get('steps_done', '?')} done of {s.get('steps', '?')}"],
-                             ["seed", s.get("seed", "n/a")], ["reference arm", run.ref]], size=9)
+        doc.table(
+            ["", ""],
+            [
+                ["directory", run.dir.name],
+                ["date", date],
+                ["versions", ", ".join(f"{k} {v}" for k, v in (s.get("versions") or {}).items())],
+                ["source", s.get("source", "n/a")],
+                ["N workers", s.get("workers", "n/a")],
+                ["elements", s.get("elements", "n/a")],
+                ["steps", f"{s.get('steps_done', '?')} done of {s.get('steps', '?')}"],
+                ["seed", s.get("seed", "n/a")],
+                ["reference arm", run.ref],
+            ],
+            size=9,
+        )
         doc.heading("Arms", 11)
         cols = ["order", "input", "accumulate", "output", "rounding", "algorithm", "average"]
         doc.table(["arm", *cols], [[a["name"], *(a.get(c) or "" for c in cols)] for a in run.arms], size=8)
@@ -458,13 +559,24 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
 
 _SWEEP_NUM = ("workers", "mean_err_rel", "max_err_rel", "mean_diff_frac", "max_ulp")
 _SWEEP_FIGS = (
-    ("mean_err_rel", "mean relative error vs exact sum", "Mean relative error against N. Look at which "
-     "reference slope each series follows: sqrt(N) means rounding errors cancel like a random walk, N means "
-     "they accumulate."),
-    ("max_ulp", "max ulp distance to arm A", "Largest ulp distance between the two orders against N (zeros, "
-     "i.e. identical bits, are not drawn on the log axis)."),
-    ("mean_diff_frac", "mean fraction of elements differing", "Fraction of elements whose bits differ "
-     "between the two orders against N (zeros not drawn)."),
+    (
+        "mean_err_rel",
+        "mean relative error vs exact sum",
+        "Mean relative error against N. Look at which "
+        "reference slope each series follows: sqrt(N) means rounding errors cancel like a random walk, N means "
+        "they accumulate.",
+    ),
+    (
+        "max_ulp",
+        "max ulp distance to arm A",
+        "Largest ulp distance between the two orders against N (zeros, "
+        "i.e. identical bits, are not drawn on the log axis).",
+    ),
+    (
+        "mean_diff_frac",
+        "mean fraction of elements differing",
+        "Fraction of elements whose bits differ between the two orders against N (zeros not drawn).",
+    ),
 )
 
 
@@ -492,8 +604,10 @@ def write_sweep_report(sweep_dir: str | Path, out: str | Path | None = None) -> 
         ok = np.isfinite(m["mean_err_rel"]) & (m["mean_err_rel"] > 0)
         if ok.sum() >= 2:
             k = float(np.polyfit(np.log(m["workers"][ok]), np.log(m["mean_err_rel"][ok]), 1)[0])
-            lines.append(f"{key}: mean error grows like N^{k:.2f} ({k.hex()}) over N = "
-                         f"{int(m['workers'][ok][0])}..{int(m['workers'][ok][-1])}.")
+            lines.append(
+                f"{key}: mean error grows like N^{k:.2f} ({k.hex()}) over N = "
+                f"{int(m['workers'][ok][0])}..{int(m['workers'][ok][-1])}."
+            )
 
     def panel(fig: Figure, rect: Rect, col: str, label: str) -> float:
         x, y, w, h = rect
@@ -501,8 +615,14 @@ def write_sweep_report(sweep_dir: str | Path, out: str | Path | None = None) -> 
         for i, (key, m) in enumerate(series.items()):
             ok = np.isfinite(m[col]) & (m[col] > 0)
             if ok.any():
-                ax.plot(m["workers"][ok], m[col][ok], "o" + ("-", "--", ":")[i // 10 % 3], color=f"C{i % 10}",
-                        ms=3, label=key)
+                ax.plot(
+                    m["workers"][ok],
+                    m[col][ok],
+                    "o" + ("-", "--", ":")[i // 10 % 3],
+                    color=f"C{i % 10}",
+                    ms=3,
+                    label=key,
+                )
                 first.append((float(m["workers"][ok][0]), float(m[col][ok][0])))
         if first:
             n0 = min(first)[0]
@@ -523,9 +643,12 @@ def write_sweep_report(sweep_dir: str | Path, out: str | Path | None = None) -> 
     def body(doc: Doc) -> None:
         doc.new_page()
         doc.heading(f"fpreduce sweep report: {d.name}", 18)
-        doc.text("How do the error against the exact sum and the divergence between summation orders grow "
-                 "with the number of workers N, for each plan and format? Reference slopes: sqrt(N) "
-                 "(random-walk rounding errors) and N (worst case).", size=11)
+        doc.text(
+            "How do the error against the exact sum and the divergence between summation orders grow "
+            "with the number of workers N, for each plan and format? Reference slopes: sqrt(N) "
+            "(random-walk rounding errors) and N (worst case).",
+            size=11,
+        )
         doc.heading("Findings: least-squares slope of log mean error against log N", 11)
         for ln in lines or ["(no series with two positive points: no slope)"]:
             doc.text("- " + ln, size=9)

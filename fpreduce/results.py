@@ -26,9 +26,23 @@ from fpreduce._errors import InvalidArgument
 __all__ = ["COLUMNS", "Results", "atomic_write", "load_metrics", "load_run", "read_rows"]
 
 COLUMNS = (
-    "step", "arm", "elements", "nonfinite", "err_max_rel", "err_mean_rel", "err_median_rel",
-    "err_max_ulp", "frac_correct", "diff_frac", "ulp_max", "ulp_mean", "rel_l2", "loss",
-    "param_dist", "param_diff_frac", "underflow",
+    "step",
+    "arm",
+    "elements",
+    "nonfinite",
+    "err_max_rel",
+    "err_mean_rel",
+    "err_median_rel",
+    "err_max_ulp",
+    "frac_correct",
+    "diff_frac",
+    "ulp_max",
+    "ulp_mean",
+    "rel_l2",
+    "loss",
+    "param_dist",
+    "param_diff_frac",
+    "underflow",
 )
 
 
@@ -80,8 +94,13 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
             break  # truncated (a crash mid-write of an older, non-atomic writer)
         row: dict[str, Any] = {}
         for k, v in zip(header, rec, strict=True):
-            row[k] = v if k == "arm" else (int(v) if k in ("step", "elements", "nonfinite", "underflow")
-                                           and v not in ("nan", "") else float(v))
+            row[k] = (
+                v
+                if k == "arm"
+                else (
+                    int(v) if k in ("step", "elements", "nonfinite", "underflow") and v not in ("nan", "") else float(v)
+                )
+            )
         out.append(row)
     return out
 
@@ -89,8 +108,9 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 T = TypeVar("T")
 
 
-def _read_csv(path: Path, what: str, required: Sequence[str],
-              parse: Callable[[dict[str, str]], T]) -> tuple[list[str], list[T]]:
+def _read_csv(
+    path: Path, what: str, required: Sequence[str], parse: Callable[[dict[str, str]], T]
+) -> tuple[list[str], list[T]]:
     """Header and parsed rows of a CSV; a truncated last row (interrupted writer) is dropped."""
     if not path.is_file():
         raise InvalidArgument(f"{path} not found: is {path.parent} a fpreduce {what} directory?")
@@ -129,8 +149,12 @@ def load_metrics(source: str | Path) -> dict[str, dict[str, NDArray[Any]]]:
     """
     path = Path(source)
     path = path / "metrics.csv" if path.is_dir() else path
-    header, records = _read_csv(path, "run", ("step", "arm"), lambda r: (
-        r["arm"], int(r["step"]), [float(v) for k, v in r.items() if k not in ("step", "arm")]))
+    header, records = _read_csv(
+        path,
+        "run",
+        ("step", "arm"),
+        lambda r: (r["arm"], int(r["step"]), [float(v) for k, v in r.items() if k not in ("step", "arm")]),
+    )
     rows: dict[str, dict[int, list[float]]] = {}
     for arm, step, values in records:
         rows.setdefault(arm, {})[step] = values

@@ -105,12 +105,8 @@ def round_to(
     f = get_format(fmt)
     m = get_mode(mode)
     a0 = np.asarray(x)
-    if a0.dtype.kind != "f" and a0.dtype.name != "bfloat16" and not a0.dtype.name.startswith(
-        "float8"
-    ):
-        raise InvalidArgument(
-            f"round_to expects a float array, got dtype {a0.dtype}; convert with .astype(np.float64)"
-        )
+    if a0.dtype.kind != "f" and a0.dtype.name != "bfloat16" and not a0.dtype.name.startswith("float8"):
+        raise InvalidArgument(f"round_to expects a float array, got dtype {a0.dtype}; convert with .astype(np.float64)")
     if m is Mode.STOCHASTIC:
         if rng is None:
             raise InvalidArgument("stochastic rounding needs rng= (a numpy Generator or a seed)")
@@ -159,8 +155,7 @@ def _round_chunk(a, f: Format, m: Mode, rng, qb, sb, u):  # type: ignore[no-unty
     with np.errstate(invalid="ignore", over="ignore"):
         np.multiply(a, s, out=s)  # exact: a power of two, and s has at most 53 bits
         if m is not Mode.STOCHASTIC:
-            ufunc = {Mode.NEAREST_EVEN: np.rint, Mode.TOWARD_ZERO: np.trunc,
-                     Mode.UP: np.ceil, Mode.DOWN: np.floor}[m]
+            ufunc = {Mode.NEAREST_EVEN: np.rint, Mode.TOWARD_ZERO: np.trunc, Mode.UP: np.ceil, Mode.DOWN: np.floor}[m]
             r = ufunc(s, out=s)  # in place
         else:
             assert isinstance(rng, np.random.Generator)

@@ -94,15 +94,31 @@ from numpy.typing import NDArray
 from fpreduce._errors import InvalidArgument
 from fpreduce._model import ModelSource, check_step
 
-__all__ = ["FileSource", "FileSpec", "ModelSource", "ModelSpec", "Source", "SourceSpec", "SyntheticSource",
-           "SyntheticSpec", "open_source", "spec_from_dict"]
+__all__ = [
+    "FileSource",
+    "FileSpec",
+    "ModelSource",
+    "ModelSpec",
+    "Source",
+    "SourceSpec",
+    "SyntheticSource",
+    "SyntheticSpec",
+    "open_source",
+    "spec_from_dict",
+]
 
 DISTS = ("normal", "student_t", "lognormal", "sparse")
 OUTLIER_KINDS = ("scale", "corrupt", "nan")
 ACTIVATIONS = ("tanh", "relu")
 KINDS = ("synthetic", "model", "file")
-_ALIASES = {"gaussian": "normal", "t": "student_t", "student": "student_t", "studentt": "student_t",
-            "log_normal": "lognormal", "log-normal": "lognormal"}
+_ALIASES = {
+    "gaussian": "normal",
+    "t": "student_t",
+    "student": "student_t",
+    "studentt": "student_t",
+    "log_normal": "lognormal",
+    "log-normal": "lognormal",
+}
 # stream tags of default_rng([seed, step, tag, block]) keys (the model's are >= 1000)
 _SIGNAL, _NOISE, _MASK, _CORRUPT = range(4)
 #: synthetic gradients are drawn in blocks of this many elements (part of the data's definition)
@@ -154,8 +170,11 @@ class _Spec:
                 continue
             if key not in names:
                 hint = difflib.get_close_matches(str(key), names, 1, cutoff=0.5)
-                raise InvalidArgument(f"source.{key}: unknown key" + (
-                    f"; did you mean {hint[0]!r}?" if hint else "") + f" (keys: kind, {', '.join(names)})")
+                raise InvalidArgument(
+                    f"source.{key}: unknown key"
+                    + (f"; did you mean {hint[0]!r}?" if hint else "")
+                    + f" (keys: kind, {', '.join(names)})"
+                )
             kw[key] = _typed(key, v, cls.__dataclass_fields__[key].type)  # type: ignore[attr-defined]
         try:
             return cls(**kw)
@@ -188,8 +207,9 @@ def _finite(v: float) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _num(spec: object, key: str, lo: float, *, gt: bool = False, hi: float | None = None,
-         integer: bool = False) -> None:
+def _num(
+    spec: object, key: str, lo: float, *, gt: bool = False, hi: float | None = None, integer: bool = False
+) -> None:
     """Check that field ``key`` is a finite number (or an int) > or >= lo, and < hi."""
     v = getattr(spec, key)
     ok = (_int(v) if integer else _finite(v)) and (v > lo if gt else v >= lo) and (hi is None or v < hi)
@@ -321,8 +341,9 @@ class Source(Protocol):
     elements: int
     max_steps: int | None
 
-    def gradients(self, step: int, params: NDArray[np.float32] | None = None, *, lo: int = 0,
-                  hi: int | None = None) -> NDArray[np.float32]:
+    def gradients(
+        self, step: int, params: NDArray[np.float32] | None = None, *, lo: int = 0, hi: int | None = None
+    ) -> NDArray[np.float32]:
         """The workers' gradients of ``step``: float32, shape (workers, hi - lo), elements lo..hi-1."""
         ...
 
@@ -349,8 +370,9 @@ class SyntheticSource(Source):
             np.negative(z, out=z, where=np.random.default_rng([*key, 1]).random(shape) < 0.5)
         return z
 
-    def gradients(self, step: int, params: NDArray[np.float32] | None = None, *, lo: int = 0,
-                  hi: int | None = None) -> NDArray[np.float32]:
+    def gradients(
+        self, step: int, params: NDArray[np.float32] | None = None, *, lo: int = 0, hi: int | None = None
+    ) -> NDArray[np.float32]:
         """Float32 (workers, hi - lo) gradients of ``step``, elements lo..hi-1 (``params`` is ignored).
 
         Elements are drawn in blocks of ``BLOCK`` from streams keyed by (seed, step,
@@ -414,9 +436,10 @@ class FileSource(Source):
         self._files: list[Path] | None = None
         self._array: Any = None
         if path.is_dir():
-            files = sorted((f for f in path.iterdir() if f.suffix == ".npy" and f.is_file()),
-                           key=lambda f: [(0, int(t), "") if t.isdigit() else (1, 0, t)
-                                          for t in re.split(r"(\d+)", f.name) if t])
+            files = sorted(
+                (f for f in path.iterdir() if f.suffix == ".npy" and f.is_file()),
+                key=lambda f: [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", f.name) if t],
+            )
             if not files:
                 raise InvalidArgument(f"{path}: no .npy files in this directory")
             shapes = {_npy_header(f, 2)[0] for f in files}
@@ -438,12 +461,12 @@ class FileSource(Source):
         if 0 in shape:
             raise InvalidArgument(f"{path}: empty gradients, shape (steps, workers, elements) = {shape}")
         if shape[1] != self.workers:
-            raise InvalidArgument(f"{path}: holds {shape[1]} workers but the experiment has "
-                                  f"workers = {self.workers}")
+            raise InvalidArgument(f"{path}: holds {shape[1]} workers but the experiment has workers = {self.workers}")
         return shape[0], shape[1], shape[2]
 
-    def gradients(self, step: int, params: NDArray[np.float32] | None = None, *, lo: int = 0,
-                  hi: int | None = None) -> NDArray[np.float32]:
+    def gradients(
+        self, step: int, params: NDArray[np.float32] | None = None, *, lo: int = 0, hi: int | None = None
+    ) -> NDArray[np.float32]:
         """Float32 (workers, hi - lo) gradients of ``step``, elements lo..hi-1 (float64 rounded to nearest fp32)."""
         check_step(step, self.max_steps)
         lo, hi = _check_range(lo, hi, self.elements)
@@ -526,8 +549,7 @@ def open_source(spec: SourceSpec, *, workers: int, seed: int) -> Source:
             raise InvalidArgument(f"experiment.{k}: must be an integer >= {lo}, got {v!r}")
     if isinstance(spec, SyntheticSpec):
         if spec.outlier_worker >= workers:
-            raise InvalidArgument(f"source.outlier_worker: {spec.outlier_worker} is not a worker "
-                                  f"(workers = {workers})")
+            raise InvalidArgument(f"source.outlier_worker: {spec.outlier_worker} is not a worker (workers = {workers})")
         return SyntheticSource(spec, workers=workers, seed=seed)
     if isinstance(spec, ModelSpec):
         return ModelSource(spec, workers=workers, seed=seed)

@@ -50,9 +50,7 @@ try:
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
 except ImportError as e:  # pragma: no cover - exercised only without hypothesis
-    raise ImportError(
-        "fpreduce.strategies needs hypothesis; install it with: pip install 'fpreduce[test]'"
-    ) from e
+    raise ImportError("fpreduce.strategies needs hypothesis; install it with: pip install 'fpreduce[test]'") from e
 
 from fpreduce import plans as _plans
 from fpreduce._errors import InvalidArgument
@@ -113,9 +111,14 @@ def _exponent_floor(v: float) -> int:
     return math.frexp(v)[1] - 1
 
 
-def values(fmt: str | Format, *, allow_nan: bool = False, allow_infinity: bool = False,
-           allow_subnormal: bool = True, max_magnitude: float | None = None
-           ) -> st.SearchStrategy[float]:
+def values(
+    fmt: str | Format,
+    *,
+    allow_nan: bool = False,
+    allow_infinity: bool = False,
+    allow_subnormal: bool = True,
+    max_magnitude: float | None = None,
+) -> st.SearchStrategy[float]:
     """Single values exactly representable in ``fmt``, as Python floats.
 
     Branches (weighted towards the edge cases): the special values (±0.0, ±1,
@@ -146,9 +149,22 @@ def values(fmt: str | Format, *, allow_nan: bool = False, allow_infinity: bool =
         return abs(v) <= top and (allow_subnormal or not sub)
 
     one_ulp = 2.0 ** (1 - p)
-    specials = [0.0, -0.0, 1.0, -1.0, f.max_finite, -f.max_finite, f.smallest_subnormal,
-                -f.smallest_subnormal, f.smallest_normal - f.smallest_subnormal, f.smallest_normal,
-                -f.smallest_normal, 1.0 + one_ulp, 1.0 - one_ulp / 2, 2.0 - one_ulp]
+    specials = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        f.max_finite,
+        -f.max_finite,
+        f.smallest_subnormal,
+        -f.smallest_subnormal,
+        f.smallest_normal - f.smallest_subnormal,
+        f.smallest_normal,
+        -f.smallest_normal,
+        1.0 + one_ulp,
+        1.0 - one_ulp / 2,
+        2.0 - one_ulp,
+    ]
     specials = [v for v in specials if ok(v)] or [0.0, -0.0]
     specials += [v for v in (-0.0, 0.0, f.max_finite, f.smallest_subnormal, f.smallest_normal) if ok(v)]
     branches: list[st.SearchStrategy[float]] = [_weighted(st.sampled_from(specials), 3)]
@@ -171,8 +187,7 @@ def values(fmt: str | Format, *, allow_nan: bool = False, allow_infinity: bool =
         # exponent field uniform, fraction from hypothesis' integers (short fractions often)
         fb = f.fraction_bits
         fields = st.sampled_from(range(lowkey >> fb, (maxkey >> fb) + 1))
-        keys = st.builds(lambda e, m: min(max((e << fb) | m, lowkey), maxkey), fields,
-                         st.integers(0, 2**fb - 1))
+        keys = st.builds(lambda e, m: min(max((e << fb) | m, lowkey), maxkey), fields, st.integers(0, 2**fb - 1))
         anyv = st.builds(lambda k, neg: _from_key(f, k, neg), keys, st.booleans())
         branches.append(_weighted(anyv, 3))
     if allow_nan:
@@ -187,8 +202,7 @@ def _weighted(s: st.SearchStrategy[float], k: int) -> st.SearchStrategy[float]:
     return st.one_of([s] + [s.map(float) for _ in range(k - 1)])
 
 
-def _scaled(sigs: list[int], qmin: int, top: float, exps: st.SearchStrategy[int]
-            ) -> st.SearchStrategy[float]:
+def _scaled(sigs: list[int], qmin: int, top: float, exps: st.SearchStrategy[int]) -> st.SearchStrategy[float]:
     """``±m * 2**q`` for a significand ``m < 2**p``, near the exponents of ``exps`` or anywhere."""
 
     @st.composite
@@ -208,16 +222,23 @@ def _scaled(sigs: list[int], qmin: int, top: float, exps: st.SearchStrategy[int]
     return draw_one()
 
 
-def shapes(*, workers: st.SearchStrategy[int] | None = None, elements: tuple[int, int] = (1, 8)
-           ) -> st.SearchStrategy[tuple[int, int]]:
+def shapes(
+    *, workers: st.SearchStrategy[int] | None = None, elements: tuple[int, int] = (1, 8)
+) -> st.SearchStrategy[tuple[int, int]]:
     """(workers, elements) shapes; workers from :func:`worker_counts` (1..16) by default."""
     w = worker_counts(1, 16) if workers is None else workers
     return st.tuples(w, st.integers(*elements))
 
 
-def arrays(fmt: str | Format, shape: tuple[int, int] | st.SearchStrategy[tuple[int, int]], *,
-           allow_nan: bool = False, allow_infinity: bool = False, allow_subnormal: bool = True,
-           max_magnitude: float | None = None) -> st.SearchStrategy[NDArray[np.floating]]:
+def arrays(
+    fmt: str | Format,
+    shape: tuple[int, int] | st.SearchStrategy[tuple[int, int]],
+    *,
+    allow_nan: bool = False,
+    allow_infinity: bool = False,
+    allow_subnormal: bool = True,
+    max_magnitude: float | None = None,
+) -> st.SearchStrategy[NDArray[np.floating]]:
     """(workers, elements) arrays of values of ``fmt``: float32 (float64 for fp64).
 
     Each column is plain (independent :func:`values`), or built for cancellation
@@ -229,8 +250,13 @@ def arrays(fmt: str | Format, shape: tuple[int, int] | st.SearchStrategy[tuple[i
     """
     f = get_format(fmt)
     top = _limit(f, max_magnitude)
-    vals = values(f, allow_nan=allow_nan, allow_infinity=allow_infinity,
-                  allow_subnormal=allow_subnormal, max_magnitude=max_magnitude)
+    vals = values(
+        f,
+        allow_nan=allow_nan,
+        allow_infinity=allow_infinity,
+        allow_subnormal=allow_subnormal,
+        max_magnitude=max_magnitude,
+    )
     shape_st = shape if isinstance(shape, st.SearchStrategy) else st.just(tuple(shape))
 
     @st.composite
@@ -254,8 +280,9 @@ def arrays(fmt: str | Format, shape: tuple[int, int] | st.SearchStrategy[tuple[i
     return draw_array()
 
 
-def _structured_column(draw: Any, f: Format, n: int, top: float, kind: str,
-                       allow_subnormal: bool) -> NDArray[np.floating] | None:
+def _structured_column(
+    draw: Any, f: Format, n: int, top: float, kind: str, allow_subnormal: bool
+) -> NDArray[np.floating] | None:
     """One large value and n - 1 addends near half its ulp (swamping, ties), rows shuffled.
 
     ``swamp``: the large value is ``2**E`` for a drawn E. ``tie``: an odd significand
@@ -298,8 +325,14 @@ def worker_counts(min_value: int = 1, max_value: int = 64) -> st.SearchStrategy[
     """
     if min_value < 1 or max_value < min_value:
         raise InvalidArgument(f"need 1 <= min_value <= max_value, got {min_value}, {max_value}")
-    special = sorted({v for k in range(0, max_value.bit_length() + 1) for v in (2**k - 1, 2**k, 2**k + 1)
-                      if min_value <= v <= max_value})
+    special = sorted(
+        {
+            v
+            for k in range(0, max_value.bit_length() + 1)
+            for v in (2**k - 1, 2**k, 2**k + 1)
+            if min_value <= v <= max_value
+        }
+    )
     ints = st.integers(min_value, max_value)
     if not special:
         return ints
@@ -346,8 +379,7 @@ def _default_families() -> tuple[str, ...]:
     return fams + (() if RANDOM_TREE in fams else (RANDOM_TREE,))
 
 
-def plans(n: int | st.SearchStrategy[int], families: Sequence[str] | None = None
-          ) -> st.SearchStrategy[Any]:
+def plans(n: int | st.SearchStrategy[int], families: Sequence[str] | None = None) -> st.SearchStrategy[Any]:
     """Plans over ``n`` workers: a family's plan relabelled by a drawn permutation.
 
     Args:
@@ -395,11 +427,15 @@ class Problem(NamedTuple):
     accumulate: str
 
 
-def problems(*, workers: st.SearchStrategy[int] | None = None, elements: tuple[int, int] = (1, 8),
-             inputs: st.SearchStrategy[str] | None = None,
-             accumulators: st.SearchStrategy[str] | None = None,
-             families: Sequence[str] | None = None, allow_overflow: bool = True
-             ) -> st.SearchStrategy[Problem]:
+def problems(
+    *,
+    workers: st.SearchStrategy[int] | None = None,
+    elements: tuple[int, int] = (1, 8),
+    inputs: st.SearchStrategy[str] | None = None,
+    accumulators: st.SearchStrategy[str] | None = None,
+    families: Sequence[str] | None = None,
+    allow_overflow: bool = True,
+) -> st.SearchStrategy[Problem]:
     """Whole problems ``(X, plan, input, accumulate)`` for property tests of a reduction.
 
     Args:

@@ -37,8 +37,18 @@ from fpreduce.sources import DISTS, SyntheticSpec
 
 __all__ = ["SWEEP_COLUMNS", "load_sweep", "run_sweep"]
 
-SWEEP_COLUMNS = ("workers", "plan", "dist", "input", "accumulate", "arm", "mean_err_rel", "max_err_rel",
-                 "mean_diff_frac", "max_ulp")
+SWEEP_COLUMNS = (
+    "workers",
+    "plan",
+    "dist",
+    "input",
+    "accumulate",
+    "arm",
+    "mean_err_rel",
+    "max_err_rel",
+    "mean_diff_frac",
+    "max_ulp",
+)
 _KEYS = ("workers", "plans", "dists", "formats", "order")
 
 
@@ -74,8 +84,10 @@ def load_sweep(path: str | Path) -> tuple[Config, list[Config]]:
         if not acc:
             raise InvalidArgument(f"sweep.formats entries are input:accumulate, got {fm!r}")
         b_order = "arrival" if order == "arrival" else f"shuffle:{plan}"
-        arms = (ArmSpec(name="A", order=f"fixed:{plan}", input=inp, accumulate=acc),
-                ArmSpec(name="B", order=b_order, input=inp, accumulate=acc))
+        arms = (
+            ArmSpec(name="A", order=f"fixed:{plan}", input=inp, accumulate=acc),
+            ArmSpec(name="B", order=b_order, input=inp, accumulate=acc),
+        )
         name = f"n{w}-{plan.replace(':', '_')}-{inp}-{acc}" + (f"-{dist}" if "dists" in sw else "")
         exp = replace(base.experiment, workers=w, name=name, check_steps=0)
         points.append(Config(exp, source, base.arrival, arms))
@@ -107,10 +119,20 @@ def _one(args: tuple[Config, str]) -> list[dict[str, Any]]:
     dist = src.dist if isinstance(src, SyntheticSpec) else src.kind
     rows = []
     for a in res.summary["arms"]:
-        rows.append({"workers": cfg.experiment.workers, "plan": plan, "dist": dist, "input": a["input"],
-                     "accumulate": a["accumulate"], "arm": a["name"], "mean_err_rel": a["mean_err_rel"],
-                     "max_err_rel": a["max_err_rel"], "mean_diff_frac": a["mean_diff_frac"] or 0.0,
-                     "max_ulp": a["max_ulp"] or 0.0})
+        rows.append(
+            {
+                "workers": cfg.experiment.workers,
+                "plan": plan,
+                "dist": dist,
+                "input": a["input"],
+                "accumulate": a["accumulate"],
+                "arm": a["name"],
+                "mean_err_rel": a["mean_err_rel"],
+                "max_err_rel": a["max_err_rel"],
+                "mean_diff_frac": a["mean_diff_frac"] or 0.0,
+                "max_ulp": a["max_ulp"] or 0.0,
+            }
+        )
     return rows
 
 

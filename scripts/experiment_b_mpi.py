@@ -33,14 +33,20 @@ def main() -> int:
             exact = sum(s.differing == 0 and s.ranks_agree for s in st)
             moved = sum(s.differing_unrelabelled > 0 for s in st)
             bad += exact != len(st)
-            print(f"rerank N={n} {alg:18}: {exact}/{len(st)} steps bit-exact vs relabelled plan; "
-                  f"{moved}/{len(st)} differ from the un-relabelled plan", flush=True)
+            print(
+                f"rerank N={n} {alg:18}: {exact}/{len(st)} steps bit-exact vs relabelled plan; "
+                f"{moved}/{len(st)} differ from the un-relabelled plan",
+                flush=True,
+            )
     for n in [v for v in ns if v <= 6]:
         r = experiment_b.arrival_order(n, steps=2 * a.steps, elements=256, seed=a.seed)
         bad += not r.explained
-        print(f"arrival N={n}: {sum(map(bool, r.orders))}/{len(r.orders)} steps = a sequential fold in some "
-              f"arrival order, {r.matched_delay_order} in the injected delay order; "
-              f"{r.distinct} distinct results (of {r.possible} possible)", flush=True)
+        print(
+            f"arrival N={n}: {sum(map(bool, r.orders))}/{len(r.orders)} steps = a sequential fold in some "
+            f"arrival order, {r.matched_delay_order} in the injected delay order; "
+            f"{r.distinct} distinct results (of {r.possible} possible)",
+            flush=True,
+        )
     return 1 if bad else 0
 
 

@@ -82,11 +82,22 @@ def main() -> int:
                 q = fr.plans.parse(other, n)
                 contrast[other] = differing(y, fr.reduce(X, q, input=a.dtype, accumulate=a.dtype))
         report = {
-            "nccl": torch.cuda.nccl.version(), "torch": torch.__version__, "algo": algo,
-            "proto": os.environ.get("NCCL_PROTO"), "channels": os.environ.get("NCCL_MAX_NCHANNELS"),
-            "np": n, "gpus_per_node": local, "dtype": a.dtype, "elements": a.elements, "seed": a.seed,
-            "plan": text, "ring": a.ring, "differing": int(bad.size), "first_differing": bad[:20].tolist(),
-            "ranks_agree": agree, "contrast": contrast,
+            "nccl": torch.cuda.nccl.version(),
+            "torch": torch.__version__,
+            "algo": algo,
+            "proto": os.environ.get("NCCL_PROTO"),
+            "channels": os.environ.get("NCCL_MAX_NCHANNELS"),
+            "np": n,
+            "gpus_per_node": local,
+            "dtype": a.dtype,
+            "elements": a.elements,
+            "seed": a.seed,
+            "plan": text,
+            "ring": a.ring,
+            "differing": int(bad.size),
+            "first_differing": bad[:20].tolist(),
+            "ranks_agree": agree,
+            "contrast": contrast,
         }
         print(json.dumps(report, default=str))
         print(

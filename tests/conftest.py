@@ -3,7 +3,5 @@ import os
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("dev", max_examples=60, deadline=None)
-settings.register_profile(
-    "ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

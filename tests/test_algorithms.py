@@ -29,13 +29,29 @@ def values(f, *, near_one=True):
         v = sign * mant * 2.0**e
         return sign * f.max_finite if abs(v) > f.max_finite else float(fr.round_to([v], f)[0])
 
-    full = st.builds(build, st.integers(1, 2**p - 1), st.integers(f.emin - p + 1, f.emax - p + 1),
-                     st.sampled_from([1.0, -1.0]))
-    near = st.builds(build, st.integers(2 ** (p - 1), 2**p - 1), st.integers(-2 * p - 3, 2 - p),
-                     st.sampled_from([1.0, -1.0]))
-    specials = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.0**-p, 3 * 2.0**-p, 1 + 2.0 ** (1 - p),
-                                f.smallest_subnormal, -f.smallest_subnormal, f.smallest_normal,
-                                f.max_finite, -f.max_finite, f.max_finite / 2])
+    full = st.builds(
+        build, st.integers(1, 2**p - 1), st.integers(f.emin - p + 1, f.emax - p + 1), st.sampled_from([1.0, -1.0])
+    )
+    near = st.builds(
+        build, st.integers(2 ** (p - 1), 2**p - 1), st.integers(-2 * p - 3, 2 - p), st.sampled_from([1.0, -1.0])
+    )
+    specials = st.sampled_from(
+        [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            2.0**-p,
+            3 * 2.0**-p,
+            1 + 2.0 ** (1 - p),
+            f.smallest_subnormal,
+            -f.smallest_subnormal,
+            f.smallest_normal,
+            f.max_finite,
+            -f.max_finite,
+            f.max_finite / 2,
+        ]
+    )
     return st.one_of(full, near, specials) if near_one else st.one_of(full, specials)
 
 
@@ -101,9 +117,18 @@ def test_neumaier_survives_large_cancelling_term_kahan_does_not():
 def test_kahan_error_within_first_order_bound(fmt, data):
     f = fr.get_format(fmt)
     n = data.draw(st.integers(1, 40))
-    Y = data.draw(hnp.arrays(np.float64, (n, 3), elements=st.builds(
-        lambda m, e, s: s * m * 2.0**e, st.integers(1, 2**f.precision - 1),
-        st.integers(-f.precision - 20, 20 - f.precision), st.sampled_from([1.0, -1.0]))))
+    Y = data.draw(
+        hnp.arrays(
+            np.float64,
+            (n, 3),
+            elements=st.builds(
+                lambda m, e, s: s * m * 2.0**e,
+                st.integers(1, 2**f.precision - 1),
+                st.integers(-f.precision - 20, 20 - f.precision),
+                st.sampled_from([1.0, -1.0]),
+            ),
+        )
+    )
     y = compensated(Y, f, kind="kahan").astype(np.float64)
     u = f.unit_roundoff
     for j in range(Y.shape[1]):
@@ -168,20 +193,34 @@ def test_binned_equals_exact_when_the_window_covers_the_data(fmt, mode, data):
     # fp32 values within 2**-54 of the column max: every bit lies in the 78-bit window
     src = fr.get_format("fp32")
     n = data.draw(st.integers(1, 12))
-    X = data.draw(hnp.arrays(np.float64, (n, 3), elements=st.one_of(
-        st.sampled_from([0.0, -0.0]),
-        st.builds(lambda m, e, s: s * m * 2.0**e, st.integers(1, 2**src.precision - 1),
-                  st.integers(-40, 6), st.sampled_from([1.0, -1.0])))))
+    X = data.draw(
+        hnp.arrays(
+            np.float64,
+            (n, 3),
+            elements=st.one_of(
+                st.sampled_from([0.0, -0.0]),
+                st.builds(
+                    lambda m, e, s: s * m * 2.0**e,
+                    st.integers(1, 2**src.precision - 1),
+                    st.integers(-40, 6),
+                    st.sampled_from([1.0, -1.0]),
+                ),
+            ),
+        )
+    )
     assert same(binned(X, fmt, mode), exact(X, fmt, mode))
 
 
-@pytest.mark.parametrize(("col", "mode", "want"), [
-    ([1.0, 2.0**-60], "up", 1 + 2.0**-23),  # float64 sum is 1.0: rounding it up would give 1.0
-    ([1.0, -(2.0**-60)], "down", 1 - 2.0**-24),
-    ([1.0, 2.0**-24, 2.0**-60], "nearest_even", 1 + 2.0**-23),  # a float64 tie, not a real one
-    ([1.0, 2.0**-24, -(2.0**-60)], "nearest_even", 1.0),
-    ([-1.0, -(2.0**-60)], "toward_zero", -1.0),
-])
+@pytest.mark.parametrize(
+    ("col", "mode", "want"),
+    [
+        ([1.0, 2.0**-60], "up", 1 + 2.0**-23),  # float64 sum is 1.0: rounding it up would give 1.0
+        ([1.0, -(2.0**-60)], "down", 1 - 2.0**-24),
+        ([1.0, 2.0**-24, 2.0**-60], "nearest_even", 1 + 2.0**-23),  # a float64 tie, not a real one
+        ([1.0, 2.0**-24, -(2.0**-60)], "nearest_even", 1.0),
+        ([-1.0, -(2.0**-60)], "toward_zero", -1.0),
+    ],
+)
 def test_binned_rounds_once_from_the_exact_kept_sum(col, mode, want):
     X = np.array(col, dtype=np.float32)[:, None]
     assert binned(X, "fp32", mode)[0] == want
@@ -214,9 +253,13 @@ def same_each(a, b):
 @pytest.mark.parametrize("fmt", ["fp32", "bf16", "fp8_e4m3"])
 def test_binned_specials_follow_ieee(fmt):
     inf, nan = np.inf, np.nan
-    X = np.array([[1.0, inf, inf, nan, -0.0, 1.0, 3.0e38],
-                  [2.0, -inf, 1.0, 1.0, -0.0, -1.0, 3.0e38],
-                  [3.0, 1.0, inf, 2.0, -0.0, 0.0, 0.0]])
+    X = np.array(
+        [
+            [1.0, inf, inf, nan, -0.0, 1.0, 3.0e38],
+            [2.0, -inf, 1.0, 1.0, -0.0, -1.0, 3.0e38],
+            [3.0, 1.0, inf, 2.0, -0.0, 0.0, 0.0],
+        ]
+    )
     y = binned(X, fmt).astype(np.float64)
     has_inf = fr.get_format(fmt).has_inf
     assert np.isnan(y[[1, 3]]).all()

@@ -148,8 +148,9 @@ def test_draw_groups_keep_rejections_rare(n):
     assert draw_groups(1)[1].size == 0
 
 
-@pytest.mark.parametrize(("n", "bits", "group_bits"),
-                         [(4, 3, 3), (3, 2, 2), (8, 5, 4), (5, 3, 3), (4, 8, 5), (6, 8, 8)])
+@pytest.mark.parametrize(
+    ("n", "bits", "group_bits"), [(4, 3, 3), (3, 2, 2), (8, 5, 4), (5, 3, 3), (4, 8, 5), (6, 8, 8)]
+)
 def test_rejections_are_redrawn_and_stay_uniform(narrow, n, bits, group_bits):
     """With a few bits per draw, most groups reject (4 workers on 3 bits: P = 6 rejects 2 draws in 8)."""
     narrow(bits, group_bits)
@@ -277,9 +278,12 @@ def test_fused_falls_back_when_it_must(monkeypatch):
     fused, plain, done = run_both(Y, monkeypatch, input="bf16", accumulate="bf16")
     assert done == 0
     assert np.array_equal(bits_of(fused), bits_of(plain))
-    for kw in [dict(input="fp16", accumulate="fp32"), dict(input="bf16", accumulate="fp16"),
-               dict(input="bf16", accumulate="bf16", rounding="toward_zero"),
-               dict(input="bf16", accumulate="bf16", average="premultiply")]:
+    for kw in [
+        dict(input="fp16", accumulate="fp32"),
+        dict(input="bf16", accumulate="fp16"),
+        dict(input="bf16", accumulate="bf16", rounding="toward_zero"),
+        dict(input="bf16", accumulate="bf16", average="premultiply"),
+    ]:
         fused, plain, done = run_both(X[:, 10:], monkeypatch, **kw)
         assert done == 0, kw
         assert np.array_equal(bits_of(fused), bits_of(plain)), kw
@@ -308,17 +312,46 @@ def test_fused_follows_the_rejection_path(monkeypatch, narrow, n, bits, group_bi
     assert np.array_equal(bits_of(fused[:200]), bits_of(ref))
 
 
-SPECIAL = [0.0, -0.0, 1.0, -1.0, 2.0**-8, 1.0 + 2.0**-7, 3.0, -3.0, 2.0**-126, -(2.0**-126), 2.0**-133, -(2.0**-140),
-           2.0**-149, 3.0 * 2.0**-140, 2.0**127, -(2.0**127), 3e38, float("inf"), float("-inf"), float("nan"),
-           65504.0, 1.5 * 2.0**-130, 2.0**24 + 2.0**17, 1.0 + 2.0**-10]
-values = st.one_of(st.sampled_from(SPECIAL), st.floats(width=32, allow_nan=True, allow_infinity=True),
-                   st.floats(-4.0, 4.0, width=32))
+SPECIAL = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    2.0**-8,
+    1.0 + 2.0**-7,
+    3.0,
+    -3.0,
+    2.0**-126,
+    -(2.0**-126),
+    2.0**-133,
+    -(2.0**-140),
+    2.0**-149,
+    3.0 * 2.0**-140,
+    2.0**127,
+    -(2.0**127),
+    3e38,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    65504.0,
+    1.5 * 2.0**-130,
+    2.0**24 + 2.0**17,
+    1.0 + 2.0**-10,
+]
+values = st.one_of(
+    st.sampled_from(SPECIAL), st.floats(width=32, allow_nan=True, allow_infinity=True), st.floats(-4.0, 4.0, width=32)
+)
 
 
 @needs_jit
 @settings(max_examples=150, deadline=None)
-@given(n=st.integers(1, 6), m=st.integers(1, 12), data=st.data(), formats=st.sampled_from(FORMATS),
-       seed=st.integers(0, 2**70))
+@given(
+    n=st.integers(1, 6),
+    m=st.integers(1, 12),
+    data=st.data(),
+    formats=st.sampled_from(FORMATS),
+    seed=st.integers(0, 2**70),
+)
 def test_fused_matches_numpy_path_and_reference(n, m, data, formats, seed):
     fin, fa = formats
     raw = np.array(data.draw(st.lists(values, min_size=n * m, max_size=n * m)), dtype=np.float32).reshape(n, m)
@@ -339,8 +372,14 @@ def test_fused_matches_numpy_path_and_reference(n, m, data, formats, seed):
 
 @needs_jit
 def test_fused_signed_zeros():
-    for col, want in [([-0.0, -0.0], -0.0), ([-0.0, 0.0], 0.0), ([0.0, -0.0], 0.0), ([-0.0, -0.0, -0.0], -0.0),
-                      ([1.0, -1.0], 0.0), ([-(2.0**-140), 2.0**-140], 0.0)]:
+    for col, want in [
+        ([-0.0, -0.0], -0.0),
+        ([-0.0, 0.0], 0.0),
+        ([0.0, -0.0], 0.0),
+        ([-0.0, -0.0, -0.0], -0.0),
+        ([1.0, -1.0], 0.0),
+        ([-(2.0**-140), 2.0**-140], 0.0),
+    ]:
         X = np.array(col, dtype=np.float32)[:, None].repeat(5, axis=1)
         for fa in ("bf16", "tf32", "fp32"):
             got = fr.reduce(X, "atomic", input="bf16", accumulate=fa, seed=1)

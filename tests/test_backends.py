@@ -69,9 +69,15 @@ def test_mpi_allreduce_is_bit_exact(n: int, algorithm: str) -> None:
 
 @pytest.mark.parametrize(
     ("n", "algorithm", "other"),
-    [(5, "ring", "rd"), (5, "rabenseifner", "ring:ompi"), (5, "recursive_doubling", "linear"),
-     (8, "ring", "ring:nccl"), (3, "basic_linear", "rd"), (5, "segmented_ring", "linear"),
-     (5, "nonoverlapping", "rabenseifner")],
+    [
+        (5, "ring", "rd"),
+        (5, "rabenseifner", "ring:ompi"),
+        (5, "recursive_doubling", "linear"),
+        (8, "ring", "ring:nccl"),
+        (3, "basic_linear", "rd"),
+        (5, "segmented_ring", "linear"),
+        (5, "nonoverlapping", "rabenseifner"),
+    ],
 )
 def test_mpi_other_plans_differ(n: int, algorithm: str, other: str) -> None:
     _require("mpi")
@@ -166,7 +172,12 @@ def test_missing_torch_names_the_install_command(monkeypatch: pytest.MonkeyPatch
 
 def test_algorithms_lists() -> None:
     assert algorithms("mpi") == (
-        "basic_linear", "nonoverlapping", "recursive_doubling", "ring", "segmented_ring", "rabenseifner",
+        "basic_linear",
+        "nonoverlapping",
+        "recursive_doubling",
+        "ring",
+        "segmented_ring",
+        "rabenseifner",
     )
     assert algorithms("gloo") == ("ring",)
 

@@ -73,8 +73,12 @@ def test_sum_refuses_bad_files(tmp_path, capsys):
     np.save(tmp_path / "three.npy", np.zeros((2, 2, 2)))
     np.save(tmp_path / "nan.npy", np.array([1.0, np.nan, 2.0]))
     np.save(tmp_path / "ints.npy", np.arange(4))
-    for name, msg in [("obj.npy", "pickled"), ("three.npy", "shape (N,) or (N, d)"), ("nan.npy", "NaN/Inf"),
-                      ("ints.npy", "float array")]:
+    for name, msg in [
+        ("obj.npy", "pickled"),
+        ("three.npy", "shape (N,) or (N, d)"),
+        ("nan.npy", "NaN/Inf"),
+        ("ints.npy", "float array"),
+    ]:
         assert main(["sum", str(tmp_path / name)]) == 2
         err = capsys.readouterr().err
         assert msg in err, err
@@ -84,8 +88,21 @@ def test_sum_refuses_bad_files(tmp_path, capsys):
 def test_sum_of_a_matrix_and_algorithms(tmp_path, capsys):
     rng = np.random.default_rng(1)
     np.save(tmp_path / "g.npy", rng.standard_normal((8, 50)).astype(np.float32))
-    assert main(["sum", str(tmp_path / "g.npy"), "--accumulate", "bf16", "--plans", "sequential,ring:gloo",
-                 "--algorithm", "binned"]) == 0
+    assert (
+        main(
+            [
+                "sum",
+                str(tmp_path / "g.npy"),
+                "--accumulate",
+                "bf16",
+                "--plans",
+                "sequential,ring:gloo",
+                "--algorithm",
+                "binned",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "100.0% correctly rounded" in out
 

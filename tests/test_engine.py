@@ -52,8 +52,7 @@ def test_fast_engine_equals_fraction_reference(acc, mode, prob, inp):
     assert same(fast, ref), (X, plan.draw(), fast, ref)
 
 
-@pytest.mark.parametrize(("name", "dt"), [("fp16", np.float16), ("fp32", np.float32),
-                                           ("bf16", ml_dtypes.bfloat16)])
+@pytest.mark.parametrize(("name", "dt"), [("fp16", np.float16), ("fp32", np.float32), ("bf16", ml_dtypes.bfloat16)])
 def test_sequential_matches_native_arithmetic(name, dt):
     rng = np.random.default_rng(5)
     X = rng.standard_normal((16, 20_000)) * np.exp(rng.uniform(-6, 6, (16, 20_000)))
@@ -144,9 +143,11 @@ def test_ring_equals_reference_and_per_chunk_folds(conv, m):
         ref = fr.reduce_reference(X, plan, input="bf16", accumulate="bf16", rounding=mode)
         assert same(fast, ref)
     # independent: chunk c is a sequential fold in the convention's order
-    start = {"nccl": lambda c: [(c + 1 + k) % n for k in range(n)],
-             "ompi": lambda c: [(c + k) % n for k in range(n)],
-             "gloo": lambda c: [(c - 1 - k) % n for k in range(n)]}[conv]
+    start = {
+        "nccl": lambda c: [(c + 1 + k) % n for k in range(n)],
+        "ompi": lambda c: [(c + k) % n for k in range(n)],
+        "gloo": lambda c: [(c - 1 - k) % n for k in range(n)],
+    }[conv]
     got = fr.reduce(X, plan, input="bf16", accumulate="bf16")
     b = plan.bounds(m)  # gloo sizes its chunks its own way; the others split like array_split
     for c in range(n):
@@ -165,21 +166,25 @@ def test_ring_chunks_differ_from_sequential_and_relabel():
     assert not same(a, b)
     perm = rng.permutation(8)
     r2 = ring.relabel(perm)
-    assert same(fr.reduce(X[perm], ring, input="bf16", accumulate="bf16"),
-                fr.reduce(X, r2, input="bf16", accumulate="bf16"))
+    assert same(
+        fr.reduce(X[perm], ring, input="bf16", accumulate="bf16"), fr.reduce(X, r2, input="bf16", accumulate="bf16")
+    )
     with pytest.raises(fr.InvalidArgument, match="did you mean 'gloo'"):
         fr.plans.parse("ring:glo", 4)
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("average", ["none", "after", "premultiply", "predivide"])
-@given(prob=problems(), pair=st.sampled_from([("fp32", "bf16"), ("fp32", "fp16"), ("fp64", "fp32"),
-                                              ("bf16", "bf16"), ("fp16", "fp8_e4m3")]))
+@given(
+    prob=problems(),
+    pair=st.sampled_from(
+        [("fp32", "bf16"), ("fp32", "fp16"), ("fp64", "fp32"), ("bf16", "bf16"), ("fp16", "fp8_e4m3")]
+    ),
+)
 def test_output_and_averaging_equal_fraction_reference(mode, average, prob, pair):
     X, plan = prob
     acc, out = pair
-    kw = dict(input="fp16" if acc == "fp16" else "bf16", accumulate=acc, output=out, rounding=mode,
-              average=average)
+    kw = dict(input="fp16" if acc == "fp16" else "bf16", accumulate=acc, output=out, rounding=mode, average=average)
     fast = fr.reduce(X, plan, **kw)
     ref = fr.reduce_reference(X, plan, **kw)
     assert same(fast, ref), (X, plan.draw(), fast, ref)
@@ -203,8 +208,10 @@ def test_premultiply_differs_from_sum_then_divide():
     assert 0.01 < float(np.mean(pre != after)) < 0.9
     # with N a power of two both are exact scalings of the same sum
     X4 = X[:2]
-    assert same(fr.reduce(X4, "sequential", input="bf16", accumulate="fp32", average="premultiply"),
-                fr.reduce(X4, "sequential", input="bf16", accumulate="fp32", average="after"))
+    assert same(
+        fr.reduce(X4, "sequential", input="bf16", accumulate="fp32", average="premultiply"),
+        fr.reduce(X4, "sequential", input="bf16", accumulate="fp32", average="after"),
+    )
 
 
 def test_blocking_does_not_change_bits():
@@ -218,16 +225,17 @@ def test_blocking_does_not_change_bits():
         if isinstance(p, fr.plans.SegmentedPlan):
             b = p.bounds(m)
             for c in range(6):
-                part = fr.reduce(X[:, b[c]:b[c + 1]], p.trees[c], input="bf16", accumulate="bf16")
-                assert same(whole[b[c]:b[c + 1]], part)
+                part = fr.reduce(X[:, b[c] : b[c + 1]], p.trees[c], input="bf16", accumulate="bf16")
+                assert same(whole[b[c] : b[c + 1]], part)
         else:
             cut = 5000
             assert same(whole[:cut], fr.reduce(X[:, :cut], p, input="bf16", accumulate="bf16"))
             assert same(whole[cut:], fr.reduce(X[:, cut:], p, input="bf16", accumulate="bf16"))
 
 
-@pytest.mark.parametrize("plan", ["sequential", "ring:nccl", "ring:gloo", "ring:ompi", "rabenseifner",
-                                  "tree:nccl:4", "hier:4", "atomic"])
+@pytest.mark.parametrize(
+    "plan", ["sequential", "ring:nccl", "ring:gloo", "ring:ompi", "rabenseifner", "tree:nccl:4", "hier:4", "atomic"]
+)
 @given(cuts=st.lists(st.integers(1, 20010), min_size=1, max_size=4, unique=True))
 def test_reducing_piece_by_piece_equals_reducing_whole(plan, cuts):
     # the runner reduces long vectors in element chunks (offset, total): same bits as whole
@@ -235,8 +243,10 @@ def test_reducing_piece_by_piece_equals_reducing_whole(plan, cuts):
     X = np.random.default_rng(13).standard_normal((12, m)).astype(np.float32)
     whole = fr.reduce(X, plan, input="bf16", accumulate="bf16", seed=3)
     edges = [0, *sorted(cuts), m]
-    parts = [fr.reduce(X[:, a:b], plan, input="bf16", accumulate="bf16", seed=3, offset=a, total=m)
-             for a, b in zip(edges, edges[1:], strict=False)]
+    parts = [
+        fr.reduce(X[:, a:b], plan, input="bf16", accumulate="bf16", seed=3, offset=a, total=m)
+        for a, b in zip(edges, edges[1:], strict=False)
+    ]
     assert same(np.concatenate(parts), whole)
 
 
@@ -254,16 +264,29 @@ def test_atomic_plan_equals_per_element_sequential_folds(acc):
     got = fr.reduce(X, plan, input="bf16", accumulate=acc)
     orders = plan.orders(0, 300)
     for j in range(0, 300, 17):
-        want = fr.reduce(X[:, j:j + 1], fr.plans.sequential(7, orders[j]), input="bf16", accumulate=acc)
-        assert same(got[j:j + 1], want)
+        want = fr.reduce(X[:, j : j + 1], fr.plans.sequential(7, orders[j]), input="bf16", accumulate=acc)
+        assert same(got[j : j + 1], want)
     ref = fr.reduce_reference(X[:, :40], plan, input="bf16", accumulate=acc)
     assert same(got[:40], ref)
     assert same(fr.reduce(X, "atomic", input="bf16", accumulate=acc, seed=5), got)
     assert not same(fr.reduce(X, "atomic", input="bf16", accumulate=acc, seed=6), got) or acc == "fp32"
 
 
-@pytest.mark.parametrize("name", ["kary:3", "blocked:3", "rd", "rabenseifner", "linear", "tree:nccl:2",
-                                  "hier:2", "ring:gloo", "ring:mpich", "numpy"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "kary:3",
+        "blocked:3",
+        "rd",
+        "rabenseifner",
+        "linear",
+        "tree:nccl:2",
+        "hier:2",
+        "ring:gloo",
+        "ring:mpich",
+        "numpy",
+    ],
+)
 @given(X=hnp.arrays(np.float64, (6, 9), elements=st.floats(-1e4, 1e4, width=32)))
 def test_collective_plans_fast_equals_reference(name, X):
     plan = fr.plans.parse(name, 6)
@@ -273,8 +296,15 @@ def test_collective_plans_fast_equals_reference(name, X):
         assert same(fast, ref)
 
 
-@pytest.mark.parametrize(("mode", "want"), [("nearest_even", np.inf), ("toward_zero", 1.7976931348623157e308),
-                                            ("up", np.inf), ("down", 1.7976931348623157e308)])
+@pytest.mark.parametrize(
+    ("mode", "want"),
+    [
+        ("nearest_even", np.inf),
+        ("toward_zero", 1.7976931348623157e308),
+        ("up", np.inf),
+        ("down", 1.7976931348623157e308),
+    ],
+)
 def test_fp64_overflow_follows_the_rounding_mode(mode, want):
     X = np.array([[1.7976931348623157e308, -1.7976931348623157e308], [2.0**971, -(2.0**971)]])
     got = fr.reduce(X, "sequential", input="fp64", accumulate="fp64", rounding=mode)
@@ -289,8 +319,7 @@ def test_order_free_algorithms_are_order_independent_through_reduce(algorithm):
     X = (rng.standard_normal((9, 500)) * np.exp(rng.uniform(-10, 10, (9, 500)))).astype(np.float32)
     base = fr.reduce(X, "sequential", input="bf16", accumulate="bf16", algorithm=algorithm)
     for plan in ["pairwise", "ring:nccl", "atomic", "rd"]:
-        assert same(fr.reduce(X[rng.permutation(9)], plan, input="bf16", accumulate="bf16",
-                              algorithm=algorithm), base)
+        assert same(fr.reduce(X[rng.permutation(9)], plan, input="bf16", accumulate="bf16", algorithm=algorithm), base)
     assert same(base, fr.exact_sum(fr.round_to(X, "bf16")).round("bf16")) or algorithm == "binned"
 
 

@@ -15,8 +15,18 @@ from fpreduce import engine
 from fpreduce.formats import get_format
 from fpreduce.rounding import _nearest32_inplace
 
-PLANS = ["sequential", "pairwise", "ring:nccl", "ring:gloo", "rabenseifner", "atomic", "linear", "rd", "kary:3",
-         "((0,3),((2,1),(5,4)))"]
+PLANS = [
+    "sequential",
+    "pairwise",
+    "ring:nccl",
+    "ring:gloo",
+    "rabenseifner",
+    "atomic",
+    "linear",
+    "rd",
+    "kary:3",
+    "((0,3),((2,1),(5,4)))",
+]
 
 
 def same(a, b):
@@ -32,8 +42,9 @@ def adversarial(fmt, n, m, seed):
     X = rng.standard_normal((n, m)) * np.exp2(rng.integers(-8, 8, (n, m)))
     tiny = 2.0 ** (f.emin - f.precision + 1)
     X[:, 0::7] = rng.integers(-9, 10, (n, len(range(0, m, 7)))) * tiny  # subnormals, exact sums
-    X[:, 1::7] = rng.choice([1.0, 2.0 ** -f.precision, -(2.0 ** -f.precision), 3 * 2.0 ** -f.precision, -0.0, 0.0],
-                            (n, len(range(1, m, 7))))  # ties and signed zeros
+    X[:, 1::7] = rng.choice(
+        [1.0, 2.0**-f.precision, -(2.0**-f.precision), 3 * 2.0**-f.precision, -0.0, 0.0], (n, len(range(1, m, 7)))
+    )  # ties and signed zeros
     X[:, 2::11] = rng.choice([1, -1], (n, len(range(2, m, 11)))) * f.max_finite * rng.choice([0.25, 0.5, 1.0])
     X[:, 3::13] = -0.0
     return fr.round_to(X, f).astype(np.float32)
@@ -48,10 +59,22 @@ def with_specials(X, rng):
 
 
 @pytest.mark.parametrize("plan", PLANS)
-@pytest.mark.parametrize(("inp", "acc"), [("bf16", "bf16"), ("bf16", "fp32"), ("bf16", "tf32"), ("fp32", "fp32"),
-                                          ("fp16", "fp16"), ("fp16", "fp32"), ("fp16", "tf32"),
-                                          ("fp8_e5m2", "fp16"), ("fp8_e4m3", "fp32"),
-                                          ("fp8_e4m3", "fp16"), ("fp8_e5m2", "tf32")])
+@pytest.mark.parametrize(
+    ("inp", "acc"),
+    [
+        ("bf16", "bf16"),
+        ("bf16", "fp32"),
+        ("bf16", "tf32"),
+        ("fp32", "fp32"),
+        ("fp16", "fp16"),
+        ("fp16", "fp32"),
+        ("fp16", "tf32"),
+        ("fp8_e5m2", "fp16"),
+        ("fp8_e4m3", "fp32"),
+        ("fp8_e4m3", "fp16"),
+        ("fp8_e5m2", "tf32"),
+    ],
+)
 @pytest.mark.parametrize("special", [False, True], ids=["finite", "nan-inf"])
 def test_fast_path_equals_fraction_reference(plan, inp, acc, special):
     rng = np.random.default_rng(1)
@@ -98,8 +121,13 @@ def test_overflow_and_unrounded_inputs_take_the_general_path(acc):
 def test_veltkamp_rounds_to_nearest_even(p):
     # exhaustive over 2**32 float32 patterns offline; here every exponent with random and tie mantissas
     rng = np.random.default_rng(p)
-    mant = np.concatenate([rng.integers(0, 1 << 23, 4000), (np.arange(4000) << (24 - p)) | (1 << (23 - p)),
-                           (np.arange(4000) << (24 - p)) | ((1 << (23 - p)) - 1)]) & ((1 << 23) - 1)
+    mant = np.concatenate(
+        [
+            rng.integers(0, 1 << 23, 4000),
+            (np.arange(4000) << (24 - p)) | (1 << (23 - p)),
+            (np.arange(4000) << (24 - p)) | ((1 << (23 - p)) - 1),
+        ]
+    ) & ((1 << 23) - 1)
     expo = np.arange(1, 255)[:, None]
     bits = ((expo << 23) | mant[None, :]).astype(np.uint32).ravel()
     bits = np.concatenate([bits, bits | np.uint32(0x80000000)])

@@ -74,10 +74,13 @@ def _adv_values():
     sig = st.integers(1, 2**53 - 1)
     return st.one_of(
         st.floats(allow_nan=False, allow_infinity=False, width=64),
-        st.builds(lambda m, e, s: float(s * m * Fraction(2) ** e) if e >= -1074 + 0 else 0.0,
-                  st.integers(1, 2**20), st.integers(-1074, 900), st.sampled_from([-1, 1])),
-        st.builds(lambda m, e: float(Fraction(m, 2**52) * Fraction(2) ** e), sig,
-                  mags.filter(lambda e: e <= 970)),
+        st.builds(
+            lambda m, e, s: float(s * m * Fraction(2) ** e) if e >= -1074 + 0 else 0.0,
+            st.integers(1, 2**20),
+            st.integers(-1074, 900),
+            st.sampled_from([-1, 1]),
+        ),
+        st.builds(lambda m, e: float(Fraction(m, 2**52) * Fraction(2) ** e), sig, mags.filter(lambda e: e <= 970)),
         st.sampled_from([0.0, -0.0, 5e-324, -5e-324, 1.0, -1.0, 2.0**-53, 1e308, -1e308]),
     )
 
@@ -95,12 +98,21 @@ def adversarial_columns(draw):
 
 @st.composite
 def float32_columns(draw):
-    vals = draw(st.lists(
-        st.one_of(
-            st.builds(lambda s, m, e: s * m * 2.0**e, st.sampled_from([-1.0, 1.0]),
-                      st.integers(1, 2**24 - 1), st.integers(-149, 104)),
-            st.floats(width=32, allow_nan=False, allow_infinity=False),
-        ), min_size=1, max_size=40))
+    vals = draw(
+        st.lists(
+            st.one_of(
+                st.builds(
+                    lambda s, m, e: s * m * 2.0**e,
+                    st.sampled_from([-1.0, 1.0]),
+                    st.integers(1, 2**24 - 1),
+                    st.integers(-149, 104),
+                ),
+                st.floats(width=32, allow_nan=False, allow_infinity=False),
+            ),
+            min_size=1,
+            max_size=40,
+        )
+    )
     a = np.array(vals, dtype=np.float64)
     a = a[np.abs(a) <= float(np.finfo(np.float32).max)]
     if a.size == 0:
@@ -141,9 +153,11 @@ def test_order_invariance(col, rnd):
 
 
 @SETTINGS
-@given(st.one_of(adversarial_columns(), float32_columns().map(lambda a: a.astype(np.float64))),
-       st.sampled_from(["bf16", "fp16", "fp32", "tf32", "fp8_e4m3", "fp8_e5m2", "fp64"]),
-       st.sampled_from(MODES))
+@given(
+    st.one_of(adversarial_columns(), float32_columns().map(lambda a: a.astype(np.float64))),
+    st.sampled_from(["bf16", "fp16", "fp32", "tf32", "fp8_e4m3", "fp8_e5m2", "fp64"]),
+    st.sampled_from(MODES),
+)
 def test_round_matches_fraction_reference(col, fmt, mode):
     es = exact_sum(col)
     got = float(es.round(fmt, mode))
@@ -232,7 +246,7 @@ def test_overflow_modes():
 
 def test_large_n():
     rng = np.random.default_rng(1)
-    X = (rng.standard_normal((100_000, 8)) * 2.0 ** rng.integers(-60, 60, (100_000, 8)))
+    X = rng.standard_normal((100_000, 8)) * 2.0 ** rng.integers(-60, 60, (100_000, 8))
     X = X.astype(np.float32)
     es = exact_sum(X)
     want = np.array([frac_to_float(exact_sum_fraction(X[:, j])) for j in range(2)])
@@ -287,8 +301,11 @@ def test_ties_and_sticky_bits():
 
 
 @SETTINGS
-@given(st.lists(st.tuples(st.integers(-40, 40), st.integers(0, 30)), min_size=1, max_size=12),
-       st.integers(1, 9), st.randoms(use_true_random=False))
+@given(
+    st.lists(st.tuples(st.integers(-40, 40), st.integers(0, 30)), min_size=1, max_size=12),
+    st.integers(1, 9),
+    st.randoms(use_true_random=False),
+)
 def test_float64_fast_path_and_general_path_mix_exactly(cols, n, rnd):
     # columns of float32 values with a chosen exponent spread: narrow ones take the proven-exact
     # float64 path, wide ones the general path; every column must equal the Fraction sum
@@ -304,8 +321,9 @@ def test_float64_fast_path_and_general_path_mix_exactly(cols, n, rnd):
         assert got.fraction(j) == want
         assert got.to_float64()[j] == frac_to_float(want)
         assert err[j] == frac_to_float(Fraction(float(y[j])) - want)
-    assert np.array_equal(got.round("bf16"), np.array([fr_round(exact_sum_fraction(X[:, j])) for j in range(len(cols))],
-                                                      dtype=np.float32))
+    assert np.array_equal(
+        got.round("bf16"), np.array([fr_round(exact_sum_fraction(X[:, j])) for j in range(len(cols))], dtype=np.float32)
+    )
 
 
 def fr_round(v):
@@ -342,9 +360,13 @@ def test_float64_proof_uses_the_columns_coarser_grid_and_rules_out_overflow():
 
 
 @SETTINGS
-@given(st.lists(st.one_of(adversarial_columns(), float32_columns().map(lambda a: a.astype(np.float64))),
-                min_size=1, max_size=6),
-       st.booleans(), st.sampled_from([np.float64, np.float32]))
+@given(
+    st.lists(
+        st.one_of(adversarial_columns(), float32_columns().map(lambda a: a.astype(np.float64))), min_size=1, max_size=6
+    ),
+    st.booleans(),
+    st.sampled_from([np.float64, np.float32]),
+)
 def test_compiled_column_scan_equals_numpy_path(cols, nonfinite, dtype):
     import fpreduce.exact as E
 

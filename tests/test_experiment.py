@@ -52,16 +52,19 @@ def test_default_config_roundtrips_through_resolved_toml():
     assert c.arms[0].order.startswith("fixed:")
 
 
-@pytest.mark.parametrize(("text", "msg"), [
-    (BASE.replace("steps = 4", "stesp = 4"), "did you mean 'steps'"),
-    (BASE.replace("workers = 6", "workers = 0"), "workers must be >= 1"),
-    (BASE.replace('order = "arrival"', 'order = "arival"', 1), "did you mean 'arrival'"),
-    (BASE.replace('order = "fixed:sequential"', 'order = "fixed:pairwse"'), "did you mean 'pairwise'"),
-    (BASE.replace('accumulate = "fp32"', 'accumulate = "fp23"'), "did you mean 'fp32'"),
-    (BASE.replace("steps = 4", "steps = 4.5"), "expected int"),
-    (BASE.replace('name = "B32"', 'name = "B"'), "unique"),
-    (BASE + "\n[extra]\n", "unknown table"),
-])
+@pytest.mark.parametrize(
+    ("text", "msg"),
+    [
+        (BASE.replace("steps = 4", "stesp = 4"), "did you mean 'steps'"),
+        (BASE.replace("workers = 6", "workers = 0"), "workers must be >= 1"),
+        (BASE.replace('order = "arrival"', 'order = "arival"', 1), "did you mean 'arrival'"),
+        (BASE.replace('order = "fixed:sequential"', 'order = "fixed:pairwse"'), "did you mean 'pairwise'"),
+        (BASE.replace('accumulate = "fp32"', 'accumulate = "fp23"'), "did you mean 'fp32'"),
+        (BASE.replace("steps = 4", "steps = 4.5"), "expected int"),
+        (BASE.replace('name = "B32"', 'name = "B"'), "unique"),
+        (BASE + "\n[extra]\n", "unknown table"),
+    ],
+)
 def test_bad_configs_name_the_key(text, msg):
     with pytest.raises(fr.InvalidArgument, match=msg):
         cf.from_dict(tomllib.loads(text))
@@ -234,8 +237,14 @@ def test_runner_chunks_give_the_bits_of_whole_vector_reductions(tmp_path):
         ex = fr.exact_sum(Xin)
         ys = {}
         for arm in cfg.arms:
-            y = fr.reduce(Xin, plan_for(cfg, arm, step), input="bf16", accumulate=arm.accumulate,
-                          output=arm.output or None, average=arm.average)
+            y = fr.reduce(
+                Xin,
+                plan_for(cfg, arm, step),
+                input="bf16",
+                accumulate=arm.accumulate,
+                output=arm.output or None,
+                average=arm.average,
+            )
             assert np.array_equal(got[(step, arm.name)].view(np.uint32), y.view(np.uint32))
             ys[arm.name] = y
         # the streamed metrics equal the same metrics computed on the whole vectors
@@ -281,8 +290,9 @@ def test_step_metrics_against_whole_array_definitions():
     d[1] = 0.0
     assert c2.row()["ulp_max"] == d.max() == ULP_EDGES[-1]
     assert c2.row()["ulp_mean"] == pytest.approx(d.mean())
-    assert np.array_equal(c2.hist, np.bincount(np.searchsorted(ULP_EDGES, np.ceil(d), side="right") - 1,
-                                               minlength=len(ULP_EDGES)))
+    assert np.array_equal(
+        c2.hist, np.bincount(np.searchsorted(ULP_EDGES, np.ceil(d), side="right") - 1, minlength=len(ULP_EDGES))
+    )
     assert c2.hist[0] == 1000 - differ.sum() + 1  # the equal ones and the signed zeros
     e = ErrorStats()
     hi = ref.astype(np.float64)
@@ -294,9 +304,14 @@ def test_step_metrics_against_whole_array_definitions():
     assert r["err_max_rel"] == np.max(np.abs(a[ok] - b[ok]) / np.abs(b[ok]))
 
 
-@given(st.lists(st.one_of(st.floats(0, 5000), st.floats(0, 2.0**22), st.sampled_from([0.0, 1.0, 4096.0, 4097.0,
-                                                                                      65537.0, 2.0**20])),
-                max_size=200))
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(0, 5000), st.floats(0, 2.0**22), st.sampled_from([0.0, 1.0, 4096.0, 4097.0, 65537.0, 2.0**20])
+        ),
+        max_size=200,
+    )
+)
 def test_ulp_histogram_bins_every_distance_once(ds):
     from fpreduce._stepmetrics import ULP_EDGES, ulp_histogram
 

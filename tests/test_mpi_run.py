@@ -111,8 +111,14 @@ def _write(tmp_path: Path, text: str, name: str = "cfg.toml") -> Path:
 
 def _cli(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m fpreduce.cli ...`` as a singleton MPI process (no mpirun)."""
-    return subprocess.run([sys.executable, "-m", "fpreduce.cli", *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **mpi._ENV, **(env or {})}, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "fpreduce.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **mpi._ENV, **(env or {})},
+        check=False,
+    )
 
 
 # --- without MPI ---------------------------------------------------------------------------------
@@ -158,8 +164,9 @@ def test_shuffle_permutation_is_plan_for(tmp_path: Path) -> None:
         p = plan_for(cfg, arm, step)
         q = plans.parse("ring:ompi", 4).relabel(shuffle_permutation(cfg, arm, step))
         X = np.random.default_rng(step).standard_normal((4, 50)).astype(np.float32)
-        assert np.array_equal(reduce(X, p, input="fp32", accumulate="fp32"),
-                              reduce(X, q, input="fp32", accumulate="fp32"))
+        assert np.array_equal(
+            reduce(X, p, input="fp32", accumulate="fp32"), reduce(X, q, input="fp32", accumulate="fp32")
+        )
 
 
 def test_no_real_csv_reads_empty(tmp_path: Path) -> None:
@@ -188,8 +195,10 @@ def test_wrong_number_of_ranks_singleton(tmp_path: Path) -> None:
 def test_launcher_and_option_disagree(tmp_path: Path) -> None:
     _require()
     cfg = _write(tmp_path, RING.replace("workers = 4", "workers = 1"))
-    r = _cli(["run", str(cfg), "--backend", "mpi", "--mpi-algorithm", "ring:ompi", "--out", str(tmp_path / "r")],
-             env={"OMPI_MCA_coll_tuned_allreduce_algorithm": "3"})
+    r = _cli(
+        ["run", str(cfg), "--backend", "mpi", "--mpi-algorithm", "ring:ompi", "--out", str(tmp_path / "r")],
+        env={"OMPI_MCA_coll_tuned_allreduce_algorithm": "3"},
+    )
     assert r.returncode == 2
     assert "forces coll_tuned_allreduce_algorithm=3 (recursive_doubling)" in r.stderr
 
@@ -256,8 +265,9 @@ def test_ring_run_is_bit_exact(tmp_path: Path) -> None:
 def test_rabenseifner_fp64_and_emulated_arms(tmp_path: Path) -> None:
     _require()
     out = tmp_path / "run"
-    text = mpi_run.launch(_write(tmp_path, RABENSEIFNER), out, algorithm="rabenseifner", args=["--no-report"],
-                          timeout=120)
+    text = mpi_run.launch(
+        _write(tmp_path, RABENSEIFNER), out, algorithm="rabenseifner", args=["--no-report"], timeout=120
+    )
     assert text.count("fpreduce 0") == 1  # only rank 0 prints
     res = fr.load_run(out)
     arms = res.summary["mpi"]["arms"]

@@ -36,8 +36,9 @@ def _execute(name: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, 
         cwd = tmp_path_factory.mktemp(Path(name).stem)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-        client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
-                                         resources={"metadata": {"path": str(cwd)}})
+        client = nbclient.NotebookClient(
+            nb, timeout=CELL_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
+        )
         client.execute(env=env, cwd=str(cwd))
         last = [c for c in nb.cells if c.cell_type == "code"][-1]
         text = "".join(o.get("text", "") for o in last.outputs if o.output_type == "stream" and o.name == "stdout")
@@ -52,8 +53,11 @@ def run(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-de
 
 def test_notebooks_exist() -> None:
     assert [p.name for p in NOTEBOOKS] == [
-        "01_why_order_matters.ipynb", "02_formats_and_accumulators.ipynb", "03_collectives.ipynb",
-        "04_training_divergence.ipynb", "05_remedies.ipynb",
+        "01_why_order_matters.ipynb",
+        "02_formats_and_accumulators.ipynb",
+        "03_collectives.ipynb",
+        "04_training_divergence.ipynb",
+        "05_remedies.ipynb",
     ]
 
 
@@ -88,7 +92,8 @@ def test_runs_cleanly(path: Path, run) -> None:  # type: ignore[no-untyped-def]
         for out in cell.outputs:
             assert out.output_type != "error", f"{path.name}: {out.get('ename')}: {out.get('evalue')}"
             assert not (out.output_type == "stream" and out.name == "stderr"), (
-                f"{path.name} wrote to stderr (a warning?): {out.text[:300]}")
+                f"{path.name} wrote to stderr (a warning?): {out.text[:300]}"
+            )
             figures += "image/png" in out.get("data", {})
     assert figures >= 1, f"{path.name}: expected its figures in the outputs"
 
@@ -110,8 +115,11 @@ def test_01_why_order_matters(run) -> None:  # type: ignore[no-untyped-def]
 def test_02_formats_and_accumulators(run) -> None:  # type: ignore[no-untyped-def]
     _, r = run("02_formats_and_accumulators.ipynb")
     assert (r["ones_fp16"], r["ones_bf16"], r["ones_fp32"]) == (2048.0, 256.0, 4096.0)
-    assert r["swamp"] == {"fp16 acc, large first": 1024.0, "fp16 acc, large last": 1040.0,
-                          "fp32 acc, large first": 1040.0}
+    assert r["swamp"] == {
+        "fp16 acc, large first": 1024.0,
+        "fp16 acc, large last": 1040.0,
+        "fp32 acc, large first": 1040.0,
+    }
     assert r["overflow"]["fp16 acc"] == float("inf")
     assert r["overflow"]["fp32 acc"] == 80000.0
     assert r["overflow"]["fp16 acc, predivide"] == 2000.0

@@ -11,8 +11,18 @@ from fpreduce import strategies as fst
 from fpreduce.metrics import apriori_bound, ulp_error
 from fpreduce.outcomes import order_outcomes, tree_from_gaps
 
-FAMILIES = ["sequential", "reverse", "pairwise", "ring:nccl", "ring:gloo", "random_tree", "rd",
-            "rabenseifner", "kary:3", "atomic"]
+FAMILIES = [
+    "sequential",
+    "reverse",
+    "pairwise",
+    "ring:nccl",
+    "ring:gloo",
+    "random_tree",
+    "rd",
+    "rabenseifner",
+    "kary:3",
+    "atomic",
+]
 
 
 def bits(a):
@@ -22,14 +32,27 @@ def bits(a):
 
 def per_sample(out, s):
     """Sample ``s`` recomputed on its own: fr.reduce of x along the sample's plan."""
-    return fr.reduce(out.x[:, None], out.plan(s), input=out.input, accumulate=out.accumulate,
-                     rounding=out.rounding, algorithm=out.algorithm, output=out.output)[0]
+    return fr.reduce(
+        out.x[:, None],
+        out.plan(s),
+        input=out.input,
+        accumulate=out.accumulate,
+        rounding=out.rounding,
+        algorithm=out.algorithm,
+        output=out.output,
+    )[0]
 
 
 @pytest.mark.parametrize("family", [*FAMILIES, "hier:2", "tree:nccl:2", "ring:mpich", "blocked:3"])
-@pytest.mark.parametrize(("inp", "acc", "mode"), [("bf16", "bf16", "nearest_even"),
-                                                  ("fp32", "fp16", "toward_zero"),
-                                                  ("fp16", "fp32", "up"), ("fp32", "fp64", "down")])
+@pytest.mark.parametrize(
+    ("inp", "acc", "mode"),
+    [
+        ("bf16", "bf16", "nearest_even"),
+        ("fp32", "fp16", "toward_zero"),
+        ("fp16", "fp32", "up"),
+        ("fp32", "fp64", "down"),
+    ],
+)
 def test_vectorized_equals_per_sample_loop(family, inp, acc, mode):
     rng = np.random.default_rng(11)
     x = rng.standard_normal(8) * np.exp(rng.uniform(-5, 5, 8))
@@ -42,8 +65,9 @@ def test_vectorized_equals_per_sample_loop(family, inp, acc, mode):
 def test_algorithm_and_output_pass_through(family):
     x = np.random.default_rng(12).standard_normal(16) * 100
     for algorithm, output in [("kahan", None), ("neumaier", None), ("plain", "bf16")]:
-        out = order_outcomes(x, family, samples=20, input="bf16", accumulate="fp16",
-                             algorithm=algorithm, output=output, seed=4)
+        out = order_outcomes(
+            x, family, samples=20, input="bf16", accumulate="fp16", algorithm=algorithm, output=output, seed=4
+        )
         assert out.output == (output or "fp16")
         loop = np.array([per_sample(out, s) for s in range(out.samples)])
         assert (bits(loop) == bits(out.values)).all()
@@ -89,8 +113,7 @@ def test_random_tree_draws_several_shapes_and_orders():
 
 
 @settings(max_examples=30)
-@given(x=fst.arrays("fp16", st.tuples(st.integers(1, 40), st.just(1))),
-       family=st.sampled_from(FAMILIES))
+@given(x=fst.arrays("fp16", st.tuples(st.integers(1, 40), st.just(1))), family=st.sampled_from(FAMILIES))
 def test_fp64_accumulator_of_fp16_inputs_has_one_outcome(x, family):
     out = order_outcomes(x[:, 0], family, samples=50, input="fp16", accumulate="fp64")
     finite = np.isfinite(out.exact_value)
@@ -111,8 +134,14 @@ def test_fp16_accumulator_adversarial_has_several_outcomes(e, k, family):
     assert out.counts.sum() == 300
 
 
-PAIRS = [("fp16", "fp16"), ("bf16", "bf16"), ("fp16", "fp32"), ("bf16", "fp32"), ("fp32", "fp32"),
-         ("fp8_e5m2", "fp8_e5m2")]
+PAIRS = [
+    ("fp16", "fp16"),
+    ("bf16", "bf16"),
+    ("fp16", "fp32"),
+    ("bf16", "fp32"),
+    ("fp32", "fp32"),
+    ("fp8_e5m2", "fp8_e5m2"),
+]
 
 
 @settings(max_examples=25)
@@ -172,8 +201,7 @@ def test_signed_zeros_and_nan():
     assert np.isnan(out.distinct[0])
     assert np.isnan(out.min_error_ulps)
     assert out.histogram() == {}
-    out = order_outcomes(np.array([60000.0, 60000.0, -60000.0]), samples=60, input="fp16",
-                         accumulate="fp16")
+    out = order_outcomes(np.array([60000.0, 60000.0, -60000.0]), samples=60, input="fp16", accumulate="fp16")
     assert np.isinf(out.distinct).any()
     assert 60000.0 in out.distinct.tolist()
 

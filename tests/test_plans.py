@@ -223,13 +223,21 @@ def test_relabel_equals_permuting_rows(name):
 
 
 PARSE = [
-    ("sequential", P.sequential), ("reverse", P.reverse), ("pairwise", P.pairwise),
-    ("kary:4", lambda n: P.kary(n, 4)), ("blocked:8", lambda n: P.blocked(n, 8)),
-    ("numpy", P.numpy_pairwise), ("ring", lambda n: P.ring(n, "nccl")),
-    ("ring:mpich", lambda n: P.ring(n, "mpich")), ("ring:ompi", lambda n: P.ring(n, "ompi")),
+    ("sequential", P.sequential),
+    ("reverse", P.reverse),
+    ("pairwise", P.pairwise),
+    ("kary:4", lambda n: P.kary(n, 4)),
+    ("blocked:8", lambda n: P.blocked(n, 8)),
+    ("numpy", P.numpy_pairwise),
+    ("ring", lambda n: P.ring(n, "nccl")),
+    ("ring:mpich", lambda n: P.ring(n, "mpich")),
+    ("ring:ompi", lambda n: P.ring(n, "ompi")),
     ("ring:gloo", lambda n: P.ring(n, "gloo")),
-    ("rd", P.rd), ("rabenseifner", P.rabenseifner), ("linear", P.linear),
-    ("tree:nccl:4", lambda n: P.nccl_tree(n, 4)), ("hier:4", lambda n: P.hier(n, 4)),
+    ("rd", P.rd),
+    ("rabenseifner", P.rabenseifner),
+    ("linear", P.linear),
+    ("tree:nccl:4", lambda n: P.nccl_tree(n, 4)),
+    ("hier:4", lambda n: P.hier(n, 4)),
     ("atomic", P.atomic),
 ]
 
@@ -347,16 +355,13 @@ def test_nccl_double_binary_tree_matches_trees_cc_illustrations():
     from fpreduce._collectives import dtree_children
 
     def kids(nnodes, which):
-        return {x: sorted(c for c in d if c >= 0)
-                for x, d in enumerate(dtree_children(nnodes, which)) if max(d) >= 0}
+        return {x: sorted(c for c in d if c >= 0) for x, d in enumerate(dtree_children(nnodes, which)) if max(d) >= 0}
 
     # src/graph/trees.cc, ncclGetBtree's picture for 14 ranks
-    assert kids(14, 0) == {0: [8], 8: [4, 12], 4: [2, 6], 12: [10, 13], 2: [1, 3],
-                           6: [5, 7], 10: [9, 11]}
+    assert kids(14, 0) == {0: [8], 8: [4, 12], 4: [2, 6], 12: [10, 13], 2: [1, 3], 6: [5, 7], 10: [9, 11]}
     # ncclGetDtree's pictures: 12 ranks mirrored, 13 ranks shifted by one
     assert kids(12, 1) == {11: [3], 3: [1, 7], 1: [0, 2], 7: [5, 9], 5: [4, 6], 9: [8, 10]}
-    assert kids(13, 1) == {1: [9], 9: [0, 5], 5: [3, 7], 0: [11], 3: [2, 4], 7: [6, 8],
-                           11: [10, 12]}
+    assert kids(13, 1) == {1: [9], 9: [0, 5], 5: [3, 7], 0: [11], 3: [2, 4], 7: [6, 8], 11: [10, 12]}
     # every node but the root has exactly one parent in both trees
     for nn in range(1, 40):
         for w in (0, 1):

@@ -13,26 +13,55 @@ from fpreduce._errors import InvalidArgument
 from fpreduce.plots import FIGSIZE, arm_label, load_metrics, load_summary, plot_run, plot_sweep
 
 COLUMNS = (
-    "step", "arm", "elements", "nonfinite", "err_max_rel", "err_mean_rel", "err_median_rel",
-    "err_max_ulp", "frac_correct", "diff_frac", "ulp_max", "ulp_mean", "rel_l2", "loss",
-    "param_dist", "param_diff_frac",
+    "step",
+    "arm",
+    "elements",
+    "nonfinite",
+    "err_max_rel",
+    "err_mean_rel",
+    "err_median_rel",
+    "err_max_ulp",
+    "frac_correct",
+    "diff_frac",
+    "ulp_max",
+    "ulp_mean",
+    "rel_l2",
+    "loss",
+    "param_dist",
+    "param_diff_frac",
 )
 NAN = float("nan")
 
 
 def _arm(name, order, inp, acc, **extra):
-    return {"name": name, "order": order, "input": inp, "accumulate": acc, "output": acc,
-            "rounding": "nearest_even", "algorithm": "plain", "average": "none", "reproducible": True,
-            "first_divergence_step": None, "first_param_divergence_step": None, **extra}
+    return {
+        "name": name,
+        "order": order,
+        "input": inp,
+        "accumulate": acc,
+        "output": acc,
+        "rounding": "nearest_even",
+        "algorithm": "plain",
+        "average": "none",
+        "reproducible": True,
+        "first_divergence_step": None,
+        "first_param_divergence_step": None,
+        **extra,
+    }
 
 
-def write_run(d: Path, *, steps=30, arms=("A", "B", "B-fp32"), training=False, zero_arm=None,
-              nan_arm=None, complete=True, seed=0):
+def write_run(
+    d: Path, *, steps=30, arms=("A", "B", "B-fp32"), training=False, zero_arm=None, nan_arm=None, complete=True, seed=0
+):
     """A synthetic run directory per docs/run-format.md (values look like a bf16 A vs B run)."""
     rng = np.random.default_rng(seed)
     d.mkdir(parents=True, exist_ok=True)
-    specs = {"A": ("fixed:sequential", "bf16", "bf16", 1.0), "B": ("arrival", "bf16", "bf16", 1.0),
-             "B-fp32": ("arrival", "bf16", "fp32", 1e-4), "C": ("atomic", "fp16", "fp16", 0.3)}
+    specs = {
+        "A": ("fixed:sequential", "bf16", "bf16", 1.0),
+        "B": ("arrival", "bf16", "bf16", 1.0),
+        "B-fp32": ("arrival", "bf16", "fp32", 1e-4),
+        "C": ("atomic", "fp16", "fp16", 0.3),
+    }
     rows, loss0 = [], 2.0
     for s in range(steps):
         for a in arms:
@@ -43,13 +72,24 @@ def write_run(d: Path, *, steps=30, arms=("A", "B", "B-fp32"), training=False, z
             ulp_max = 0 if ref else int(rng.integers(1, 9))
             i = arms.index(a)
             pdist = 0.0 if ref or s < 2 + 3 * i else 1e-7 * (1.2 + 0.1 * i) ** s
-            row = {"step": s, "arm": a, "elements": 4096, "nonfinite": 0, "err_max_rel": err,
-                   "err_mean_rel": err / 20, "err_median_rel": err / 30, "err_max_ulp": 2.0,
-                   "frac_correct": 0.9, "diff_frac": diff, "ulp_max": ulp_max,
-                   "ulp_mean": diff * 1.2, "rel_l2": diff * 1e-3,
-                   "loss": loss0 * 0.97 ** s * (1 + pdist) if training else NAN,
-                   "param_dist": pdist if training else NAN,
-                   "param_diff_frac": (0.0 if pdist == 0 else 0.4) if training else NAN}
+            row = {
+                "step": s,
+                "arm": a,
+                "elements": 4096,
+                "nonfinite": 0,
+                "err_max_rel": err,
+                "err_mean_rel": err / 20,
+                "err_median_rel": err / 30,
+                "err_max_ulp": 2.0,
+                "frac_correct": 0.9,
+                "diff_frac": diff,
+                "ulp_max": ulp_max,
+                "ulp_mean": diff * 1.2,
+                "rel_l2": diff * 1e-3,
+                "loss": loss0 * 0.97**s * (1 + pdist) if training else NAN,
+                "param_dist": pdist if training else NAN,
+                "param_diff_frac": (0.0 if pdist == 0 else 0.4) if training else NAN,
+            }
             if a == zero_arm:
                 row.update(err_max_rel=0.0, err_mean_rel=0.0, diff_frac=0.0, ulp_max=0, ulp_mean=0.0)
             if a == nan_arm:
@@ -64,14 +104,34 @@ def write_run(d: Path, *, steps=30, arms=("A", "B", "B-fp32"), training=False, z
     arm_objs = []
     for i, a in enumerate(arms):
         order, inp, acc, _ = specs[a]
-        counts = [steps * 4096] + [0] * 9 if i == 0 else [2000 * steps, 1500 * steps, 400 * steps,
-                                                          150 * steps, 40 * steps, 6 * steps, 0, 0, 0, 0]
-        arm_objs.append(_arm(a, order, inp, acc, ulp_hist={"edges": edges, "counts": counts},
-                             first_param_divergence_step=(2 + 3 * i if training and i else None)))
-    summary = {"format": 1, "name": "ab-bf16" + ("-train" if training else ""), "complete": complete,
-               "steps": steps if complete else steps + 10, "steps_done": steps, "workers": 32,
-               "elements": 4096, "source": "model" if training else "synthetic", "seed": 0,
-               "reference": arms[0], "arms": arm_objs}
+        counts = (
+            [steps * 4096] + [0] * 9
+            if i == 0
+            else [2000 * steps, 1500 * steps, 400 * steps, 150 * steps, 40 * steps, 6 * steps, 0, 0, 0, 0]
+        )
+        arm_objs.append(
+            _arm(
+                a,
+                order,
+                inp,
+                acc,
+                ulp_hist={"edges": edges, "counts": counts},
+                first_param_divergence_step=(2 + 3 * i if training and i else None),
+            )
+        )
+    summary = {
+        "format": 1,
+        "name": "ab-bf16" + ("-train" if training else ""),
+        "complete": complete,
+        "steps": steps if complete else steps + 10,
+        "steps_done": steps,
+        "workers": 32,
+        "elements": 4096,
+        "source": "model" if training else "synthetic",
+        "seed": 0,
+        "reference": arms[0],
+        "arms": arm_objs,
+    }
     (d / "summary.json").write_text(json.dumps(summary, indent=1))
     (d / "config.toml").write_text("[experiment]\nname = 'x'\n")
     return d
@@ -79,17 +139,18 @@ def write_run(d: Path, *, steps=30, arms=("A", "B", "B-fp32"), training=False, z
 
 def write_sweep(d: Path, workers=(2, 4, 8, 16, 32, 64)):
     d.mkdir(parents=True, exist_ok=True)
-    cols = ("workers", "plan", "input", "accumulate", "arm", "mean_err_rel", "max_err_rel",
-            "mean_diff_frac", "max_ulp")
+    cols = ("workers", "plan", "input", "accumulate", "arm", "mean_err_rel", "max_err_rel", "mean_diff_frac", "max_ulp")
     lines = [",".join(cols)]
-    for plan, inp, acc, e0 in (("ring", "bf16", "bf16", 1e-3), ("tree", "bf16", "bf16", 5e-4),
-                               ("ring", "bf16", "fp32", 1e-7)):
+    for plan, inp, acc, e0 in (
+        ("ring", "bf16", "bf16", 1e-3),
+        ("tree", "bf16", "bf16", 5e-4),
+        ("ring", "bf16", "fp32", 1e-7),
+    ):
         for arm in ("A", "B"):
             for n in workers:
-                diff = 0.0 if arm == "A" else min(0.9, 0.05 * n ** 0.5 * (1 if acc == "bf16" else 1e-3))
-                ulp = 0 if arm == "A" else max(1, int(n ** 0.5))
-                lines.append(f"{n},{plan},{inp},{acc},{arm},{e0 * n ** 0.5!r},{e0 * 8 * n ** 0.5!r},"
-                             f"{diff!r},{ulp}")
+                diff = 0.0 if arm == "A" else min(0.9, 0.05 * n**0.5 * (1 if acc == "bf16" else 1e-3))
+                ulp = 0 if arm == "A" else max(1, int(n**0.5))
+                lines.append(f"{n},{plan},{inp},{acc},{arm},{e0 * n**0.5!r},{e0 * 8 * n**0.5!r},{diff!r},{ulp}")
     (d / "sweep.csv").write_text("\n".join(lines) + "\n")
     return d
 
@@ -101,6 +162,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 # ----------------------------------------------------------------------------- reading
+
 
 def test_load_metrics_groups_by_arm_sorted_by_step(tmp_path):
     run = write_run(tmp_path / "r", steps=4)
@@ -142,6 +204,7 @@ def test_arm_label():
 
 
 # ----------------------------------------------------------------------------- bad input
+
 
 def test_missing_directory(tmp_path):
     with pytest.raises(InvalidArgument, match="no such run directory"):
@@ -195,6 +258,7 @@ def test_sweep_missing(tmp_path):
 
 # ----------------------------------------------------------------------------- figures
 
+
 def test_synthetic_run_figures(tmp_path):
     run = write_run(tmp_path / "r")
     paths = plot_run(run)
@@ -217,8 +281,9 @@ def training_run(tmp_path_factory):
 
 def test_training_run_figures(training_run):
     run, files = training_run
-    assert set(files) == {f"{s}.{e}" for s in ("error", "divergence", "ulp_hist", "training")
-                          for e in ("png", "pdf", "svg")}
+    assert set(files) == {
+        f"{s}.{e}" for s in ("error", "divergence", "ulp_hist", "training") for e in ("png", "pdf", "svg")
+    }
     assert sorted(p.name for p in (run / "figures").iterdir()) == sorted(files)
 
 
@@ -235,8 +300,17 @@ def test_training_run_figures(training_run):
         {"arms": ("A", "B"), "zero_arm": "B"},
         {"complete": False, "arms": ("A", "C")},
     ],
-    ids=["1-step", "1-step-training", "1-arm", "1-arm-1-step-training", "zero-arm", "nan-arm", "nan-arm-training",
-         "all-zero", "incomplete"],
+    ids=[
+        "1-step",
+        "1-step-training",
+        "1-arm",
+        "1-arm-1-step-training",
+        "zero-arm",
+        "nan-arm",
+        "nan-arm-training",
+        "all-zero",
+        "incomplete",
+    ],
 )
 def test_degenerate_runs_do_not_crash(tmp_path, kwargs):
     run = write_run(tmp_path / "r", **kwargs)
@@ -295,12 +369,12 @@ def test_png_text_metadata_is_fixed(training_run):
     png = training_run[1]["error.png"]
     pos, chunks = 8, []
     while pos < len(png):
-        n = int.from_bytes(png[pos:pos + 4], "big")
-        kind = png[pos + 4:pos + 8]
+        n = int.from_bytes(png[pos : pos + 4], "big")
+        kind = png[pos + 4 : pos + 8]
         if kind == b"tEXt":
-            chunks.append(png[pos + 8:pos + 8 + n])
+            chunks.append(png[pos + 8 : pos + 8 + n])
         elif kind == b"zTXt":
-            key, rest = png[pos + 8:pos + 8 + n].split(b"\0", 1)
+            key, rest = png[pos + 8 : pos + 8 + n].split(b"\0", 1)
             chunks.append(key + b"\0" + zlib.decompress(rest[1:]))
         pos += 12 + n
     assert any(c.startswith(b"Title\0fpreduce error") for c in chunks)
@@ -320,8 +394,10 @@ def test_sweep_figure(tmp_path):
 def test_sweep_zeros_nan_and_one_arm(tmp_path):
     d = tmp_path / "s"
     d.mkdir()
-    (d / "sweep.csv").write_text("workers,plan,input,accumulate,arm,mean_err_rel,max_err_rel,mean_diff_frac,max_ulp\n"
-                                 "2,ring,bf16,fp32,A,0.0,0.0,nan,0.0\n4,ring,bf16,fp32,A,0.0,1e-7,nan,0.0\n")
+    (d / "sweep.csv").write_text(
+        "workers,plan,input,accumulate,arm,mean_err_rel,max_err_rel,mean_diff_frac,max_ulp\n"
+        "2,ring,bf16,fp32,A,0.0,0.0,nan,0.0\n4,ring,bf16,fp32,A,0.0,1e-7,nan,0.0\n"
+    )
     assert plot_sweep(d, formats=("png",)) == [d / "figures" / "sweep.png"]
 
 

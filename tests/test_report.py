@@ -13,17 +13,37 @@ import pytest
 from fpreduce._errors import InvalidArgument
 from fpreduce.report import findings, write_report, write_sweep_report
 
-COLS = ("step", "arm", "elements", "nonfinite", "err_max_rel", "err_mean_rel", "err_median_rel",
-        "err_max_ulp", "frac_correct", "diff_frac", "ulp_max", "ulp_mean", "rel_l2", "loss",
-        "param_dist", "param_diff_frac")
+COLS = (
+    "step",
+    "arm",
+    "elements",
+    "nonfinite",
+    "err_max_rel",
+    "err_mean_rel",
+    "err_median_rel",
+    "err_max_ulp",
+    "frac_correct",
+    "diff_frac",
+    "ulp_max",
+    "ulp_mean",
+    "rel_l2",
+    "loss",
+    "param_dist",
+    "param_diff_frac",
+)
 ARMS = [
     {"name": "A", "order": "fixed:sequential", "input": "bf16", "accumulate": "bf16", "output": "bf16"},
     {"name": "B", "order": "arrival", "input": "bf16", "accumulate": "bf16", "output": "bf16"},
     {"name": "B-fp32acc", "order": "arrival", "input": "bf16", "accumulate": "fp32", "output": "bf16"},
-    {"name": "R-ring", "order": "shuffle:ring:nccl", "input": "fp16", "accumulate": "fp16",
-     "output": "fp16"},
-    {"name": "B-kahan", "order": "arrival", "input": "bf16", "accumulate": "bf16", "output": "bf16",
-     "algorithm": "kahan"},
+    {"name": "R-ring", "order": "shuffle:ring:nccl", "input": "fp16", "accumulate": "fp16", "output": "fp16"},
+    {
+        "name": "B-kahan",
+        "order": "arrival",
+        "input": "bf16",
+        "accumulate": "bf16",
+        "output": "bf16",
+        "algorithm": "kahan",
+    },
 ]
 
 
@@ -37,17 +57,26 @@ def make_run(path: Path, *, training: bool, steps: int, done: int, seed: int = 1
             scale = 1e-3 if arm["accumulate"] == "fp32" else 1.0
             ref = i == 0
             loss = 1.0 / (1 + step) + (0 if ref else 1e-4 * i * step) if training else float("nan")
-            rows.append({
-                "step": step, "arm": arm["name"], "elements": 4096, "nonfinite": 0,
-                "err_max_rel": scale * rng.uniform(0.01, 0.1), "err_mean_rel": scale * rng.uniform(1e-3, 2e-3),
-                "err_median_rel": scale * 1e-3, "err_max_ulp": 3.0, "frac_correct": 0.9,
-                "diff_frac": 0.0 if ref else scale * rng.uniform(0.2, 0.6),
-                "ulp_max": 0.0 if ref else float(rng.integers(1, 9)), "ulp_mean": 0.0 if ref else 0.5,
-                "rel_l2": 0.0 if ref else 1e-3,
-                "loss": loss,
-                "param_dist": (0.0 if ref or step < 2 else 1e-7 * 2.0**step) if training else float("nan"),
-                "param_diff_frac": (0.0 if ref or step < 2 else 0.5) if training else float("nan"),
-            })
+            rows.append(
+                {
+                    "step": step,
+                    "arm": arm["name"],
+                    "elements": 4096,
+                    "nonfinite": 0,
+                    "err_max_rel": scale * rng.uniform(0.01, 0.1),
+                    "err_mean_rel": scale * rng.uniform(1e-3, 2e-3),
+                    "err_median_rel": scale * 1e-3,
+                    "err_max_ulp": 3.0,
+                    "frac_correct": 0.9,
+                    "diff_frac": 0.0 if ref else scale * rng.uniform(0.2, 0.6),
+                    "ulp_max": 0.0 if ref else float(rng.integers(1, 9)),
+                    "ulp_mean": 0.0 if ref else 0.5,
+                    "rel_l2": 0.0 if ref else 1e-3,
+                    "loss": loss,
+                    "param_dist": (0.0 if ref or step < 2 else 1e-7 * 2.0**step) if training else float("nan"),
+                    "param_diff_frac": (0.0 if ref or step < 2 else 0.5) if training else float("nan"),
+                }
+            )
     with open(path / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(COLS)
@@ -55,19 +84,41 @@ def make_run(path: Path, *, training: bool, steps: int, done: int, seed: int = 1
             w.writerow([repr(r[c]) if isinstance(r[c], float) else r[c] for c in COLS])
     arms = []
     for i, a in enumerate(ARMS):
-        arms.append({"rounding": "nearest_even", "algorithm": "plain", "average": "none", **a,
-                     "reproducible": True if i == 0 else None, "first_divergence_step": None if i == 0 else 0,
-                     "first_param_divergence_step": (None if i == 0 else 2) if training else None,
-                     "mean_diff_frac": 0.1, "max_ulp": 8, "mean_err_rel": 1e-3, "max_err_rel": 0.1,
-                     "ulp_hist": {"edges": [0, 1, 2, 3, 5, 9], "counts": [10, 5, 3, 2, 1, 0]}})
-    summary = {"format": 1, "name": "synthetic-ab" if not training else "train-ab", "complete": done == steps,
-               "steps": steps, "steps_done": done, "workers": 16, "elements": 4096,
-               "source": "model" if training else "synthetic", "seed": 0, "reference": "A",
-               "versions": {"fpreduce": "0.1.0", "numpy": "2.4.0", "python": "3.11.7"}, "arms": arms}
+        arms.append(
+            {
+                "rounding": "nearest_even",
+                "algorithm": "plain",
+                "average": "none",
+                **a,
+                "reproducible": True if i == 0 else None,
+                "first_divergence_step": None if i == 0 else 0,
+                "first_param_divergence_step": (None if i == 0 else 2) if training else None,
+                "mean_diff_frac": 0.1,
+                "max_ulp": 8,
+                "mean_err_rel": 1e-3,
+                "max_err_rel": 0.1,
+                "ulp_hist": {"edges": [0, 1, 2, 3, 5, 9], "counts": [10, 5, 3, 2, 1, 0]},
+            }
+        )
+    summary = {
+        "format": 1,
+        "name": "synthetic-ab" if not training else "train-ab",
+        "complete": done == steps,
+        "steps": steps,
+        "steps_done": done,
+        "workers": 16,
+        "elements": 4096,
+        "source": "model" if training else "synthetic",
+        "seed": 0,
+        "reference": "A",
+        "versions": {"fpreduce": "0.1.0", "numpy": "2.4.0", "python": "3.11.7"},
+        "arms": arms,
+    }
     (path / "summary.json").write_text(json.dumps(summary, indent=1))
-    (path / "config.toml").write_text(f"[experiment]\nname = \"x\"\nsteps = {steps}\nworkers = 16\n"
-                                      + "".join(f"\n[[arms]]\nname = \"{a['name']}\"\norder = \"{a['order']}\"\n"
-                                                for a in ARMS))
+    (path / "config.toml").write_text(
+        f'[experiment]\nname = "x"\nsteps = {steps}\nworkers = 16\n'
+        + "".join(f'\n[[arms]]\nname = "{a["name"]}"\norder = "{a["order"]}"\n' for a in ARMS)
+    )
     return path
 
 
@@ -108,8 +159,10 @@ def train_incomplete(tmp_path):
 def read_metrics(run):
     with open(run / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
-    return {a["name"]: {c: np.array([float(r[c]) for r in rows if r["arm"] == a["name"]])
-                        for c in COLS if c != "arm"} for a in ARMS}
+    return {
+        a["name"]: {c: np.array([float(r[c]) for r in rows if r["arm"] == a["name"]]) for c in COLS if c != "arm"}
+        for a in ARMS
+    }
 
 
 def test_report_is_byte_identical_on_rerun(synth, tmp_path):
@@ -119,8 +172,12 @@ def test_report_is_byte_identical_on_rerun(synth, tmp_path):
     assert first.startswith(b"%PDF")
     p2 = write_report(synth, out=tmp_path / "again.pdf")
     assert p2.read_bytes() == first
-    assert sorted(x.name for x in synth.iterdir()) == ["config.toml", "metrics.csv", "report.pdf",
-                                                       "summary.json"]  # no temp file left
+    assert sorted(x.name for x in synth.iterdir()) == [
+        "config.toml",
+        "metrics.csv",
+        "report.pdf",
+        "summary.json",
+    ]  # no temp file left
 
 
 def test_report_ignores_the_callers_matplotlib_settings_and_hash_seed(synth, tmp_path):
@@ -162,8 +219,10 @@ def test_findings_quote_numbers_computed_from_the_data(synth):
     assert "from bf16 to fp32 (arm B -> B-fp32acc) multiplied the mean relative error by" in f
     assert float(ratio).hex() in f
     ratio = np.mean(m["B-kahan"]["err_mean_rel"]) / np.mean(m["B"]["err_mean_rel"])
-    assert ("Changing the algorithm from plain to kahan (arm B -> B-kahan) multiplied the mean relative error "
-            f"by {ratio:.3g} ({float(ratio).hex()})") in f
+    assert (
+        "Changing the algorithm from plain to kahan (arm B -> B-kahan) multiplied the mean relative error "
+        f"by {ratio:.3g} ({float(ratio).hex()})"
+    ) in f
     assert "Reference arm A was bitwise reproducible" in f
     assert "Training" not in f
     text = pdf_text(write_report(synth).read_bytes())
@@ -213,11 +272,14 @@ def test_sweep_report(tmp_path):
     assert "B: ring:nccl bf16->bf16: mean error grows like N^0.50" in text
 
 
-@pytest.mark.parametrize(("remove", "msg"), [
-    (None, "no such run directory"),
-    ("summary.json", "summary.json is missing"),
-    ("metrics.csv", "metrics.csv is missing"),
-])
+@pytest.mark.parametrize(
+    ("remove", "msg"),
+    [
+        (None, "no such run directory"),
+        ("summary.json", "summary.json is missing"),
+        ("metrics.csv", "metrics.csv is missing"),
+    ],
+)
 def test_bad_run_dirs(synth, tmp_path, remove, msg):
     target = tmp_path / "nope" if remove is None else synth
     if remove:

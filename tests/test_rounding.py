@@ -25,9 +25,7 @@ def same(a, b):
 
 
 finite64 = st.floats(allow_nan=False, allow_infinity=False, width=64)
-scaled = st.builds(
-    lambda m, e: m * 2.0**e, st.floats(-2, 2, allow_nan=False), st.integers(-160, 140)
-)
+scaled = st.builds(lambda m, e: m * 2.0**e, st.floats(-2, 2, allow_nan=False), st.integers(-160, 140))
 
 
 @pytest.mark.parametrize("mode", DIRECTED)
@@ -60,8 +58,12 @@ def test_idempotent_on_every_representable_value(name):
     assert same(fr.round_to(v, name, "stochastic", rng=0), v)
 
 
-ML = {"bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
-      "fp8_e5m2": ml_dtypes.float8_e5m2, "fp16": np.float16}
+ML = {
+    "bf16": ml_dtypes.bfloat16,
+    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+    "fp16": np.float16,
+}
 
 
 @pytest.mark.parametrize("name", sorted(ML))

@@ -38,8 +38,7 @@ def excess_kurtosis(x):
 # ---------------------------------------------------------------- specs
 
 
-@pytest.mark.parametrize("spec", [SyntheticSpec(), ModelSpec(), FileSpec("g.npy")],
-                         ids=["syn", "model", "file"])
+@pytest.mark.parametrize("spec", [SyntheticSpec(), ModelSpec(), FileSpec("g.npy")], ids=["syn", "model", "file"])
 def test_to_dict_round_trips_with_every_field(spec):
     d = spec.to_dict()
     assert d["kind"] == spec.kind
@@ -54,32 +53,36 @@ def test_spec_from_dict_defaults_to_synthetic_and_converts_int_to_float():
     assert type(s.signal) is float
 
 
-@pytest.mark.parametrize(("d", "words"), [
-    ({"nosie": 1.0}, ["source.nosie", "did you mean 'noise'"]),
-    ({"dist": "gaussian"}, ["source.dist", "'gaussian'", "did you mean 'normal'"]),
-    ({"dist": "studnet_t"}, ["source.dist", "did you mean 'student_t'"]),
-    ({"outlier_kind": "scaled"}, ["source.outlier_kind", "did you mean 'scale'"]),
-    ({"kind": "modle"}, ["source.kind", "did you mean 'model'"]),
-    ({"elements": True}, ["source.elements", "integer"]),
-    ({"elements": 4096.0}, ["source.elements", "integer"]),
-    ({"signal": "1"}, ["source.signal", "number"]),
-    ({"signal": False}, ["source.signal", "number"]),
-    ({"dist": 3}, ["source.dist", "string"]),
-    ({"sparsity": 1.0}, ["source.sparsity"]),
-    ({"df": 0}, ["source.df"]),
-    ({"noise": -1.0}, ["source.noise"]),
-    ({"noise": math.nan}, ["source.noise"]),
-    ({"outlier_worker": -2}, ["source.outlier_worker"]),
-    ({"elements": 0}, ["source.elements"]),
-    ({"kind": "model", "hidden": True}, ["source.hidden", "integer"]),
-    ({"kind": "model", "momentum": 1.0}, ["source.momentum"]),
-    ({"kind": "model", "lr": 0}, ["source.lr"]),
-    ({"kind": "model", "activation": "Relu"}, ["source.activation", "did you mean 'relu'"]),
-    ({"kind": "model", "batch_size": 4}, ["source.batch_size", "did you mean 'batch_per_worker'"]),
-    ({"kind": "file"}, ["source.path", "required"]),
-    ({"kind": "file", "path": ""}, ["source.path"]),
-    ({"kind": "file", "path": 3}, ["source.path", "string"]),
-], ids=lambda v: str(v) if isinstance(v, dict) else "")
+@pytest.mark.parametrize(
+    ("d", "words"),
+    [
+        ({"nosie": 1.0}, ["source.nosie", "did you mean 'noise'"]),
+        ({"dist": "gaussian"}, ["source.dist", "'gaussian'", "did you mean 'normal'"]),
+        ({"dist": "studnet_t"}, ["source.dist", "did you mean 'student_t'"]),
+        ({"outlier_kind": "scaled"}, ["source.outlier_kind", "did you mean 'scale'"]),
+        ({"kind": "modle"}, ["source.kind", "did you mean 'model'"]),
+        ({"elements": True}, ["source.elements", "integer"]),
+        ({"elements": 4096.0}, ["source.elements", "integer"]),
+        ({"signal": "1"}, ["source.signal", "number"]),
+        ({"signal": False}, ["source.signal", "number"]),
+        ({"dist": 3}, ["source.dist", "string"]),
+        ({"sparsity": 1.0}, ["source.sparsity"]),
+        ({"df": 0}, ["source.df"]),
+        ({"noise": -1.0}, ["source.noise"]),
+        ({"noise": math.nan}, ["source.noise"]),
+        ({"outlier_worker": -2}, ["source.outlier_worker"]),
+        ({"elements": 0}, ["source.elements"]),
+        ({"kind": "model", "hidden": True}, ["source.hidden", "integer"]),
+        ({"kind": "model", "momentum": 1.0}, ["source.momentum"]),
+        ({"kind": "model", "lr": 0}, ["source.lr"]),
+        ({"kind": "model", "activation": "Relu"}, ["source.activation", "did you mean 'relu'"]),
+        ({"kind": "model", "batch_size": 4}, ["source.batch_size", "did you mean 'batch_per_worker'"]),
+        ({"kind": "file"}, ["source.path", "required"]),
+        ({"kind": "file", "path": ""}, ["source.path"]),
+        ({"kind": "file", "path": 3}, ["source.path", "string"]),
+    ],
+    ids=lambda v: str(v) if isinstance(v, dict) else "",
+)
 def test_bad_source_tables_name_the_key(d, words):
     with pytest.raises(fr.InvalidArgument) as e:
         spec_from_dict(d)
@@ -94,11 +97,14 @@ def test_from_dict_rejects_a_kind_of_another_spec():
         ModelSpec.from_dict({"kind": "file"})
 
 
-@pytest.mark.parametrize(("kw", "key"), [
-    ({"workers": 0, "seed": 0}, "experiment.workers"),
-    ({"workers": True, "seed": 0}, "experiment.workers"),
-    ({"workers": 2, "seed": -1}, "experiment.seed"),
-])
+@pytest.mark.parametrize(
+    ("kw", "key"),
+    [
+        ({"workers": 0, "seed": 0}, "experiment.workers"),
+        ({"workers": True, "seed": 0}, "experiment.workers"),
+        ({"workers": 2, "seed": -1}, "experiment.seed"),
+    ],
+)
 def test_open_source_checks_workers_and_seed(kw, key):
     with pytest.raises(fr.InvalidArgument, match=key):
         open_source(SyntheticSpec(), **kw)
@@ -134,11 +140,19 @@ def test_synthetic_shape_dtype_and_reproducible_step_by_step(dist):
 
 
 @given(
-    spec=st.builds(SyntheticSpec, dist=st.sampled_from(DISTS), elements=st.integers(1, 40),
-                   signal=st.floats(0, 10), noise=st.floats(0, 10), decay=st.floats(0, 1),
-                   outlier_kind=st.sampled_from(["scale", "corrupt", "nan"]),
-                   outlier_worker=st.integers(-1, 0)),
-    workers=st.integers(1, 5), seed=st.integers(0, 2**64 - 1), step=st.integers(0, 10**9),
+    spec=st.builds(
+        SyntheticSpec,
+        dist=st.sampled_from(DISTS),
+        elements=st.integers(1, 40),
+        signal=st.floats(0, 10),
+        noise=st.floats(0, 10),
+        decay=st.floats(0, 1),
+        outlier_kind=st.sampled_from(["scale", "corrupt", "nan"]),
+        outlier_worker=st.integers(-1, 0),
+    ),
+    workers=st.integers(1, 5),
+    seed=st.integers(0, 2**64 - 1),
+    step=st.integers(0, 10**9),
 )
 def test_any_synthetic_spec_round_trips_and_is_reproducible(spec, workers, seed, step):
     assert SyntheticSpec.from_dict(spec.to_dict()) == spec
@@ -152,15 +166,30 @@ def test_adding_workers_keeps_the_first_rows():
     assert same_bits(syn(workers=8).gradients(2)[:4], syn(workers=4).gradients(2))
 
 
-@pytest.mark.parametrize("kw", [{"dist": "normal"}, {"dist": "student_t"}, {"dist": "lognormal"},
-                                {"dist": "sparse"}, {"outlier_worker": 2, "outlier_kind": "corrupt"}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"dist": "normal"},
+        {"dist": "student_t"},
+        {"dist": "lognormal"},
+        {"dist": "sparse"},
+        {"outlier_worker": 2, "outlier_kind": "corrupt"},
+    ],
+)
 def test_any_element_range_equals_the_slice_of_the_whole(kw):
     m = 2 * BLOCK + 123
     src = syn(workers=5, elements=m, **kw)
     whole = src.gradients(3)
     assert whole.shape == (5, m)
-    for lo, hi in [(0, m), (0, 1), (BLOCK - 7, BLOCK + 9), (BLOCK, 2 * BLOCK), (m - 5, m), (17, 2 * BLOCK + 5),
-                   (40, 40)]:
+    for lo, hi in [
+        (0, m),
+        (0, 1),
+        (BLOCK - 7, BLOCK + 9),
+        (BLOCK, 2 * BLOCK),
+        (m - 5, m),
+        (17, 2 * BLOCK + 5),
+        (40, 40),
+    ]:
         assert same_bits(src.gradients(3, lo=lo, hi=hi), whole[:, lo:hi])
     assert same_bits(syn(workers=9, elements=m, **kw).gradients(3)[:5], whole)  # more workers: same first rows
     assert not np.array_equal(whole[:, :BLOCK], whole[:, BLOCK : 2 * BLOCK])  # blocks draw fresh values
@@ -269,8 +298,9 @@ def test_backprop_matches_finite_differences(act):
     for k in range(p.size):
         e = np.zeros_like(p)
         e[k] = eps
-        fd[:, k] = (_model.loss_and_grad(p + e, x, y, i, h, o, act)[0]
-                    - _model.loss_and_grad(p - e, x, y, i, h, o, act)[0]) / (2 * eps)
+        fd[:, k] = (
+            _model.loss_and_grad(p + e, x, y, i, h, o, act)[0] - _model.loss_and_grad(p - e, x, y, i, h, o, act)[0]
+        ) / (2 * eps)
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
 
 
@@ -295,8 +325,7 @@ def test_worker_gradients_average_to_the_full_batch_gradient():
     src = model(workers=5, batch_per_worker=3)
     p = src.init_params()
     x, y = src.batch(2)
-    full = _model.loss_and_grad(p.astype(np.float64), x.reshape(15, -1), y.reshape(15, -1),
-                                *src.dims, "tanh")[1]
+    full = _model.loss_and_grad(p.astype(np.float64), x.reshape(15, -1), y.reshape(15, -1), *src.dims, "tanh")[1]
     mean = src.gradients(2, p).astype(np.float64).mean(axis=0)
     np.testing.assert_allclose(mean, full, rtol=0, atol=1e-6 * np.abs(full).max())
     shard_losses = _model.loss_and_grad(p.astype(np.float64), x, y, *src.dims, "tanh")[0]
@@ -313,8 +342,9 @@ def test_model_is_deterministic_and_step_independent():
     assert not np.array_equal(model(seed=1).init_params(), p)
 
 
-@pytest.mark.parametrize(("kw", "factor"), [({}, 0.2), ({"activation": "relu", "momentum": 0.5}, 0.3)],
-                         ids=["sgd-tanh", "momentum-relu"])
+@pytest.mark.parametrize(
+    ("kw", "factor"), [({}, 0.2), ({"activation": "relu", "momentum": 0.5}, 0.3)], ids=["sgd-tanh", "momentum-relu"]
+)
 def test_training_with_exact_sums_reduces_the_loss(kw, factor):
     src = model(**kw)
     p, state = src.init_params(), src.init_state()
@@ -430,21 +460,35 @@ def _object_npz(p):
     np.savez(p, a=np.array([[[1, "x"]]], dtype=object))
 
 
-@pytest.mark.parametrize(("name", "make", "words"), [
-    ("g.npy", lambda p: None, "no such file"),
-    ("g.npy", lambda p: np.save(p, np.array([[[1, "x"]]], dtype=object), allow_pickle=True),
-     "Python objects"),
-    ("g.npz", lambda p: np.savez(p, a=np.array([[[1, "x"]]], dtype=object)), "Python objects"),
-    ("g.npy", lambda p: np.save(p, np.zeros((3, 4))), "expected (steps, workers, elements)"),
-    ("g.npy", lambda p: np.save(p, np.zeros((2, 5, 4))), "holds 5 workers"),
-    ("g.npy", lambda p: np.save(p, np.zeros((2, 3, 4), np.int32)), "dtype int32"),
-    ("g.npy", lambda p: np.save(p, np.zeros((2, 3, 4), np.complex64)), "dtype complex64"),
-    ("g.npy", lambda p: np.save(p, np.zeros((0, 3, 4))), "empty"),
-    ("g.npz", lambda p: np.savez(p), "empty"),
-    ("g.npz", lambda p: np.savez(p, grads=np.zeros((2, 3))), "expected (steps, workers, elements)"),
-    ("g.npy", lambda p: p.write_bytes(b"junk"), "not a readable .npy"),
-], ids=["missing", "object-npy", "object-npz", "2d", "workers", "int", "complex", "empty", "empty-npz",
-        "2d-npz", "junk"])
+@pytest.mark.parametrize(
+    ("name", "make", "words"),
+    [
+        ("g.npy", lambda p: None, "no such file"),
+        ("g.npy", lambda p: np.save(p, np.array([[[1, "x"]]], dtype=object), allow_pickle=True), "Python objects"),
+        ("g.npz", lambda p: np.savez(p, a=np.array([[[1, "x"]]], dtype=object)), "Python objects"),
+        ("g.npy", lambda p: np.save(p, np.zeros((3, 4))), "expected (steps, workers, elements)"),
+        ("g.npy", lambda p: np.save(p, np.zeros((2, 5, 4))), "holds 5 workers"),
+        ("g.npy", lambda p: np.save(p, np.zeros((2, 3, 4), np.int32)), "dtype int32"),
+        ("g.npy", lambda p: np.save(p, np.zeros((2, 3, 4), np.complex64)), "dtype complex64"),
+        ("g.npy", lambda p: np.save(p, np.zeros((0, 3, 4))), "empty"),
+        ("g.npz", lambda p: np.savez(p), "empty"),
+        ("g.npz", lambda p: np.savez(p, grads=np.zeros((2, 3))), "expected (steps, workers, elements)"),
+        ("g.npy", lambda p: p.write_bytes(b"junk"), "not a readable .npy"),
+    ],
+    ids=[
+        "missing",
+        "object-npy",
+        "object-npz",
+        "2d",
+        "workers",
+        "int",
+        "complex",
+        "empty",
+        "empty-npz",
+        "2d-npz",
+        "junk",
+    ],
+)
 def test_file_errors_are_one_line_and_name_the_file(tmp_path, name, make, words):
     p = tmp_path / name
     make(p)

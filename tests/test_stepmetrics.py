@@ -17,9 +17,37 @@ from fpreduce.formats import get_format
 from fpreduce.rounding import round_to
 
 FORMATS = ["fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
-SPECIALS = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 5e-324, -5e-324, 3 * 5e-324, 2.0**-1022,
-                     2.0**-1000, -(2.0**-980), 2.0**-149, 2.0**-133, 2.0**-126, 2.0**-24, 2.0**-16, 2.0**-9, 1.0,
-                     -1.0, 448.0, 57344.0, 65504.0, 3.4e38, -3.4e38, 1e300, np.finfo(np.float64).max])
+SPECIALS = np.array(
+    [
+        np.nan,
+        -np.nan,
+        np.inf,
+        -np.inf,
+        0.0,
+        -0.0,
+        5e-324,
+        -5e-324,
+        3 * 5e-324,
+        2.0**-1022,
+        2.0**-1000,
+        -(2.0**-980),
+        2.0**-149,
+        2.0**-133,
+        2.0**-126,
+        2.0**-24,
+        2.0**-16,
+        2.0**-9,
+        1.0,
+        -1.0,
+        448.0,
+        57344.0,
+        65504.0,
+        3.4e38,
+        -3.4e38,
+        1e300,
+        np.finfo(np.float64).max,
+    ]
+)
 
 needs_kernels = pytest.mark.skipif(not sm._KERNELS, reason="numba not installed: only the numpy path exists")
 
@@ -81,21 +109,43 @@ def _run(d: dict[str, np.ndarray], out: str, ref: str, chunks: list[slice]) -> t
 def _state(err: sm.ErrorStats, cmp: sm.CompareStats) -> list[object]:
     """Every accumulated value and row entry (floats by their bits, -0.0 != 0.0, but NaN == NaN: the sign of a
     NaN from BLAS ``dot`` over NaNs of both signs varies from call to call, even on the numpy path alone)."""
+
     def bits(v: float) -> object:
         return "nan" if math.isnan(v) else np.float64(v).view(np.uint64).item()
 
     rels = np.concatenate(err.rels) if err.rels else np.empty(0, np.float32)
-    vals = [err.total, err.nonfinite, err.correct, err.rel_sum, err.rel_max, err.ulp_max,
-            cmp.total, cmp.differ, cmp.d_sum, cmp.d_max, cmp.sq_diff, cmp.sq_ref, *err.row().values(),
-            *cmp.row().values()]
+    vals = [
+        err.total,
+        err.nonfinite,
+        err.correct,
+        err.rel_sum,
+        err.rel_max,
+        err.ulp_max,
+        cmp.total,
+        cmp.differ,
+        cmp.d_sum,
+        cmp.d_max,
+        cmp.sq_diff,
+        cmp.sq_ref,
+        *err.row().values(),
+        *cmp.row().values(),
+    ]
     return [bits(float(v)) if isinstance(v, float | np.floating) else v for v in vals] + [
-        rels.view(np.uint32).tobytes(), cmp.hist.tolist()]
+        rels.view(np.uint32).tobytes(),
+        cmp.hist.tolist(),
+    ]
 
 
 @needs_kernels
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(0, 4000), st.sampled_from(FORMATS), st.sampled_from(FORMATS),
-       st.sampled_from([0.0, 0.02, 0.3]), st.lists(st.integers(0, 4000), max_size=4))
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 4000),
+    st.sampled_from(FORMATS),
+    st.sampled_from(FORMATS),
+    st.sampled_from([0.0, 0.02, 0.3]),
+    st.lists(st.integers(0, 4000), max_size=4),
+)
 def test_kernels_equal_numpy_path(seed: int, n: int, out: str, ref: str, p_special: float, cuts: list[int]) -> None:
     d = _data(seed, n, out, ref, p_special)
     chunks = _chunks(n, cuts)
@@ -106,8 +156,12 @@ def test_kernels_equal_numpy_path(seed: int, n: int, out: str, ref: str, p_speci
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(1, 3000), st.sampled_from(FORMATS),
-       st.lists(st.integers(0, 3000), min_size=1, max_size=5))
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 3000),
+    st.sampled_from(FORMATS),
+    st.lists(st.integers(0, 3000), min_size=1, max_size=5),
+)
 def test_chunked_equals_whole(seed: int, n: int, out: str, cuts: list[int]) -> None:
     """Chunking changes only the order of the float64 sums: counts, maxima, median, histogram agree.
 
@@ -131,14 +185,22 @@ def test_chunked_equals_whole(seed: int, n: int, out: str, cuts: list[int]) -> N
                 else:
                     assert (a[k] == b[k]) or (math.isnan(a[k]) and math.isnan(b[k])), k
         assert whole[1].hist.tolist() == parts[1].hist.tolist()
-        assert (whole[0].total, whole[0].correct, whole[1].differ) == (parts[0].total, parts[0].correct,
-                                                                       parts[1].differ)
+        assert (whole[0].total, whole[0].correct, whole[1].differ) == (
+            parts[0].total,
+            parts[0].correct,
+            parts[1].differ,
+        )
 
 
 @needs_kernels
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(1, 5000), st.sampled_from([0.0, 0.001, 0.5]), st.booleans(),
-       st.integers(1, 4))
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 5000),
+    st.sampled_from([0.0, 0.001, 0.5]),
+    st.booleans(),
+    st.integers(1, 4),
+)
 def test_median_equals_numpy(seed: int, n: int, p_zero: float, nan: bool, parts: int) -> None:
     rng = np.random.default_rng(seed)
     with np.errstate(over="ignore"):  # 0, subnormals, inf
@@ -185,13 +247,16 @@ def test_error_stats_by_hand() -> None:
         assert row["err_mean_rel"] == rel_sum / 3
 
 
-@pytest.mark.parametrize(("fmt", "hi", "y", "ulps"), [
-    ("fp64", 3 * 2.0**-1074, 5 * 2.0**-1074, 2.0),  # fp64: subnormal quanta, 2**-1074
-    ("fp64", 2.0**-1000, 2.0**-1000 + 2.0**-1051, 2.0),
-    ("bf16", 2.0**-130, 0.0, 8.0),  # below bf16's emin: quantum 2**(-126 - 7)
-    ("fp8_e4m3", 448.0, 416.0, 1.0),  # ulp 32 at the top binade
-    ("fp16", 2.0**-20, 2.0**-24, 15.0),  # fp16 subnormals: quantum 2**-24
-])
+@pytest.mark.parametrize(
+    ("fmt", "hi", "y", "ulps"),
+    [
+        ("fp64", 3 * 2.0**-1074, 5 * 2.0**-1074, 2.0),  # fp64: subnormal quanta, 2**-1074
+        ("fp64", 2.0**-1000, 2.0**-1000 + 2.0**-1051, 2.0),
+        ("bf16", 2.0**-130, 0.0, 8.0),  # below bf16's emin: quantum 2**(-126 - 7)
+        ("fp8_e4m3", 448.0, 416.0, 1.0),  # ulp 32 at the top binade
+        ("fp16", 2.0**-20, 2.0**-24, 15.0),  # fp16 subnormals: quantum 2**-24
+    ],
+)
 def test_error_ulps_by_hand(fmt: str, hi: float, y: float, ulps: float) -> None:
     f = get_format(fmt)
 

@@ -76,11 +76,16 @@ def test_weighting_reaches_the_edge_cases(fmt):
 
     def classify(v):
         a = abs(v)
-        labels = {"zero-": v == 0 and np.signbit(v), "subnormal": 0 < a < f.smallest_normal,
-                  "max": a == f.max_finite, "min_sub": a == f.smallest_subnormal,
-                  "min_normal": a == f.smallest_normal, "pow2": a > 0 and np.frexp(a)[0] == 0.5,
-                  "half_ulp_of_1": a == 2.0**-f.precision, "odd": a > 0 and not float(a).is_integer()
-                  and np.frexp(a)[0] * 2.0**f.precision % 2 == 1}
+        labels = {
+            "zero-": v == 0 and np.signbit(v),
+            "subnormal": 0 < a < f.smallest_normal,
+            "max": a == f.max_finite,
+            "min_sub": a == f.smallest_subnormal,
+            "min_normal": a == f.smallest_normal,
+            "pow2": a > 0 and np.frexp(a)[0] == 0.5,
+            "half_ulp_of_1": a == 2.0**-f.precision,
+            "odd": a > 0 and not float(a).is_integer() and np.frexp(a)[0] * 2.0**f.precision % 2 == 1,
+        }
         return [k for k, hit in labels.items() if hit]
 
     seen = collect(fst.values(fmt), classify)
@@ -129,8 +134,11 @@ def test_swamping_columns_make_orders_differ():
         b = fr.reduce(X, "reverse", input="bf16", accumulate="bf16")
         return not (bits64(a) == bits64(b)).all()
 
-    X = find(fst.arrays("bf16", (4, 1), max_magnitude=100.0), differs,
-             settings=settings(max_examples=300, database=None, phases=[Phase.generate], derandomize=True))
+    X = find(
+        fst.arrays("bf16", (4, 1), max_magnitude=100.0),
+        differs,
+        settings=settings(max_examples=300, database=None, phases=[Phase.generate], derandomize=True),
+    )
     assert differs(X)
 
 
@@ -141,8 +149,11 @@ def test_worker_counts_in_range(pair):
 
 
 def test_worker_counts_favour_powers_of_two():
-    seen = collect(fst.worker_counts(1, 1000), lambda n: ["pow2"] if n & (n - 1) == 0 else ["near"]
-                   if (n + 1) & n == 0 or (n - 1) & (n - 2) == 0 else [], n=200)
+    seen = collect(
+        fst.worker_counts(1, 1000),
+        lambda n: ["pow2"] if n & (n - 1) == 0 else ["near"] if (n + 1) & n == 0 or (n - 1) & (n - 2) == 0 else [],
+        n=200,
+    )
     assert seen["pow2"] >= 25
     assert seen["near"] >= 25
     with pytest.raises(fr.InvalidArgument):
@@ -180,8 +191,14 @@ def test_plans_cover_families_and_random_shapes():
         fst.plans(4, ["pairwse"])
 
 
-@given(fst.problems(workers=fst.worker_counts(1, 9), elements=(1, 3),
-                    inputs=fst.formats(exclude=["fp64"]), accumulators=fst.formats(exclude=["fp64"])))
+@given(
+    fst.problems(
+        workers=fst.worker_counts(1, 9),
+        elements=(1, 3),
+        inputs=fst.formats(exclude=["fp64"]),
+        accumulators=fst.formats(exclude=["fp64"]),
+    )
+)
 def test_problems_fast_engine_equals_reference(prob):
     X, plan, inp, acc = prob
     assert X.shape[0] == plan.n
@@ -224,8 +241,10 @@ def test_readme_numpy_sum_is_not_a_sequential_fold():
     def differs(X):
         return not (bits64(np.sum(X, axis=0)) == bits64(fr.reduce(X, "sequential"))).all()
 
-    X = find(fst.arrays("fp32", fst.shapes(elements=(1, 1)), max_magnitude=2.0**100), differs,
-             settings=settings(max_examples=300, database=None, derandomize=True,
-                               phases=[Phase.generate]))
+    X = find(
+        fst.arrays("fp32", fst.shapes(elements=(1, 1)), max_magnitude=2.0**100),
+        differs,
+        settings=settings(max_examples=300, database=None, derandomize=True, phases=[Phase.generate]),
+    )
     assert differs(X)
     assert X.shape[0] >= 8 or (X == 0).all()

@@ -48,16 +48,21 @@ def test_sweep_cli_writes_figures_and_report(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("text", "msg"), [
-    (SWEEP.replace("[sweep]", "[swep]"), r"needs a \[sweep\] table"),
-    (SWEEP.replace("workers = [2, 4, 8]", "workrs = [2]"), "did you mean 'workers'"),
-    (SWEEP.replace('"bf16:fp32"', '"bf16"'), "input:accumulate"),
-    (SWEEP.replace("[2, 4, 8]", "[0, 2]"), "positive ints"),
-    (SWEEP + 'dists = ["normal", "lognormall"]\n', "did you mean 'lognormal'"),
-    (SWEEP + "dists = []\n", "non-empty list"),
-    (SWEEP.replace('kind = "synthetic"\nelements = 256', 'kind = "model"') + 'dists = ["normal"]\n',
-     "synthetic source"),
-])
+@pytest.mark.parametrize(
+    ("text", "msg"),
+    [
+        (SWEEP.replace("[sweep]", "[swep]"), r"needs a \[sweep\] table"),
+        (SWEEP.replace("workers = [2, 4, 8]", "workrs = [2]"), "did you mean 'workers'"),
+        (SWEEP.replace('"bf16:fp32"', '"bf16"'), "input:accumulate"),
+        (SWEEP.replace("[2, 4, 8]", "[0, 2]"), "positive ints"),
+        (SWEEP + 'dists = ["normal", "lognormall"]\n', "did you mean 'lognormal'"),
+        (SWEEP + "dists = []\n", "non-empty list"),
+        (
+            SWEEP.replace('kind = "synthetic"\nelements = 256', 'kind = "model"') + 'dists = ["normal"]\n',
+            "synthetic source",
+        ),
+    ],
+)
 def test_bad_sweeps(tmp_path, text, msg):
     cfg = tmp_path / "s.toml"
     cfg.write_text(text)
@@ -67,9 +72,10 @@ def test_bad_sweeps(tmp_path, text, msg):
 
 def test_sweep_over_data_distributions(tmp_path):
     cfg = tmp_path / "s.toml"
-    cfg.write_text(SWEEP.replace("[2, 4, 8]", "[4, 8]").replace('plans = ["sequential", "ring:nccl"]',
-                                                                'plans = ["sequential"]')
-                   + 'dists = ["normal", "lognormal"]\n')
+    cfg.write_text(
+        SWEEP.replace("[2, 4, 8]", "[4, 8]").replace('plans = ["sequential", "ring:nccl"]', 'plans = ["sequential"]')
+        + 'dists = ["normal", "lognormal"]\n'
+    )
     _, points = load_sweep(cfg)
     assert sorted({p.source.dist for p in points}) == ["lognormal", "normal"]
     assert len({p.experiment.name for p in points}) == len(points) == 2 * 2 * 2

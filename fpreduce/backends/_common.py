@@ -191,7 +191,10 @@ def run_group(
             logs.append(log)
             procs.append(
                 subprocess.Popen(  # noqa: S603 - our own argv
-                    argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+                    argv,
+                    env={**os.environ, **env},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
             )
@@ -220,8 +223,7 @@ def run_group(
                     detail = f" (rank {m.group(1)} failed first)"
             i = failed[0]
             raise BackendError(
-                f"{what}: {_who([i], len(cmds))} exited with code {procs[i].returncode}{detail}. "
-                f"{_tail(logs, [i])}"
+                f"{what}: {_who([i], len(cmds))} exited with code {procs[i].returncode}{detail}. {_tail(logs, [i])}"
             )
     finally:
         _kill(procs)

@@ -54,8 +54,12 @@ def reranking(
         y = outs[0]
         agree = all(np.array_equal(bits(y), bits(o)) for o in outs[1:])
         out.append(
-            RerankStep(holder, differing(y, emulate(X, plan.relabel(holder), "fp32")),
-                       differing(y, emulate(X, plan, "fp32")), agree)
+            RerankStep(
+                holder,
+                differing(y, emulate(X, plan.relabel(holder), "fp32")),
+                differing(y, emulate(X, plan, "fp32")),
+                agree,
+            )
         )
     return out
 

@@ -95,8 +95,7 @@ def run_allreduce(
     with new_workdir() as d:
         workdir = Path(d)
         np.save(workdir / "inputs.npy", np.concatenate([c.astype(np.float64) for c in cases], axis=1))
-        job = {"sizes": [int(c.shape[1]) for c in cases], "dtypes": list(dtypes), "fault": fault,
-               "timeout": timeout}
+        job = {"sizes": [int(c.shape[1]) for c in cases], "dtypes": list(dtypes), "fault": fault, "timeout": timeout}
         (workdir / "job.json").write_text(json.dumps(job))
         env = {"GLOO_SOCKET_IFNAME": "lo", "MASTER_ADDR": "127.0.0.1", "OMP_NUM_THREADS": "1"}
         worker = [python(), "-m", "fpreduce.backends._gloo_worker", str(workdir)]

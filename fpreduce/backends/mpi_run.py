@@ -65,8 +65,12 @@ from fpreduce.sources import Source, open_source
 __all__ = ["PLAN_ALGORITHMS", "ArmMode", "MpiRunner", "classify", "launch", "load_real", "resolve_algorithm"]
 
 #: plan name -> the Open MPI algorithm (``mpi.ALGORITHMS`` key) that follows it
-PLAN_ALGORITHMS = {"ring:ompi": "ring", "rd": "recursive_doubling", "rabenseifner": "rabenseifner",
-                   "linear": "basic_linear"}
+PLAN_ALGORITHMS = {
+    "ring:ompi": "ring",
+    "rd": "recursive_doubling",
+    "rabenseifner": "rabenseifner",
+    "linear": "basic_linear",
+}
 REAL_CSV = "real.csv"
 REAL_COLUMNS = ("step", "arm", "real_agree", "ranks_agree")
 _ENV_ALG = "OMPI_MCA_coll_tuned_allreduce_algorithm"
@@ -105,10 +109,12 @@ class ArmMode:
 
 
 def _real_formats(a: ArmSpec) -> str:
-    """"" if Open MPI can sum exactly like this arm, else the reason it cannot."""
+    """ "" if Open MPI can sum exactly like this arm, else the reason it cannot."""
     if a.input not in mpi.DTYPES or a.accumulate != a.input or a.out_format != a.input:
-        return (f"formats {a.input}->{a.accumulate}->{a.out_format}: Open MPI 4 sums fp32 or fp64 "
-                "with input = accumulator = output (no fp16/bf16 datatype)")
+        return (
+            f"formats {a.input}->{a.accumulate}->{a.out_format}: Open MPI 4 sums fp32 or fp64 "
+            "with input = accumulator = output (no fp16/bf16 datatype)"
+        )
     if a.rounding != "nearest_even":
         return f"rounding {a.rounding!r}: MPI_SUM rounds to nearest even"
     if a.algorithm != "plain":
@@ -135,22 +141,39 @@ def classify(cfg: Config, algorithm: str, elements: int) -> list[ArmMode]:
         policy, _, plan = a.order.partition(":")
         plan = plan.strip()
         if policy not in ("fixed", "shuffle"):
-            out.append(ArmMode(a.name, False, "", "", f"order policy {policy!r} has no Open MPI counterpart "
-                               "(fixed:<plan> and shuffle:<plan> do)"))
+            out.append(
+                ArmMode(
+                    a.name,
+                    False,
+                    "",
+                    "",
+                    f"order policy {policy!r} has no Open MPI counterpart (fixed:<plan> and shuffle:<plan> do)",
+                )
+            )
             continue
         why = _real_formats(a)
         if why:
             out.append(ArmMode(a.name, False, plan, "", why))
             continue
         if plan not in PLAN_ALGORITHMS:
-            out.append(ArmMode(a.name, False, plan, "", f"plan {plan!r} is not an Open MPI allreduce "
-                               f"({', '.join(PLAN_ALGORITHMS)})"))
+            out.append(
+                ArmMode(
+                    a.name,
+                    False,
+                    plan,
+                    "",
+                    f"plan {plan!r} is not an Open MPI allreduce ({', '.join(PLAN_ALGORITHMS)})",
+                )
+            )
             continue
         got, _, note = mpi.expected_plan(algorithm, n, elements, a.input)
         if got != plan:
             need = PLAN_ALGORITHMS[plan]
-            why = (f"plan {plan!r} needs algorithm {need} but this launch forces {algorithm} (one per mpirun)"
-                   if need != algorithm else f"{note} ({got}, not {plan})")
+            why = (
+                f"plan {plan!r} needs algorithm {need} but this launch forces {algorithm} (one per mpirun)"
+                if need != algorithm
+                else f"{note} ({got}, not {plan})"
+            )
             out.append(ArmMode(a.name, False, plan, "", why))
             continue
         out.append(ArmMode(a.name, True, plan, a.input, ""))
@@ -168,21 +191,26 @@ def _force_algorithm(algorithm: str | None, cfg: Config) -> str:
     if pre:
         have = resolve_algorithm(pre)
         if want is not None and want != have:
-            raise InvalidArgument(f"the launcher forces coll_tuned_allreduce_algorithm={pre} ({have}) but "
-                                  f"--mpi-algorithm asks for {want}: drop one of them")
+            raise InvalidArgument(
+                f"the launcher forces coll_tuned_allreduce_algorithm={pre} ({have}) but "
+                f"--mpi-algorithm asks for {want}: drop one of them"
+            )
         want = have
     if want is None:
         want = _default_algorithm(cfg)
     if "mpi4py.MPI" in sys.modules:  # MPI already initialized: too late to force anything
         if os.environ.get(_ENV_ALG) not in (str(mpi.ALGORITHMS[want]), want):
-            raise InvalidArgument("MPI was initialized before fpreduce could force the allreduce algorithm: "
-                                  "run `python -m fpreduce.cli run ... --backend mpi` as the program of mpirun")
+            raise InvalidArgument(
+                "MPI was initialized before fpreduce could force the allreduce algorithm: "
+                "run `python -m fpreduce.cli run ... --backend mpi` as the program of mpirun"
+            )
         return want
     env = {
         "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
         _ENV_ALG: str(mpi.ALGORITHMS[want]),
-        "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize":
-            str(mpi.SEGMENT_BYTES if want == "segmented_ring" else 0),
+        "OMPI_MCA_coll_tuned_allreduce_algorithm_segmentsize": str(
+            mpi.SEGMENT_BYTES if want == "segmented_ring" else 0
+        ),
     }
     if want == "nonoverlapping":
         env["OMPI_MCA_coll_tuned_reduce_algorithm"] = "1"
@@ -210,8 +238,10 @@ class MpiRunner:
 
     def __init__(self, cfg: Config, *, algorithm: str | None = None) -> None:
         if cfg.source.kind == "model":
-            raise InvalidArgument("--backend mpi: source kind 'model' (training) is not supported: each arm's "
-                                  "gradient depends on its own parameters; use a synthetic or file source")
+            raise InvalidArgument(
+                "--backend mpi: source kind 'model' (training) is not supported: each arm's "
+                "gradient depends on its own parameters; use a synthetic or file source"
+            )
         self.cfg = cfg
         self.algorithm = _force_algorithm(algorithm, cfg)
         try:
@@ -226,7 +256,8 @@ class MpiRunner:
         if self.size != n:
             raise InvalidArgument(
                 f"experiment.workers = {n} but this MPI job has {self.size} rank(s); launch one rank per worker: "
-                f"`mpirun -np {n} python -m fpreduce.cli run CONFIG --backend mpi --out DIR`")
+                f"`mpirun -np {n} python -m fpreduce.cli run CONFIG --backend mpi --out DIR`"
+            )
         self.root = self.rank == 0
         err = ""
         try:  # may fail on some ranks only (a file missing on one node): agree before going on
@@ -321,12 +352,26 @@ class MpiRunner:
                 entry["min_real_agree"] = min(v) if v else None
                 entry["ranks_agree"] = all(r["ranks_agree"] == 1.0 for r in self._rows if r["arm"] == name)
             arms[name] = entry
-        return {"backend": "mpi", "mpi": {
-            "library": self.library, "ranks": self.size, "hosts": self.hosts, "algorithm": self.algorithm,
-            "coll_tuned_allreduce_algorithm": mpi.ALGORITHMS[self.algorithm], "arms": arms}}
+        return {
+            "backend": "mpi",
+            "mpi": {
+                "library": self.library,
+                "ranks": self.size,
+                "hosts": self.hosts,
+                "algorithm": self.algorithm,
+                "coll_tuned_allreduce_algorithm": mpi.ALGORITHMS[self.algorithm],
+                "arms": arms,
+            },
+        }
 
-    def run(self, config: Config | str | Path | None = None, out: str | Path | None = None, *,
-            resume: bool = False, progress: Progress | None = None) -> Results | None:
+    def run(
+        self,
+        config: Config | str | Path | None = None,
+        out: str | Path | None = None,
+        *,
+        resume: bool = False,
+        progress: Progress | None = None,
+    ) -> Results | None:
         """Run the experiment: rank 0 returns the Results, the other ranks serve and return None.
 
         ``config`` must be the Config given to the constructor (accepted for the
@@ -340,8 +385,14 @@ class MpiRunner:
         self._dir = Path(out) if out is not None else Path("runs") / self.cfg.experiment.name
         self._old_rows = load_real(self._dir) if resume else []
         try:
-            res = run_experiment(self.cfg, self._dir, resume=resume, progress=progress,
-                                 on_step=self._on_step, summary_extra=self._summary)
+            res = run_experiment(
+                self.cfg,
+                self._dir,
+                resume=resume,
+                progress=progress,
+                on_step=self._on_step,
+                summary_extra=self._summary,
+            )
         except BaseException as e:
             if self._pending:  # the others are inside a collective that will never complete
                 sys.stderr.write(f"fpreduce: error: rank 0 failed during a collective: {e!r}; aborting the job\n")
@@ -371,13 +422,26 @@ def load_real(run_dir: str | Path) -> list[dict[str, Any]]:
     for rec in csv.DictReader(io.StringIO(p.read_text())):
         if set(rec) != set(REAL_COLUMNS) or any(v is None for v in rec.values()):
             raise InvalidArgument(f"{p}: not a fpreduce real.csv (columns {', '.join(REAL_COLUMNS)})")
-        rows.append({"step": int(rec["step"]), "arm": rec["arm"], "real_agree": float(rec["real_agree"]),
-                     "ranks_agree": float(rec["ranks_agree"])})
+        rows.append(
+            {
+                "step": int(rec["step"]),
+                "arm": rec["arm"],
+                "real_agree": float(rec["real_agree"]),
+                "ranks_agree": float(rec["ranks_agree"]),
+            }
+        )
     return rows
 
 
-def launch(config: str | Path, out: str | Path, *, algorithm: str = "ring:ompi", np_: int | None = None,
-           args: Sequence[str] = (), timeout: float = 300.0) -> str:
+def launch(
+    config: str | Path,
+    out: str | Path,
+    *,
+    algorithm: str = "ring:ompi",
+    np_: int | None = None,
+    args: Sequence[str] = (),
+    timeout: float = 300.0,
+) -> str:
     """Run ``fpreduce run CONFIG --backend mpi`` under a local, loopback-only ``mpirun``; its output.
 
     The same launcher as :func:`fpreduce.backends.verify` (shared memory, OOB on ``lo``,
@@ -393,12 +457,30 @@ def launch(config: str | Path, out: str | Path, *, algorithm: str = "ring:ompi",
     argv = mpi.mpirun_argv(n, alg, Path(out))
     if argv[-3:-1] != ["-m", "fpreduce.backends._mpi_worker"]:  # pragma: no cover - launcher changed
         raise RuntimeError(f"unexpected mpirun command line {argv}")
-    cmd = [*argv[:-3], "-m", "fpreduce.cli", "run", str(config), "--backend", "mpi", "--mpi-algorithm", alg,
-           "--out", str(out), "--quiet", *args]
+    cmd = [
+        *argv[:-3],
+        "-m",
+        "fpreduce.cli",
+        "run",
+        str(config),
+        "--backend",
+        "mpi",
+        "--mpi-algorithm",
+        alg,
+        "--out",
+        str(out),
+        "--quiet",
+        *args,
+    ]
     what = f"mpirun -np {n} fpreduce run --backend mpi ({alg})"
     proc = subprocess.Popen(  # noqa: S603 - our own argv
-        cmd, env={**os.environ, **mpi._ENV}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
+        cmd,
+        env={**os.environ, **mpi._ENV},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         text, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -410,7 +492,10 @@ def launch(config: str | Path, out: str | Path, *, algorithm: str = "ring:ompi",
         errors = list(dict.fromkeys(ln.strip() for ln in text.splitlines() if "fpreduce: error:" in ln))
         m = mpi._FAILED_RANK.search(text)
         tail = " | ".join(text.strip().splitlines()[-6:])
-        raise BackendError(f"{what}: exited with code {proc.returncode}"
-                           + (f" (rank {m.group(1)} failed first)" if m else "") + ": "
-                           + (" ".join(errors) if errors else f"Output: {tail}"))
+        raise BackendError(
+            f"{what}: exited with code {proc.returncode}"
+            + (f" (rank {m.group(1)} failed first)" if m else "")
+            + ": "
+            + (" ".join(errors) if errors else f"Output: {tail}")
+        )
     return text

@@ -59,6 +59,7 @@ def main() -> None:
         import xsum  # type: ignore[import-not-found]
 
         xl = x.astype(np.float64)
+
         def run_xsum() -> float:
             acc = xsum.xsum_small_accumulator()
             xsum.xsum_add(acc, xl)
@@ -76,8 +77,7 @@ def main() -> None:
     # engine
     X = rng.standard_normal((64, 1 << 16)).astype(np.float32)
     b63 = best(lambda: [X[0] + X[i] for i in range(1, 64)], 3)
-    for inp, acc in [("bf16", "fp32"), ("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32"),
-                     ("bf16", "fp8_e5m2")]:
+    for inp, acc in [("bf16", "fp32"), ("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32"), ("bf16", "fp8_e5m2")]:
         Xi = fr.round_to(X, inp)  # gradients already in the input format
         t = best(lambda inp=inp, acc=acc, Xi=Xi: fr.reduce(Xi, "sequential", input=inp, accumulate=acc), 1)
         print(f"reduce 64 x 2^16 sequential {inp}->{acc}: {t / b63:6.1f} x 63 float32 adds")

@@ -58,8 +58,10 @@ def run(n: int, m: int, cases: list[tuple[str, dict[str, str]]], rounds: int = 1
                 seq[key] = t
             elif key in seq:
                 seq_ratios[i].append(t / seq[key])
-    print(f"\nN={n} x {m} elements: baseline {n - 1} float32 adds = {min(bases) * 1e3:.1f} ms"
-          + (f" ({rounds} rounds: ratio ranges)" if rounds > 1 else ""))
+    print(
+        f"\nN={n} x {m} elements: baseline {n - 1} float32 adds = {min(bases) * 1e3:.1f} ms"
+        + (f" ({rounds} rounds: ratio ranges)" if rounds > 1 else "")
+    )
 
     def fmt(v: list[float]) -> str:
         return f"{min(v):5.2f}" if len(v) == 1 else f"{min(v):5.2f}-{max(v):5.2f}"

@@ -51,19 +51,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:  # a tiny run first: loads the compiled kernels (once per process)
         t0 = time.perf_counter()
         run_experiment(cf.from_dict(tomllib.loads(CONFIG.format(elements=64).replace("steps = 3", "steps = 1"))), d)
-        print(f"warm-up (imports, numba kernels from cache when installed: {_jit.AVAILABLE}):"
-              f" {time.perf_counter() - t0:.2f} s, once per process")
+        print(
+            f"warm-up (imports, numba kernels from cache when installed: {_jit.AVAILABLE}):"
+            f" {time.perf_counter() - t0:.2f} s, once per process"
+        )
     with tempfile.TemporaryDirectory() as d:
         s = run_experiment(cfg, d).summary
     wall, eng, src = s["wall_time_s"], s["engine_time_s"], s["source_time_s"]
     ex, met = s["exact_time_s"], s["metrics_time_s"]
     over = wall - eng - src
     print(f"64 workers x {elements} elements, 3 arms, 3 steps")
-    print(f"wall {wall:.2f} s = engine {eng:.2f} s (reductions and input casts) + gradient source {src:.2f} s"
-          f" + runner {over:.2f} s")
+    print(
+        f"wall {wall:.2f} s = engine {eng:.2f} s (reductions and input casts) + gradient source {src:.2f} s"
+        f" + runner {over:.2f} s"
+    )
     print(f"runner overhead: {100 * over / eng:.0f}% of the engine's time (target <= 50%)")
-    print(f"of which exact sums {ex:.2f} s ({100 * ex / eng:.0f}%), metrics {met:.2f} s ({100 * met / eng:.0f}%),"
-          f" I/O and bookkeeping {over - ex - met:.2f} s")
+    print(
+        f"of which exact sums {ex:.2f} s ({100 * ex / eng:.0f}%), metrics {met:.2f} s ({100 * met / eng:.0f}%),"
+        f" I/O and bookkeeping {over - ex - met:.2f} s"
+    )
 
 
 if __name__ == "__main__":

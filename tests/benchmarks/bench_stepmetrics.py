@@ -58,8 +58,10 @@ def main() -> None:
                 a, r, rows = step(*data, fmt)
                 best_add, best_row = min(best_add, a), min(best_row, r)
             res[kern] = rows
-            print(f"{out} {'kernel' if kern else 'numpy '}: add {best_add * 1e3:7.1f} ms/step,"
-                  f" row (median) {best_row * 1e3:6.1f} ms/step")
+            print(
+                f"{out} {'kernel' if kern else 'numpy '}: add {best_add * 1e3:7.1f} ms/step,"
+                f" row (median) {best_row * 1e3:6.1f} ms/step"
+            )
         same = repr(res[True]) == repr(res[False])
         print(f"{out} first kernel step (compile or cache load + run): {first:.2f} s; rows identical: {same}")
     sm._KERNELS = True
