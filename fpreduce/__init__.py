@@ -1,16 +1,33 @@
-"""fpreduce: bit-exact emulation and measurement of floating-point reduction order effects."""
+"""fpreduce: bit-exact emulation and measurement of floating-point reduction order effects.
+
+The package is layered; imports flow one way, down this list (``docs/architecture.md``
+has the full map and ``tests/test_layers.py`` enforces it):
+
+* ``fpreduce.base``: errors, the compiled-kernel switch, dtype guards (imports nothing);
+* ``fpreduce.plans``: reduction trees of the collectives and order drawing;
+* ``fpreduce.core``: formats, rounding, exact oracle, engine, algorithms, metrics;
+* ``fpreduce.analysis``: order outcomes and hypothesis strategies;
+* ``fpreduce.run``: configuration, gradient sources, the experiment runner, run directories;
+* ``fpreduce.report``: figures and PDF reports of a run directory;
+* ``fpreduce.backends``: the real libraries (Open MPI, gloo) and runs on them;
+* ``fpreduce.cli``: the ``fpreduce`` command.
+
+``import fpreduce`` loads the plans and the core only; the runner, the reports,
+matplotlib and numba load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from fpreduce import plans
-from fpreduce._errors import InvalidArgument
 from fpreduce._version import __version__
-from fpreduce.config import load_config
-from fpreduce.engine import reduce, reduce_reference
-from fpreduce.exact import ExactSum, exact_sum, exact_sum_mpmath
-from fpreduce.experiment import run_experiment
-from fpreduce.formats import FORMATS, Format, from_bits, get_format, to_bits, ulp
-from fpreduce.outcomes import OrderOutcomes, order_outcomes
-from fpreduce.results import Results, load_run
-from fpreduce.rounding import MODES, Mode, round_to
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.core.engine import reduce, reduce_reference
+from fpreduce.core.exact import ExactSum, exact_sum, exact_sum_mpmath
+from fpreduce.core.formats import FORMATS, Format, from_bits, get_format, to_bits, ulp
+from fpreduce.core.rounding import MODES, Mode, round_to
 
 __all__ = [
     "FORMATS",
@@ -37,3 +54,25 @@ __all__ = [
     "to_bits",
     "ulp",
 ]
+
+# Public names whose modules are heavier (the runner, the analysis): imported on first use.
+_LAZY = {
+    "OrderOutcomes": "fpreduce.analysis.outcomes",
+    "order_outcomes": "fpreduce.analysis.outcomes",
+    "load_config": "fpreduce.run.config",
+    "run_experiment": "fpreduce.run.runner",
+    "Results": "fpreduce.run.rundir",
+    "load_run": "fpreduce.run.rundir",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'fpreduce' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fpreduce._errors import InvalidArgument
 from fpreduce._version import __version__
+from fpreduce.base.errors import InvalidArgument
 
 
 def _progress(done: int, total: int, eta: float) -> None:
@@ -31,7 +31,7 @@ def _progress(done: int, total: int, eta: float) -> None:
 
 def _artifacts(run_dir: Path) -> list[Path]:
     """Figures and the PDF report of a finished (or interrupted) run."""
-    from fpreduce import plots, report
+    from fpreduce.report import plots, report
 
     files = [p for p in plots.plot_run(run_dir) if p.suffix == ".png"]
     files.append(report.write_report(run_dir))
@@ -60,8 +60,8 @@ def _summary_table(results) -> str:  # type: ignore[no-untyped-def]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from fpreduce.config import load_config, with_steps
-    from fpreduce.experiment import run_experiment
+    from fpreduce.run.config import load_config, with_steps
+    from fpreduce.run.runner import run_experiment
 
     cfg = load_config(args.config, args.set or [])
     if args.steps is not None:
@@ -101,8 +101,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from fpreduce import plots
-    from fpreduce.results import load_run
+    from fpreduce.report import plots
+    from fpreduce.run.rundir import load_run
 
     load_run(args.run)  # a clear error for a missing or foreign directory
     for p in plots.plot_run(Path(args.run)):
@@ -111,8 +111,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from fpreduce import plots, report
-    from fpreduce.sweep import load_sweep, run_sweep
+    from fpreduce.report import plots, report
+    from fpreduce.run.sweep import load_sweep, run_sweep
 
     _, points = load_sweep(args.config)
     if args.jobs < 1:
@@ -138,7 +138,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from fpreduce import report
+    from fpreduce.report import report
 
     print(report.write_report(Path(args.run), args.output))
     return 0
@@ -176,11 +176,11 @@ def _split_top(text: str) -> list[str]:
 
 def _cmd_sum(args: argparse.Namespace) -> int:
     from fpreduce import plans
-    from fpreduce.engine import reduce
-    from fpreduce.exact import exact_sum
-    from fpreduce.metrics import apriori_bound, ulp_error
-    from fpreduce.outcomes import order_outcomes
-    from fpreduce.rounding import round_to
+    from fpreduce.analysis.outcomes import order_outcomes
+    from fpreduce.core.engine import reduce
+    from fpreduce.core.exact import exact_sum
+    from fpreduce.core.metrics import apriori_bound, ulp_error
+    from fpreduce.core.rounding import round_to
 
     x = _load_values(args.values)
     X = x if x.ndim == 2 else x[:, None]

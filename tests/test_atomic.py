@@ -1,4 +1,4 @@
-"""The atomic plan's per-element orders (fpreduce._collectives), their gather and fused kernel (fpreduce._fastpath)."""
+"""The atomic plan's per-element orders (fpreduce.plans), their gather and fused kernel (fpreduce.core)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fpreduce as fr
-from fpreduce import _collectives as C
-from fpreduce import _fastpath as F
 from fpreduce import plans as P
-from fpreduce._collectives import draw_groups, kernel_width, orders_numpy
-from fpreduce._fastpath import _gather_orders
+from fpreduce.core import _fastpath as F
+from fpreduce.core._fastpath import _gather_orders
+from fpreduce.plans import _collectives as C
+from fpreduce.plans._collectives import draw_groups, kernel_width, orders_numpy
 
 JIT = C._atomic_jit is not None
 needs_jit = pytest.mark.skipif(not JIT, reason="numba not installed (or FPREDUCE_NO_JIT)")
@@ -244,7 +244,7 @@ def run_both(X, monkeypatch, **kw):  # type: ignore[no-untyped-def]
         return r
 
     monkeypatch.setattr(F, "_fused_atomic", counting)
-    monkeypatch.setattr("fpreduce.engine._fused_atomic", counting)
+    monkeypatch.setattr("fpreduce.core.engine._fused_atomic", counting)
     fused = fr.reduce(X, "atomic", **kw)
     monkeypatch.setattr(F, "USE_FUSED", False)
     plain = fr.reduce(X, "atomic", **kw)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fpreduce.cli import main
-from fpreduce.metrics import ulp_distance
+from fpreduce.core.metrics import ulp_distance
 
 SMALL = ["--set", "experiment.workers=4", "--set", "source.elements=64", "--steps", "3", "--quiet"]
 

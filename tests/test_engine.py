@@ -324,9 +324,9 @@ def test_order_free_algorithms_are_order_independent_through_reduce(algorithm):
 
 
 def test_compensated_through_reduce_uses_the_plan_leaf_order():
-    from fpreduce.algorithms import compensated
-    from fpreduce.formats import get_format
-    from fpreduce.rounding import Mode
+    from fpreduce.core.algorithms import compensated
+    from fpreduce.core.formats import get_format
+    from fpreduce.core.rounding import Mode
 
     rng = np.random.default_rng(14)
     X = fr.round_to(rng.standard_normal((8, 300)).astype(np.float32), "bf16")
@@ -339,7 +339,7 @@ def test_compensated_through_reduce_uses_the_plan_leaf_order():
 @pytest.mark.parametrize("acc", ["fp32", "tf32", "bf16", "fp16", "fp8_e5m2"])
 @given(prob=problems())
 def test_every_result_within_the_plans_a_priori_bound(acc, prob):
-    from fpreduce.metrics import apriori_bound
+    from fpreduce.core.metrics import apriori_bound
 
     X, plan = prob
     terms = fr.round_to(fr.round_to(X, "fp32"), acc)  # the terms as the accumulator sees them

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import fpreduce as fr
-from fpreduce import engine
-from fpreduce.formats import get_format
-from fpreduce.rounding import _nearest32_inplace
+from fpreduce.core import engine
+from fpreduce.core.formats import get_format
+from fpreduce.core.rounding import _nearest32_inplace
 
 PLANS = [
     "sequential",
@@ -178,7 +178,7 @@ def _round_ref(v, f, mode):
     """Scalar reference: Fraction rounding, with the documented NaN/Inf/zero/overflow rules."""
     from fractions import Fraction
 
-    from fpreduce._reference import round_fraction
+    from fpreduce.core._reference import round_fraction
 
     if np.isnan(v):
         return np.nan
@@ -193,7 +193,7 @@ def _round_ref(v, f, mode):
 @pytest.mark.parametrize("fmt", ["fp16", "bf16", "tf32", "fp8_e4m3", "fp8_e5m2"])
 def test_chunked_round_to_equals_fraction_reference(fmt, mode):
     # round_to works in cache-sized chunks; special values in some chunks only
-    from fpreduce import rounding
+    from fpreduce.core import rounding
 
     f = get_format(fmt)
     rng = np.random.default_rng(8)
@@ -211,7 +211,7 @@ def test_chunked_round_to_equals_fraction_reference(fmt, mode):
 
 
 def test_chunked_stochastic_rounding_keeps_the_random_stream():
-    from fpreduce import rounding
+    from fpreduce.core import rounding
 
     x = np.random.default_rng(9).standard_normal(2 * rounding._CHUNK + 11)
     whole = fr.round_to(x, "bf16", "stochastic", rng=np.random.default_rng(3))

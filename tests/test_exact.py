@@ -1,4 +1,4 @@
-"""Tests for fpreduce.exact: exact sums and once-rounded results."""
+"""Tests for fpreduce.core.exact: exact sums and once-rounded results."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fpreduce._errors import InvalidArgument
-from fpreduce._reference import round_fraction
-from fpreduce.exact import exact_sum, exact_sum_fraction, exact_sum_mpmath
-from fpreduce.formats import get_format
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.core._reference import round_fraction
+from fpreduce.core.exact import exact_sum, exact_sum_fraction, exact_sum_mpmath
+from fpreduce.core.formats import get_format
 
 SETTINGS = settings(max_examples=200, deadline=None)
 MODES = ("nearest_even", "toward_zero", "up", "down")
@@ -339,7 +339,7 @@ def test_fast_path_refuses_columns_float64_would_round():
 
 
 def test_float64_proof_uses_the_columns_coarser_grid_and_rules_out_overflow():
-    from fpreduce.exact import _float64_exact_columns
+    from fpreduce.core.exact import _float64_exact_columns
 
     # bf16 values (8 significant bits) spread over 40 binades: the float32 bound (24 bits)
     # cannot prove the float64 sum exact, the shared trailing zeros can
@@ -368,7 +368,7 @@ def test_float64_proof_uses_the_columns_coarser_grid_and_rules_out_overflow():
     st.sampled_from([np.float64, np.float32]),
 )
 def test_compiled_column_scan_equals_numpy_path(cols, nonfinite, dtype):
-    import fpreduce.exact as E
+    import fpreduce.core.exact as E
 
     if not E._KERNELS:
         pytest.skip("numba not installed: only the numpy path exists")

@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fpreduce as fr
-from fpreduce import config as cf
-from fpreduce.experiment import plan_for, run_experiment
-from fpreduce.results import load_run
+from fpreduce.run import config as cf
+from fpreduce.run.rundir import load_run
+from fpreduce.run.runner import plan_for, run_experiment
 
 BASE = """
 [experiment]
@@ -224,7 +224,7 @@ average = "after"
 
 
 def test_runner_chunks_give_the_bits_of_whole_vector_reductions(tmp_path):
-    from fpreduce.experiment import chunk_width
+    from fpreduce.run.runner import chunk_width
 
     cfg = cf.from_dict(tomllib.loads(CHUNKED))
     assert chunk_width(128) < 70001 // 2  # three chunks, the last one short
@@ -263,8 +263,8 @@ def test_runner_chunks_give_the_bits_of_whole_vector_reductions(tmp_path):
 
 
 def test_step_metrics_against_whole_array_definitions():
-    from fpreduce._stepmetrics import ULP_EDGES, CompareStats, ErrorStats
-    from fpreduce.formats import get_format
+    from fpreduce.core.formats import get_format
+    from fpreduce.run.stepmetrics import ULP_EDGES, CompareStats, ErrorStats
 
     rng = np.random.default_rng(5)
     f = get_format("bf16")
@@ -313,7 +313,7 @@ def test_step_metrics_against_whole_array_definitions():
     )
 )
 def test_ulp_histogram_bins_every_distance_once(ds):
-    from fpreduce._stepmetrics import ULP_EDGES, ulp_histogram
+    from fpreduce.run.stepmetrics import ULP_EDGES, ulp_histogram
 
     d = np.array(ds, dtype=np.float64)
     want = np.bincount(np.searchsorted(ULP_EDGES, np.ceil(d), side="right") - 1, minlength=len(ULP_EDGES))

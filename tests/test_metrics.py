@@ -4,9 +4,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fpreduce as fr
-from fpreduce import metrics as m
-from fpreduce.formats import from_bits, get_format, to_bits
-from fpreduce.rounding import round_to
+from fpreduce.core import metrics as m
+from fpreduce.core.formats import from_bits, get_format, to_bits
+from fpreduce.core.rounding import round_to
 
 BF16 = get_format("bf16")
 _ALL = from_bits(np.arange(65536, dtype=np.uint64), "bf16").astype(np.float64)

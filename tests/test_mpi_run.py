@@ -20,11 +20,11 @@ import pytest
 import fpreduce as fr
 from fpreduce import plans
 from fpreduce.backends import BackendError, mpi, mpi_run
-from fpreduce.config import load_config
-from fpreduce.engine import reduce
-from fpreduce.experiment import plan_for, run_experiment, shuffle_permutation
-from fpreduce.rounding import round_to
-from fpreduce.sources import open_source
+from fpreduce.core.engine import reduce
+from fpreduce.core.rounding import round_to
+from fpreduce.run.config import load_config
+from fpreduce.run.runner import plan_for, run_experiment, shuffle_permutation
+from fpreduce.run.sources import open_source
 
 RING = """
 [experiment]

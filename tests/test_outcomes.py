@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 import fpreduce as fr
 from fpreduce import strategies as fst
-from fpreduce.metrics import apriori_bound, ulp_error
-from fpreduce.outcomes import order_outcomes, tree_from_gaps
+from fpreduce.analysis.outcomes import order_outcomes, tree_from_gaps
+from fpreduce.core.metrics import apriori_bound, ulp_error
 
 FAMILIES = [
     "sequential",

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fpreduce._errors import InvalidArgument
-from fpreduce.plots import FIGSIZE, arm_label, load_metrics, load_summary, plot_run, plot_sweep
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.report.plots import FIGSIZE, arm_label, load_metrics, load_summary, plot_run, plot_sweep
 
 COLUMNS = (
     "step",
@@ -359,7 +359,7 @@ def test_outputs_identical_across_processes(training_run, tmp_path):
     _, here = training_run
     other = write_run(tmp_path / "copy", training=True, steps=12)
     env = {**os.environ, "PYTHONHASHSEED": "12345", "MPLBACKEND": "svg"}
-    code = "import sys; from fpreduce.plots import plot_run; plot_run(sys.argv[1])"
+    code = "import sys; from fpreduce.report.plots import plot_run; plot_run(sys.argv[1])"
     subprocess.run([sys.executable, "-c", code, str(other)], check=True, env=env, cwd=tmp_path, timeout=600)
     there = {p.name: p.read_bytes() for p in (other / "figures").iterdir()}
     assert there == {k: v for k, v in here.items() if not k.endswith(".svg")}
@@ -407,7 +407,7 @@ def test_sweep_with_several_data_distributions(tmp_path):
     head = rows[0].replace("plan,", "plan,dist,")
     body = [r.replace(",bf16,", f",{dist},bf16,", 1) for dist in ("normal", "lognormal") for r in rows[1:]]
     (d / "sweep.csv").write_text("\n".join([head, *body]) + "\n")
-    from fpreduce.plots import load_sweep
+    from fpreduce.report.plots import load_sweep
 
     assert {r["dist"] for r in load_sweep(d)} == {"normal", "lognormal"}
     assert plot_sweep(d, formats=("png",)) == [d / "figures" / "sweep.png"]

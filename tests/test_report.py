@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fpreduce._errors import InvalidArgument
-from fpreduce.report import findings, write_report, write_sweep_report
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.report.report import findings, write_report, write_sweep_report
 
 COLS = (
     "step",
@@ -186,7 +186,7 @@ def test_report_ignores_the_callers_matplotlib_settings_and_hash_seed(synth, tmp
     first = write_report(synth).read_bytes()
     with matplotlib.rc_context({"font.size": 20, "lines.linewidth": 5, "pdf.fonttype": 3}):
         assert write_report(synth, out=tmp_path / "styled.pdf").read_bytes() == first
-    code = "import sys; from fpreduce.report import write_report; write_report(sys.argv[1], sys.argv[2])"
+    code = "import sys; from fpreduce.report.report import write_report; write_report(sys.argv[1], sys.argv[2])"
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run([sys.executable, "-c", code, str(synth), str(tmp_path / "other.pdf")], check=True, env=env)
     assert (tmp_path / "other.pdf").read_bytes() == first

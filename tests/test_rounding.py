@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fpreduce as fr
-from fpreduce._reference import round_fraction
+from fpreduce.core._reference import round_fraction
 
 NARROW = ["fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
 DIRECTED = ["nearest_even", "toward_zero", "up", "down"]

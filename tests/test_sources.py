@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fpreduce as fr
-from fpreduce import _model
-from fpreduce.sources import (
+from fpreduce.run import model as _model
+from fpreduce.run.sources import (
     BLOCK,
     FileSpec,
     ModelSource,

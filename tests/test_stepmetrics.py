@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fpreduce import _stepmetrics as sm
-from fpreduce.experiment import _wider
-from fpreduce.formats import get_format
-from fpreduce.rounding import round_to
+from fpreduce.core.formats import get_format
+from fpreduce.core.rounding import round_to
+from fpreduce.run import stepmetrics as sm
+from fpreduce.run.runner import _wider
 
 FORMATS = ["fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
 SPECIALS = np.array(

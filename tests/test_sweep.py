@@ -4,7 +4,7 @@ import pytest
 
 import fpreduce as fr
 from fpreduce.cli import main
-from fpreduce.sweep import SWEEP_COLUMNS, load_sweep, run_sweep
+from fpreduce.run.sweep import SWEEP_COLUMNS, load_sweep, run_sweep
 
 SWEEP = """
 [experiment]

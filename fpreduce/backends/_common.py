@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from fpreduce.engine import reduce
+from fpreduce.core.engine import reduce
+from fpreduce.core.rounding import round_to
 from fpreduce.plans import AnyPlan
-from fpreduce.rounding import round_to
 
 
 class BackendError(RuntimeError):

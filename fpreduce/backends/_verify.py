@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fpreduce._errors import InvalidArgument, unknown_name
 from fpreduce.backends import gloo, mpi
 from fpreduce.backends._common import VerifyResult, compare, make_inputs
+from fpreduce.base.errors import InvalidArgument, unknown_name
 
 #: backend names accepted by :func:`verify`.
 BACKENDS = ("mpi", "gloo")

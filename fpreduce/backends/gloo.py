@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fpreduce._errors import InvalidArgument, unknown_name
 from fpreduce.backends._common import BackendError, collect, new_workdir, python, run_group
+from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.plans import AnyPlan, linear, rd, ring, sequential
 
 ALGORITHMS = ("ring",)

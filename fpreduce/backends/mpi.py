@@ -41,7 +41,6 @@ from pathlib import Path
 
 import numpy as np
 
-from fpreduce._errors import InvalidArgument, unknown_name
 from fpreduce.backends._common import (
     BackendError,
     collect,
@@ -49,6 +48,7 @@ from fpreduce.backends._common import (
     python,
     run_group,
 )
+from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.plans import AnyPlan, linear, rabenseifner, rd, ring
 
 #: algorithm name -> value of ``coll_tuned_allreduce_algorithm`` (Open MPI 4.1 and 5.0).

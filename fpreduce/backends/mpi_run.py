@@ -18,7 +18,7 @@ Launched as ``mpirun -np N python -m fpreduce.cli run CONFIG --backend mpi --out
   fp64, nearest even, ``algorithm = "plain"``, ``average = "none"``. For such an arm
   and every step, all ranks do a real ``MPI_Allreduce(SUM)`` of their rows; a
   ``shuffle`` arm first re-ranks with ``COMM_WORLD.Split(0, key)``, worker w's key
-  being its position in the step's permutation (:func:`fpreduce.experiment.
+  being its position in the step's permutation (:func:`fpreduce.run.runner.
   shuffle_permutation`), so the real ring / tree positions change with the plan.
   Every other arm is emulated only.
 * The algorithm is fixed per launch (an MCA parameter read at ``MPI_Init``):
@@ -53,14 +53,14 @@ from typing import Any
 
 import numpy as np
 
-from fpreduce._errors import InvalidArgument, unknown_name
 from fpreduce.backends import mpi
 from fpreduce.backends._common import BackendError, _kill, bits
-from fpreduce.config import ArmSpec, Config, load_config
-from fpreduce.experiment import Progress, run_experiment, shuffle_permutation
-from fpreduce.results import Results, atomic_write
-from fpreduce.rounding import round_to
-from fpreduce.sources import Source, open_source
+from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.core.rounding import round_to
+from fpreduce.run.config import ArmSpec, Config, load_config
+from fpreduce.run.rundir import Results, atomic_write
+from fpreduce.run.runner import Progress, run_experiment, shuffle_permutation
+from fpreduce.run.sources import Source, open_source
 
 __all__ = ["PLAN_ALGORITHMS", "ArmMode", "MpiRunner", "classify", "launch", "load_real", "resolve_algorithm"]
 

@@ -13,9 +13,9 @@ import tempfile
 import time
 import tomllib
 
-from fpreduce import _jit
-from fpreduce import config as cf
-from fpreduce.experiment import run_experiment
+from fpreduce.base import jit as _jit
+from fpreduce.run import config as cf
+from fpreduce.run.runner import run_experiment
 
 CONFIG = """
 [experiment]

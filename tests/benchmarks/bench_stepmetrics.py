@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 
-from fpreduce import _stepmetrics as sm
 from fpreduce import round_to
-from fpreduce.formats import get_format
+from fpreduce.core.formats import get_format
+from fpreduce.run import stepmetrics as sm
 
 CHUNK, CHUNKS, REPEAT = 65536, 16, 5
 

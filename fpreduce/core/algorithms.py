@@ -20,12 +20,12 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fpreduce._errors import InvalidArgument
-from fpreduce._reference import round_fraction
-from fpreduce.engine import add_rounded
-from fpreduce.exact import exact_sum
-from fpreduce.formats import Format, get_format
-from fpreduce.rounding import Mode, _nearest32_inplace, get_mode, round_to
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.core._reference import round_fraction
+from fpreduce.core.engine import add_rounded
+from fpreduce.core.exact import exact_sum
+from fpreduce.core.formats import Format, get_format
+from fpreduce.core.rounding import Mode, _nearest32_inplace, get_mode, round_to
 
 __all__ = ["BINNED_MAX_ROWS", "binned", "compensated", "compensated_reference", "exact"]
 

@@ -25,16 +25,16 @@ from typing import Any
 import numpy as np
 
 from fpreduce import plans
-from fpreduce._errors import InvalidArgument
-from fpreduce._stepmetrics import ULP_EDGES, CompareStats, ErrorStats
 from fpreduce._version import __version__
-from fpreduce.config import ArmSpec, Config, load_config, to_toml
-from fpreduce.engine import reduce
-from fpreduce.exact import _exact_sum
-from fpreduce.formats import get_format
-from fpreduce.results import Results, atomic_write, columns, load_run, read_rows, rows_to_csv
-from fpreduce.rounding import round_to
-from fpreduce.sources import Source, open_source
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.core.engine import reduce
+from fpreduce.core.exact import _exact_sum
+from fpreduce.core.formats import get_format
+from fpreduce.core.rounding import round_to
+from fpreduce.run.config import ArmSpec, Config, load_config, to_toml
+from fpreduce.run.rundir import Results, atomic_write, columns, load_run, read_rows, rows_to_csv
+from fpreduce.run.sources import Source, open_source
+from fpreduce.run.stepmetrics import ULP_EDGES, CompareStats, ErrorStats
 
 __all__ = ["plan_for", "run_experiment", "shuffle_permutation"]
 

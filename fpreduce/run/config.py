@@ -15,11 +15,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fpreduce._errors import InvalidArgument, unknown_name
-from fpreduce.formats import FORMATS
+from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.core.formats import FORMATS
+from fpreduce.core.rounding import MODES
 from fpreduce.plans import parse
-from fpreduce.rounding import MODES
-from fpreduce.sources import SourceSpec, spec_from_dict
+from fpreduce.run.sources import SourceSpec, spec_from_dict
 
 __all__ = ["ArmSpec", "ArrivalSpec", "Config", "ExperimentSpec", "default_config", "load_config", "to_toml"]
 
@@ -221,7 +221,7 @@ def _set(d: dict[str, Any], assignment: str) -> None:
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a TOML config (the embedded default when ``path`` is None), apply overrides."""
     if path is None:
-        text = resources.files("fpreduce").joinpath("default.toml").read_text()
+        text = resources.files("fpreduce.run").joinpath("default.toml").read_text()
         where = "the default config"
     else:
         p = Path(path)

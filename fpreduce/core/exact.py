@@ -25,11 +25,11 @@ import mpmath
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fpreduce._errors import InvalidArgument
-from fpreduce._exact_limbs import _BLOCK_CELLS, _E_OFFSET, _NE, _column_block, _LazyValues, _Limbs
-from fpreduce._exact_proof import _float64_exact_columns, _scan, _scan_compiled
-from fpreduce.formats import Format, get_format
-from fpreduce.rounding import Mode, _quantum_bits, _round_with_remainder, get_mode, round_to
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.core._exact_limbs import _BLOCK_CELLS, _E_OFFSET, _NE, _column_block, _LazyValues, _Limbs
+from fpreduce.core._exact_proof import _float64_exact_columns, _scan, _scan_compiled
+from fpreduce.core.formats import Format, get_format
+from fpreduce.core.rounding import Mode, _quantum_bits, _round_with_remainder, get_mode, round_to
 
 __all__ = ["ExactSum", "exact_sum", "exact_sum_fraction", "exact_sum_mpmath"]
 

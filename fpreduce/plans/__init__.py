@@ -32,9 +32,9 @@ from typing import Union
 import numpy as np
 from numpy.typing import NDArray
 
-from fpreduce import _collectives as _c
-from fpreduce._collectives import PerElementPlan, Split
-from fpreduce._errors import InvalidArgument, unknown_name
+from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.plans import _collectives as _c
+from fpreduce.plans._collectives import PerElementPlan, Split
 
 __all__ = [
     "FAMILIES",

@@ -23,12 +23,19 @@ from typing import TYPE_CHECKING, Union
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fpreduce._errors import InvalidArgument, unknown_name
-from fpreduce._fastpath import _fast_block, _fused_atomic, _gather_orders, _program
-from fpreduce._reference import round_fraction
-from fpreduce.formats import Format, get_format
+from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders, _program
+from fpreduce.core._reference import round_fraction
+from fpreduce.core.formats import Format, get_format
+from fpreduce.core.rounding import (
+    Mode,
+    _nearest32_inplace,
+    _nearest_from_float32,
+    _round_with_remainder,
+    get_mode,
+    round_to,
+)
 from fpreduce.plans import Plan, SegmentedPlan, Tree, fold, parse, sequential
-from fpreduce.rounding import Mode, _nearest32_inplace, _nearest_from_float32, _round_with_remainder, get_mode, round_to
 
 __all__ = ["add_rounded", "reduce", "reduce_reference"]
 
@@ -455,7 +462,7 @@ def _evaluate(shape, rows, A, load: _Loader, ar: _Arith, algorithm: str, lo: int
             return Yc[k]
 
     if algorithm in ("kahan", "neumaier"):
-        from fpreduce.algorithms import compensated
+        from fpreduce.core.algorithms import compensated
 
         Z = np.stack([np.asarray(leaf(k), dtype=ar.dtype) for k in range(n)])
         return compensated(Z, ar.fa, ar.mode, kind=algorithm, rng=ar.rng)
@@ -505,7 +512,7 @@ def _scale(a: np.ndarray, how: tuple[str, float], f: Format, mode: Mode, rng) ->
 
 
 def _order_free(Xin: np.ndarray, fa: Format, mode: Mode, rng, algorithm: str) -> np.ndarray:  # type: ignore[no-untyped-def]
-    from fpreduce import algorithms
+    from fpreduce.core import algorithms
 
     if algorithm == "exact":
         return algorithms.exact(Xin, fa, mode, rng)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from fpreduce.formats import Format
+from fpreduce.core.formats import Format
 
 
 def round_fraction(v: Fraction, f: Format, mode: str) -> float:

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fpreduce._errors import InvalidArgument, unknown_name
+from fpreduce.base.errors import InvalidArgument, unknown_name
 
 __all__ = ["FORMATS", "Format", "from_bits", "get_format", "to_bits", "ulp"]
 

@@ -20,7 +20,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
 from fpreduce._version import __version__
-from fpreduce.results import atomic_write
+from fpreduce.run.rundir import atomic_write
 
 _W, _H, _M = 8.27, 11.69, 0.7  # A4 portrait and its margin, inches
 Rect = tuple[float, float, float, float]

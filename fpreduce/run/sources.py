@@ -20,7 +20,7 @@ elements)``: row ``w`` is worker ``w``'s gradient. Three kinds:
   after worker: adding workers leaves the first rows unchanged, and any element
   range can be generated alone (the runner works through long vectors in pieces).
 - ``model`` (:class:`ModelSpec`): a teacher-student MLP trained data-parallel
-  (``ModelSource``, documented in ``fpreduce._model``).
+  (``ModelSource``, documented in ``fpreduce.run.model``).
 - ``file`` (:class:`FileSpec`): gradients dumped from a real run (see below).
 
 Randomness: every draw comes from ``np.random.default_rng([seed, step, stream,
@@ -91,8 +91,8 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from fpreduce._errors import InvalidArgument
-from fpreduce._model import ModelSource, check_step
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.run.model import ModelSource, check_step
 
 __all__ = [
     "FileSource",

@@ -17,8 +17,8 @@ from typing import Literal, Union
 import numpy as np
 from numpy.typing import NDArray
 
-from fpreduce._errors import InvalidArgument
-from fpreduce._jit import jit
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.base.jit import jit
 
 Tree = Union[int, tuple["Tree", "Tree"]]
 
@@ -593,7 +593,7 @@ def _numba_prefetch():  # type: ignore[no-untyped-def]
 
 
 def _jit_noalias(fn):  # type: ignore[no-untyped-def]
-    """:func:`fpreduce._jit.jit`, compiled with LLVM ``noalias`` on the array arguments, or None without numba.
+    """:func:`fpreduce.base.jit.jit`, compiled with LLVM ``noalias`` on the array arguments, or None without numba.
 
     The caller passes distinct buffers (read-only ones may share memory): this is
     what lets LLVM vectorize the fold's loads from A (AVX-512 gathers) next to

@@ -7,7 +7,7 @@ step's values for ``metrics.csv``. Sums are float64, added chunk after chunk in 
 fixed order (the chunk width depends only on the worker count), so a run's metrics
 are reproducible bit for bit.
 
-With numba installed (:mod:`fpreduce._jit`), ``ErrorStats.add``, ``CompareStats.add``
+With numba installed (:mod:`fpreduce.base.jit`), ``ErrorStats.add``, ``CompareStats.add``
 and the median of ``ErrorStats.row`` run one-pass compiled kernels; the numpy code is
 the fallback (``_KERNELS = False``, or ``FPREDUCE_NO_JIT=1``) and gives the same
 values bit for bit: the kernels compute the per-element values with the same IEEE
@@ -24,9 +24,9 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from fpreduce._jit import jit
-from fpreduce.formats import Format
-from fpreduce.rounding import _quantum_bits
+from fpreduce.base.jit import jit
+from fpreduce.core.formats import Format
+from fpreduce.core.rounding import _quantum_bits
 
 #: ulp-distance histogram bin edges (a bin holds distances in [edge_i, edge_i+1))
 ULP_EDGES = [0, 1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025, 4097, 65537, 1 << 20]

@@ -25,10 +25,10 @@ from matplotlib.figure import Figure
 from matplotlib.image import imread
 from numpy.typing import NDArray
 
-from fpreduce._errors import InvalidArgument
-from fpreduce._pdf import _H, _W, Doc, Draw, Rect, render
-from fpreduce.formats import get_format
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.core.formats import get_format
 from fpreduce.plans import parse
+from fpreduce.report.pdf import _H, _W, Doc, Draw, Rect, render
 
 __all__ = ["findings", "write_report", "write_sweep_report"]
 
@@ -512,7 +512,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
 
     >>> write_report("no/such/run")
     Traceback (most recent call last):
-    fpreduce._errors.InvalidArgument: no/such/run: no such run directory
+    fpreduce.base.errors.InvalidArgument: no/such/run: no such run directory
     """
     run = _load(run_dir)
     s = run.summary

@@ -1,6 +1,6 @@
 """Error metrics, result-to-result divergence and rounding-error bounds.
 
-Metrics against an :class:`~fpreduce.exact.ExactSum` measure how far a computed sum
+Metrics against an :class:`~fpreduce.core.exact.ExactSum` measure how far a computed sum
 is from the exact one; divergence metrics compare two computed results bit by bit;
 bounds give a-priori (worst case) and probabilistic (Higham & Mary 2019) limits on
 the error of a reduction.
@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fpreduce._errors import InvalidArgument
-from fpreduce.exact import ExactSum, exact_sum
-from fpreduce.formats import Format, get_format, to_bits, ulp
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.core.exact import ExactSum, exact_sum
+from fpreduce.core.formats import Format, get_format, to_bits, ulp
 from fpreduce.plans import PerElementPlan, Plan, SegmentedPlan
 
 __all__ = [

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fpreduce._errors import InvalidArgument
-from fpreduce.results import _read_csv, atomic_write, load_metrics
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.run.rundir import _read_csv, atomic_write, load_metrics
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

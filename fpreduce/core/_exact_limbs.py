@@ -1,7 +1,7 @@
 """Integer buckets and 32-bit limbs: the arithmetic of the general exact-sum path.
 
 ``_column_block`` adds the significands of a float64 block into int64 buckets keyed by
-(column, exponent) with ``np.bincount`` (exact: see :mod:`fpreduce.exact`), and
+(column, exponent) with ``np.bincount`` (exact: see :mod:`fpreduce.core.exact`), and
 ``_finish_block`` carry-propagates the buckets into 32-bit limbs, from which the
 correctly rounded float64 ``hi`` and ``lo`` are read vectorized; ``_LazyValues`` turns
 limbs into exact Python integers for the columns that need them.

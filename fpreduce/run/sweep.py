@@ -29,11 +29,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fpreduce._errors import InvalidArgument, unknown_name
-from fpreduce.config import ArmSpec, Config, from_dict
-from fpreduce.experiment import run_experiment
-from fpreduce.results import atomic_write
-from fpreduce.sources import DISTS, SyntheticSpec
+from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.run.config import ArmSpec, Config, from_dict
+from fpreduce.run.rundir import atomic_write
+from fpreduce.run.runner import run_experiment
+from fpreduce.run.sources import DISTS, SyntheticSpec
 
 __all__ = ["SWEEP_COLUMNS", "load_sweep", "run_sweep"]
 

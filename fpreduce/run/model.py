@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from fpreduce._errors import InvalidArgument
+from fpreduce.base.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from fpreduce.sources import ModelSpec
+    from fpreduce.run.sources import ModelSpec
 
 Activation = Literal["tanh", "relu"]
 F64 = NDArray[np.float64]
@@ -116,7 +116,7 @@ def check_step(step: int, max_steps: int | None) -> None:
 
 
 class ModelSource:
-    """The teacher-student MLP (``fpreduce._model``) trained data-parallel.
+    """The teacher-student MLP (``fpreduce.run.model``) trained data-parallel.
 
     Attributes:
         spec: the ModelSpec.

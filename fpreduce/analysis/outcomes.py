@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fpreduce._errors import InvalidArgument
-from fpreduce.engine import reduce
-from fpreduce.exact import ExactSum, exact_sum
-from fpreduce.formats import Format, get_format, to_bits, ulp
-from fpreduce.metrics import ulp_distance
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.core.engine import reduce
+from fpreduce.core.exact import ExactSum, exact_sum
+from fpreduce.core.formats import Format, get_format, to_bits, ulp
+from fpreduce.core.metrics import ulp_distance
+from fpreduce.core.rounding import Mode, get_mode, round_to
 from fpreduce.plans import Plan, Tree, parse, sequential, tree
-from fpreduce.rounding import Mode, get_mode, round_to
 
 __all__ = ["RANDOM_TREE", "OrderOutcomes", "order_outcomes", "tree_from_gaps"]
 

@@ -1,6 +1,6 @@
 """The proof that a column's float64 sum is exact, and the compiled scan that feeds it.
 
-Used by :func:`fpreduce.exact.exact_sum`: columns whose float64 sum is proved exact (in
+Used by :func:`fpreduce.core.exact.exact_sum`: columns whose float64 sum is proved exact (in
 any order) skip the bucketed general path. With numba installed, one compiled pass
 (:func:`_scan`) gathers the statistics the proof needs and the sum itself; numpy needs
 four passes for the statistics and one more for the sum.
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fpreduce._jit import jit
+from fpreduce.base.jit import jit
 
 
 def _scan_kernel(u, x, sign_off, one, top, low, orb, s):  # type: ignore[no-untyped-def]

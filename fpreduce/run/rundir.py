@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from fpreduce._errors import InvalidArgument
+from fpreduce.base.errors import InvalidArgument
 
 __all__ = ["COLUMNS", "Results", "atomic_write", "load_metrics", "load_run", "read_rows"]
 

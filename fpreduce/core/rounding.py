@@ -31,8 +31,8 @@ from enum import Enum
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fpreduce._errors import InvalidArgument, unknown_name
-from fpreduce.formats import Format, get_format
+from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.core.formats import Format, get_format
 
 __all__ = ["MODES", "Mode", "get_mode", "round_to"]
 

@@ -1,6 +1,6 @@
 """The engine's fast path: plain round-to-nearest folds of float32 blocks, in place.
 
-Used by :func:`fpreduce.engine.reduce` for accumulators of fp32, bf16, tf32 and fp16
+Used by :func:`fpreduce.core.engine.reduce` for accumulators of fp32, bf16, tf32 and fp16
 when the inputs need no conversion; any block that needs input rounding, holds
 NaN/Inf or could overflow is recomputed by the general path, so the bits are the
 same either way (tests/test_engine_fastpaths.py compares both with the Fraction
@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fpreduce.formats import Format
+from fpreduce.core.formats import Format
 from fpreduce.plans import Tree, fold, sequential
 
 if TYPE_CHECKING:
-    from fpreduce.engine import _Arith, _Loader
+    from fpreduce.core.engine import _Arith, _Loader
 
 
 _STRIP = 1 << 15  # elements gathered at a time (at least 64 columns): a strip of A and its indices stay in L2
@@ -215,7 +215,7 @@ def _fused_atomic(plan, A: np.ndarray, lo: int, hi: int, offset: int, load: _Loa
     NaN (NaN/Inf inputs, or a sum beyond Veltkamp's range) returns None: the
     caller recomputes it on the numpy path, same bits.
     """
-    from fpreduce import _collectives as C
+    from fpreduce.plans import _collectives as C
 
     fa, fin = ar.fa, load.fin
     n = A.shape[0]

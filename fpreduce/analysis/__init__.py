@@ -1,0 +1,4 @@
+"""Analyses built on the core: order outcomes of one sum, hypothesis strategies.
+
+Imports ``base``, ``plans`` and ``core`` only.
+"""
