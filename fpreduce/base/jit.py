@@ -4,7 +4,8 @@ A few hot loops (the exact oracle's column scan, the runner's per-element metric
 need one pass over the data where numpy needs several. They are written for numba
 and used only when it is installed; every caller keeps its numpy path, and the
 tests check that both give the same bits. ``FPREDUCE_NO_JIT=1`` forces the numpy
-paths. numba is imported, and a kernel compiled (or loaded from numba's on-disk
+paths. This module is the one switch: every caller asks :func:`enabled` at call time,
+and tests force the numpy paths with ``with disabled(): ...``. numba is imported, and a kernel compiled (or loaded from numba's on-disk
 cache: about 0.4 s once per process), on a kernel's first call, so importing
 fpreduce stays fast.
 
@@ -16,12 +17,35 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["AVAILABLE", "jit"]
+__all__ = ["AVAILABLE", "disabled", "enabled", "jit"]
 
 AVAILABLE = not os.environ.get("FPREDUCE_NO_JIT") and importlib.util.find_spec("numba") is not None
+_enabled = AVAILABLE
+
+
+def enabled() -> bool:
+    """Whether the compiled kernels are used now: numba installed, no ``FPREDUCE_NO_JIT``, not :func:`disabled`."""
+    return _enabled
+
+
+@contextmanager
+def disabled() -> Iterator[None]:
+    """Force every numpy path inside the block (tests compare them with the kernels); not thread safe.
+
+    >>> with disabled():
+    ...     enabled()
+    False
+    """
+    global _enabled
+    saved, _enabled = _enabled, False
+    try:
+        yield
+    finally:
+        _enabled = saved
 
 
 def jit(fn: Callable[..., Any]) -> Callable[..., Any] | None:
