@@ -9,16 +9,11 @@ reference). Trees are compiled once per shape into in-place steps on reused buff
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from fpreduce.core.arith import Program, _Arith, _Loader
 from fpreduce.core.formats import Format
 from fpreduce.plans import Tree, fold, sequential
-
-if TYPE_CHECKING:
-    from fpreduce.core.arith import Program, _Arith, _Loader
-
 
 _STRIP = 1 << 15  # elements gathered at a time (at least 64 columns): a strip of A and its indices stay in L2
 

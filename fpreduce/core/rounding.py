@@ -12,10 +12,11 @@ Special values: NaN stays NaN; ±Inf stays ±Inf for formats with Inf and become
 for fp8_e4m3 (no Inf encoding); -0.0 stays -0.0, and a negative value that rounds to
 zero gives -0.0. Subnormals: gradual underflow, no flush to zero.
 
-Overflow (IEEE 754 7.4): in nearest mode a value whose rounding (with unbounded
-exponent) exceeds ``max_finite`` becomes ±Inf (fp8_e4m3: NaN, OCP non-saturating);
-``toward_zero`` gives ±max_finite; ``up`` gives +Inf for positive and -max_finite
-for negative overflow, ``down`` the mirror image (fp8_e4m3: NaN in place of Inf).
+Overflow (IEEE 754 7.4, :func:`overflow_value`, the one definition): in nearest mode
+a value whose rounding (with unbounded exponent) exceeds ``max_finite`` becomes ±Inf
+(fp8_e4m3: NaN, OCP non-saturating); ``toward_zero`` gives ±max_finite; ``up`` gives
++Inf for positive and -max_finite for negative overflow, ``down`` the mirror image
+(fp8_e4m3: NaN in place of Inf).
 
 Stochastic rounding rounds up with probability ``frac = (x - lo) / q`` where ``lo``
 is ``x`` rounded down; it compares ``frac`` (exact in float64) with a uniform
