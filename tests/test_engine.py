@@ -348,3 +348,19 @@ def test_every_result_within_the_plans_a_priori_bound(acc, prob):
         return  # overflow: the bound assumes none
     err = np.abs(fr.exact_sum(terms).error_of(y))
     assert np.all(err <= apriori_bound(terms, plan, acc) * (1 + 1e-9)), (X, plan.draw(), y)
+
+
+def test_algorithm_and_average_are_parsed_once_with_a_hint():
+    from fpreduce.core.options import ALGORITHMS, AVERAGES, get_algorithm, get_average
+
+    assert ALGORITHMS == ("plain", "kahan", "neumaier", "binned", "exact")
+    assert AVERAGES == ("none", "after", "premultiply", "predivide")
+    assert [get_algorithm(a) for a in ALGORITHMS] == list(ALGORITHMS)
+    assert [get_average(a) for a in AVERAGES] == list(AVERAGES)
+    X = np.ones((3, 2), dtype=np.float32)
+    with pytest.raises(fr.InvalidArgument, match="did you mean 'neumaier'"):
+        fr.reduce(X, "sequential", algorithm="neumayer")
+    with pytest.raises(fr.InvalidArgument, match="did you mean 'predivide'"):
+        fr.reduce(X, "sequential", average="pre-divide")
+    with pytest.raises(fr.InvalidArgument, match="did you mean 'after'"):
+        fr.reduce_reference(X, "sequential", average="afterwards")

@@ -94,3 +94,25 @@ def test_to_bits_refuses_unrepresentable():
         fr.to_bits(1 + 2**-20, "bf16")
     with pytest.raises(fr.InvalidArgument, match="float array"):
         fr.to_bits(np.arange(3), "bf16")
+
+
+def test_one_float_dtype_guard_for_every_entry_point():
+    from fpreduce.base.dtypes import as_float_array, is_float_dtype
+    from fpreduce.core.algorithms import compensated
+
+    for dt in (np.float16, np.float32, np.float64, *SMALL.values()):
+        assert is_float_dtype(np.dtype(dt))
+    for dt in (np.int32, np.uint8, np.bool_, np.complex64, object):
+        assert not is_float_dtype(np.dtype(dt))
+    with pytest.raises(fr.InvalidArgument, match="got int64"):
+        as_float_array(np.arange(3), "need floats, got {dtype}")
+    ints = np.ones((3, 2), dtype=np.int64)
+    for call in (
+        lambda: fr.reduce(ints, "sequential"),
+        lambda: fr.exact_sum(ints),
+        lambda: fr.round_to(ints, "bf16"),
+        lambda: fr.to_bits(ints, "bf16"),
+        lambda: compensated(ints, "bf16"),
+    ):
+        with pytest.raises(fr.InvalidArgument, match="float array"):
+            call()

@@ -21,32 +21,66 @@ def _brute(a: float, b: float) -> int:
 
 
 @given(values, values)
-def test_ulp_distance_matches_brute_force(a, b):
-    d = int(m.ulp_distance(a, b, "bf16"))
+def test_ulp_steps_matches_brute_force(a, b):
+    d = int(m.ulp_steps(a, b, "bf16"))
     assert d == _brute(a, b)
-    assert d == int(m.ulp_distance(b, a, "bf16"))
+    assert d == int(m.ulp_steps(b, a, "bf16"))
     zero_pair = a == 0 and b == 0
     assert (d == 0) == (bool(m.bits_equal(a, b, "bf16")) or zero_pair)
 
 
-def test_ulp_distance_vectorized_and_signed_zero():
+def test_ulp_steps_vectorized_and_signed_zero():
     rng = np.random.default_rng(0)
     a = rng.choice(_FINITE_OR_INF, 2000)
     b = rng.choice(_FINITE_OR_INF, 2000)
     idx = np.abs(np.searchsorted(_SORTED, a) - np.searchsorted(_SORTED, b))
-    np.testing.assert_array_equal(m.ulp_distance(a, b, "bf16"), idx)
-    assert int(m.ulp_distance(0.0, -0.0, "bf16")) == 0
+    np.testing.assert_array_equal(m.ulp_steps(a, b, "bf16"), idx)
+    assert int(m.ulp_steps(0.0, -0.0, "bf16")) == 0
     assert not bool(m.bits_equal(0.0, -0.0, "bf16"))
     tiny = BF16.smallest_subnormal
-    assert int(m.ulp_distance(tiny, -tiny, "bf16")) == 2
-    assert int(m.ulp_distance(np.nan, np.nan, "bf16")) == 0
-    assert int(m.ulp_distance(np.nan, 1.0, "bf16")) == -1
+    assert int(m.ulp_steps(tiny, -tiny, "bf16")) == 2
+    assert int(m.ulp_steps(np.nan, np.nan, "bf16")) == 0
+    assert int(m.ulp_steps(np.nan, 1.0, "bf16")) == -1
 
 
-def test_ulp_distance_tf32_counts_steps():
+def test_ulp_steps_tf32_counts_steps():
     one = 1.0
     nxt = 1.0 + 2.0**-10
-    assert int(m.ulp_distance(one, nxt, "tf32")) == 1
+    assert int(m.ulp_steps(one, nxt, "tf32")) == 1
+
+
+def test_ulp_gap_is_the_runners_distance_not_the_step_count():
+    # bf16 1.0 and 1 - 2**-8 are neighbours across a binade boundary: one step, half an ulp of 1.0
+    assert float(m.ulp_gap(1.0, 1 - 2.0**-8, "bf16")) == 0.5
+    assert int(m.ulp_steps(1.0, 1 - 2.0**-8, "bf16")) == 1
+    assert float(m.ulp_gap(1.0078125, 1.0, "bf16")) == 1.0  # within a binade: the step count
+    tiny = BF16.smallest_subnormal
+    a = [0.0, 0.0, tiny, np.nan, np.nan, np.inf, np.inf, -np.inf, 3.0, 2.0**127]
+    b = [-0.0, 2.0, -tiny, np.nan, 1.0, np.inf, -np.inf, 1.0, 3.0, -(2.0**127)]
+    want = [0.0, 2.0 / 2.0**-6, 2.0, 0.0, np.inf, 0.0, np.inf, np.inf, 0.0, 2.0**128 / 2.0**120]
+    np.testing.assert_array_equal(m.ulp_gap(a, b, "bf16"), want)
+    assert m.ulp_gap(np.ones((2, 3)), 1.0, "bf16").shape == (2, 3)
+    assert float(m.ulp_gap(1e308, -1e308, "fp64")) == np.inf  # the difference overflows float64
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32", "fp64"])
+def test_ulp_gap_agrees_with_the_metrics_csv_row(fmt):
+    from fpreduce.run.stepmetrics import ULP_EDGES, CompareStats
+
+    rng = np.random.default_rng(5)
+    raw = rng.standard_normal(3000) * np.exp2(rng.integers(-20, 20, 3000))
+    y = fr.round_to(raw, fmt)
+    yref = fr.round_to(raw * (1 + rng.standard_normal(3000) * 2.0**-7), fmt)
+    yref[::5] = y[::5]
+    y[:6] = [1.0, 0.0, np.nan, np.nan, np.inf, -0.0]
+    yref[:6] = [1 - 2.0**-8 if fmt == "bf16" else 1.0, -0.0, np.nan, 2.0, 1.0, 0.0]
+    stats = CompareStats()
+    stats.add(y, yref, get_format(fmt))
+    row = stats.row()
+    gap = m.ulp_gap(y, yref, fmt)
+    capped = np.where(np.isinf(gap), float(ULP_EDGES[-1]), gap)  # metrics.csv's largest distance
+    assert row["ulp_max"] == capped.max()
+    assert row["ulp_mean"] == pytest.approx(capped.mean(), rel=1e-12)
 
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, width=32)
@@ -107,14 +141,14 @@ def test_zero_sums_and_condition_number():
 def test_divergence():
     y = np.array([1.0, -2.0, 0.0, 3.5])
     d = m.divergence(y, y, "bf16")
-    assert d == {"frac_differ": 0.0, "max_ulp": 0.0, "mean_ulp": 0.0, "hamming": 0.0, "rel_l2": 0.0}
+    assert d == {"frac_differ": 0.0, "max_steps": 0.0, "mean_steps": 0.0, "hamming": 0.0, "rel_l2": 0.0}
     z = np.zeros(3)
     assert m.divergence(z, z, "bf16")["rel_l2"] == 0.0
     y2 = y.copy()
     y2[0] = 1.0078125
     d = m.divergence(y2, y, "bf16")
     assert d["frac_differ"] == 0.25
-    assert d["max_ulp"] == 1.0
+    assert d["max_steps"] == 1.0
     assert d["hamming"] == 0.25
     assert d["rel_l2"] > 0
 
@@ -143,8 +177,8 @@ def test_float32_fast_path_equals_bit_pattern_path(fmt):
     fast_eq = m.bits_equal(a, b, fmt)  # float32 inputs: fast path
     slow_eq = m.bits_equal(a.astype(np.float64), b.astype(np.float64), fmt)
     assert np.array_equal(fast_eq, slow_eq)
-    fast_d = m.ulp_distance(a, b, fmt)
-    slow_d = m.ulp_distance(a.astype(np.float64), b.astype(np.float64), fmt)
+    fast_d = m.ulp_steps(a, b, fmt)
+    slow_d = m.ulp_steps(a.astype(np.float64), b.astype(np.float64), fmt)
     assert np.array_equal(fast_d, slow_d)
     assert fast_eq.any()
     assert not fast_eq.all()

@@ -144,3 +144,61 @@ def test_scalars_give_zero_dimensional_results():
     assert out.shape == ()
     assert float(out) == 1.0078125
     assert fr.round_to(np.float32(3.0), "fp16", "up").shape == ()
+
+
+@pytest.mark.parametrize("mode", DIRECTED + ["stochastic"])
+@pytest.mark.parametrize("name", NARROW + ["fp64"])
+def test_overflow_rule_is_one_function(name, mode):
+    # round_to (vector), the scalar rounder (exact integers) and the Fraction reference
+    # give what overflow_value says, for positive and negative overflow
+    from fpreduce.core._reference import round_scaled
+    from fpreduce.core.rounding import Mode, overflow_value
+
+    f = fr.get_format(name)
+    m = Mode(mode)
+    for neg in (False, True):
+        want = overflow_value(f, m, neg)
+        v = -(2 ** (f.emax + 1)) if neg else 2 ** (f.emax + 1)  # beyond max_finite in every mode
+        assert np.signbit(want) == neg  # the sign is kept, NaN included
+        if f.emax < 1023:  # every float64 is an fp64 value: round_to cannot overflow there
+            got = fr.round_to(np.array([float(v)]), f, mode, rng=0)
+            assert bits64(got.astype(np.float64)) == bits64(want), (neg, got, want)
+        assert bits64(round_scaled(v, 0, f, mode, 0.5)) == bits64(want)
+        if m is not Mode.STOCHASTIC:
+            assert bits64(round_fraction(Fraction(v), f, mode)) == bits64(want)
+    both = overflow_value(f, m, np.array([False, True]))
+    assert same(both, [overflow_value(f, m, False), overflow_value(f, m, True)])
+
+
+@given(
+    st.builds(Fraction, st.integers(-(2**80), 2**80), st.integers(1, 2**40)),
+    st.sampled_from(NARROW + ["fp64"]),
+    st.sampled_from(DIRECTED),
+)
+def test_round_fraction_of_any_rational_is_the_nearest_grid_point(v, name, mode):
+    # the Fraction front end of the scalar rounder, against the definition: the grid
+    # neighbours of v in f (exhaustive search over the binade's multiples of the quantum)
+    f = fr.get_format(name)
+    got = round_fraction(v, f, mode)
+    if v == 0:
+        assert got == 0.0
+        return
+    a = abs(v)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    e = e if a >= Fraction(2) ** e else e - 1
+    q = Fraction(2) ** (max(e, f.emin) - f.precision + 1)
+    lo = (a // q) * q
+    hi = lo if lo == a else lo + q
+    if mode == "nearest_even":
+        pick = lo if (a - lo < hi - a or (a - lo == hi - a and (lo / q) % 2 == 0)) else hi
+    elif mode == "toward_zero" or (mode == "up" and v < 0) or (mode == "down" and v > 0):
+        pick = lo
+    else:
+        pick = hi
+    if pick > Fraction(f.max_finite):
+        from fpreduce.core.rounding import overflow_value
+
+        want = float(overflow_value(f, fr.Mode(mode), v < 0))
+        assert same(got, want)
+    else:
+        assert got == (float(pick) if v > 0 else -float(pick))

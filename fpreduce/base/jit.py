@@ -6,9 +6,8 @@ and used only when it is installed; every caller keeps its numpy path, and the
 tests check that both give the same bits. ``FPREDUCE_NO_JIT=1`` forces the numpy
 paths. This module is the one switch: every caller asks :func:`enabled` at call time,
 and tests force the numpy paths with ``with disabled(): ...``. numba is imported, and
-a kernel compiled (or loaded from numba's on-disk cache: about 0.4 s once per process),
-on a kernel's first call, so importing
-fpreduce stays fast.
+a kernel compiled (or loaded from numba's on-disk cache: about 0.4 s once per
+process), on a kernel's first call, so importing fpreduce stays fast.
 
 >>> jit(lambda x: x) is None or callable(jit(lambda x: x))
 True

@@ -9,16 +9,11 @@ reference). Trees are compiled once per shape into in-place steps on reused buff
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from fpreduce.core.arith import Program, _Arith, _Loader
 from fpreduce.core.formats import Format
 from fpreduce.plans import Tree, fold, sequential
-
-if TYPE_CHECKING:
-    from fpreduce.core.engine import _Arith, _Loader
-
 
 _STRIP = 1 << 15  # elements gathered at a time (at least 64 columns): a strip of A and its indices stay in L2
 
@@ -64,7 +59,7 @@ def _gather_orders(A: np.ndarray, orders: np.ndarray, lo: int, hi: int, out: np.
 _VELTKAMP_P = (8, 11)
 
 
-def _program(shape: Tree | None, n: int) -> tuple[list[tuple[int, int, int]], int, int]:
+def _program(shape: Tree | None, n: int) -> Program:
     """Compile a tree over slots into in-place ops ``(out, a, b)``: buf[out] = a + b.
 
     Operands >= 0 are slots (leaves), < 0 are buffers ``-1 - i``; returns (ops,
@@ -97,6 +92,15 @@ def _program(shape: Tree | None, n: int) -> tuple[list[tuple[int, int, int]], in
     return ops, count[0], root
 
 
+def _program_of(ar: _Arith, shape: Tree | None, n: int) -> Program:
+    """``_program(shape, n)``, compiled once per shape object during one reduction (kept in ``ar``)."""
+    hit = ar.programs.get(id(shape))
+    if hit is None or hit[0] is not shape:
+        hit = (shape, _program(shape, n))
+        ar.programs[id(shape)] = hit
+    return hit[1]
+
+
 def _fast_block(shape: Tree | None, B: np.ndarray, order, load: _Loader, ar: _Arith, dest=None):  # type: ignore[no-untyped-def]
     """The plain fold of one block when its inputs need no conversion, else None.
 
@@ -119,7 +123,7 @@ def _fast_block(shape: Tree | None, B: np.ndarray, order, load: _Loader, ar: _Ar
         return None
     native = fin.precision >= 24  # float32 values are fp32 values
     small = not native and fin.emin != -126  # fp16 / fp8 inputs
-    ops, nbuf, root = ar.program(shape, n)
+    ops, nbuf, root = _program_of(ar, shape, n)
     slot_row = list(range(n)) if order is None else [int(k) for k in order]
     work = ar.scratch(nbuf + 6, width)
     bufs, (c, orf, mx, mn, r0, r1) = work[:nbuf], work[nbuf:]

@@ -14,15 +14,15 @@ return shape (elements,), float32 (float64 for fp64).
 from __future__ import annotations
 
 from collections.abc import Callable
-from fractions import Fraction
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fpreduce.base.errors import InvalidArgument
-from fpreduce.core._reference import round_fraction
-from fpreduce.core.engine import add_rounded
+from fpreduce.base.dtypes import is_float_dtype
+from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.core._reference import add_exact
+from fpreduce.core.arith import add_rounded
 from fpreduce.core.exact import exact_sum
 from fpreduce.core.formats import Format, get_format
 from fpreduce.core.rounding import Mode, _nearest32_inplace, get_mode, round_to
@@ -30,7 +30,7 @@ from fpreduce.core.rounding import Mode, _nearest32_inplace, get_mode, round_to
 __all__ = ["BINNED_MAX_ROWS", "binned", "compensated", "compensated_reference", "exact"]
 
 Kind = Literal["kahan", "neumaier"]
-_KINDS = ("kahan", "neumaier")
+_KINDS: tuple[Kind, ...] = get_args(Kind)
 _BLOCK = 1 << 13  # elements per block: the working set of a block stays in cache
 _W = 26  # bits per bin: two bin sums (2 x 26 bits) fit one float64 significand
 _K = 3  # bins: the window holds 78 bits below 2**E, E the exponent of max|x|
@@ -40,7 +40,7 @@ _BINNED_MAX_ABS = 2.0**960  # keeps the extraction constants 1.5 * 2**(t + 52) f
 
 def _as_2d(X: ArrayLike, who: str) -> NDArray[np.floating]:
     A = np.asarray(X)
-    if A.dtype.kind != "f" and A.dtype.name != "bfloat16" and not A.dtype.name.startswith("float8"):
+    if not is_float_dtype(A.dtype):
         raise InvalidArgument(f"{who}: X must be a float array of shape (workers, elements), got {A.dtype}")
     if A.ndim == 1:
         A = A[:, None]
@@ -51,8 +51,20 @@ def _as_2d(X: ArrayLike, who: str) -> NDArray[np.floating]:
 
 def _kind(kind: str) -> Kind:
     if kind not in _KINDS:
-        raise InvalidArgument(f"unknown compensated kind {kind!r} (choices: kahan, neumaier)")
+        raise unknown_name("compensated kind", kind, _KINDS)
     return kind  # type: ignore[return-value]
+
+
+def _generator(
+    m: Mode, rng: np.random.Generator | int | None, *, allowed: bool, message: str
+) -> np.random.Generator | None:
+    """The Generator of stochastic mode (InvalidArgument(``message``) without ``rng`` or where not
+    ``allowed``); None in the other modes."""
+    if m is not Mode.STOCHASTIC:
+        return None
+    if rng is None or not allowed:
+        raise InvalidArgument(message)
+    return np.random.default_rng(rng)
 
 
 Op = Callable[[NDArray[np.floating], NDArray[np.floating]], NDArray[np.floating]]
@@ -63,7 +75,7 @@ def _adder(f: Format, m: Mode, rng: np.random.Generator | None) -> tuple[Op, Op,
 
     Nearest-even with p <= 11: the float32 result rounded to ``f`` is correctly rounded
     (24 >= 2p + 2, innocuous double rounding); fp32: float32 itself (IEEE ``a - b`` is
-    ``a + (-b)``, signed zeros included). Otherwise ``engine.add_rounded`` in float64
+    ``a + (-b)``, signed zeros included). Otherwise ``arith.add_rounded`` in float64
     (TwoSum remainder for the directed modes).
     """
     if m is Mode.NEAREST_EVEN and f.precision == 24:
@@ -146,34 +158,37 @@ def compensated(
     """
     f, m, k = get_format(fmt), get_mode(mode), _kind(kind)
     A = _as_2d(Y, "compensated")
-    gen = None
-    if m is Mode.STOCHASTIC:
-        if rng is None:
-            raise InvalidArgument("stochastic rounding needs rng= (a numpy Generator or a seed)")
-        gen = np.random.default_rng(rng)
+    gen = _generator(m, rng, allowed=True, message="stochastic rounding needs rng= (a numpy Generator or a seed)")
     add, sub, dt = _adder(f, m, gen)
-    n, cols = A.shape
+    cols = A.shape[1]
     out = np.empty(cols, dtype=f.value_dtype)
     with np.errstate(over="ignore", invalid="ignore"):
         for c0 in range(0, cols, _BLOCK):
-            s = _row(A, 0, c0, dt, f)
-            c = np.zeros_like(s)
-            for i in range(1, n):
-                x = _row(A, i, c0, dt, f)
-                if k == "kahan":
-                    y = sub(x, c)
-                    t = add(s, y)
-                    c = sub(sub(t, s), y)
-                else:
-                    t = add(s, x)
-                    keep = np.abs(s) >= np.abs(x)
-                    big, small = np.where(keep, s, x), np.where(keep, x, s)
-                    c = add(c, add(sub(big, t), small))
-                s = t
-            if k == "neumaier":
-                s = add(s, c)
-            out[c0 : c0 + _BLOCK] = s
+            out[c0 : c0 + _BLOCK] = _compensated_block(A, c0, k, add, sub, dt, f)
     return out
+
+
+def _compensated_block(
+    A: NDArray[np.floating], c0: int, k: Kind, add: Op, sub: Op, dt: type, f: Format
+) -> NDArray[np.floating]:
+    """``compensated`` of the block of columns starting at ``c0`` (the caller holds np.errstate)."""
+    s = _row(A, 0, c0, dt, f)
+    c = np.zeros_like(s)
+    for i in range(1, A.shape[0]):
+        x = _row(A, i, c0, dt, f)
+        if k == "kahan":
+            y = sub(x, c)
+            t = add(s, y)
+            c = sub(sub(t, s), y)
+        else:
+            t = add(s, x)
+            keep = np.abs(s) >= np.abs(x)
+            big, small = np.where(keep, s, x), np.where(keep, x, s)
+            c = add(c, add(sub(big, t), small))
+        s = t
+    if k == "neumaier":
+        s = add(s, c)
+    return s
 
 
 def _row(A: NDArray[np.floating], i: int, c0: int, dt: type, f: Format) -> NDArray[np.floating]:
@@ -191,27 +206,14 @@ def _row(A: NDArray[np.floating], i: int, c0: int, dt: type, f: Format) -> NDArr
     return x
 
 
-def _add_exact_rounded(a: float, b: float, f: Format, mode: str) -> float:
-    """One IEEE addition over exact rationals (the reference's only operation)."""
-    if not (np.isfinite(a) and np.isfinite(b)):
-        r = a + b  # Inf/NaN: format independent (inputs of fp8_e4m3 are never Inf)
-        return r if (f.has_inf or not np.isinf(r)) else float("nan")
-    exact = Fraction(a) + Fraction(b)
-    if exact == 0:
-        both_neg = bool(np.signbit(a) and np.signbit(b))
-        both_pos_zero = a == 0 and b == 0 and not np.signbit(a) and not np.signbit(b)
-        return -0.0 if both_neg or (mode == "down" and not both_pos_zero) else 0.0
-    return round_fraction(exact, f, mode)
-
-
 def compensated_reference(
     Y: ArrayLike, fmt: str | Format, mode: str | Mode = "nearest_even", *, kind: str = "kahan"
 ) -> NDArray[np.floating]:
     """Slow twin of ``compensated``: a Python loop per element over ``Fraction``.
 
-    Every operation is the exact rational result rounded once with
-    ``_reference.round_fraction``; exact zeros get their IEEE sign (+0, or -0 in mode
-    ``down``; ``-0 + -0 = -0``); ``x - y`` is ``x + (-y)``. For tests; no stochastic.
+    Every operation is :func:`fpreduce.core._reference.add_exact`: the exact rational
+    result rounded once; exact zeros get their IEEE sign (+0, or -0 in mode ``down``;
+    ``-0 + -0 = -0``); ``x - y`` is ``x + (-y)``. For tests; no stochastic.
     """
     f, m, k = get_format(fmt), get_mode(mode), _kind(kind)
     if m is Mode.STOCHASTIC:
@@ -220,7 +222,7 @@ def compensated_reference(
     out = np.empty(A.shape[1])
 
     def add(a: float, b: float) -> float:
-        return _add_exact_rounded(a, b, f, m.value)
+        return add_exact(a, b, f, m.value)
 
     for j in range(A.shape[1]):
         col = [float(v) for v in A[:, j]]
@@ -319,11 +321,8 @@ def binned(
         raise InvalidArgument(
             f"binned sums at most 2**26 = {BINNED_MAX_ROWS} rows exactly per bin, got {n}; split the rows or use exact"
         )
-    gen = None
-    if m is Mode.STOCHASTIC:
-        if rng is None or f.precision == 53:
-            raise InvalidArgument("binned: stochastic rounding needs rng= and a format narrower than fp64")
-        gen = np.random.default_rng(rng)
+    msg = "binned: stochastic rounding needs rng= and a format narrower than fp64"
+    gen = _generator(m, rng, allowed=f.precision < 53, message=msg)
     out = np.empty(cols, dtype=f.value_dtype)
     for c0 in range(0, cols, _BLOCK):
         out[c0 : c0 + _BLOCK] = _binned_block(A[:, c0 : c0 + _BLOCK], f, m, gen)

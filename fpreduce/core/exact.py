@@ -25,13 +25,16 @@ import mpmath
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fpreduce.base import jit
+from fpreduce.base.dtypes import is_float_dtype
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core._exact_limbs import _BLOCK_CELLS, _E_OFFSET, _NE, _column_block, _LazyValues, _Limbs
-from fpreduce.core._exact_proof import _float64_exact_columns, _scan, _scan_compiled
+from fpreduce.core._exact_proof import _float64_exact_columns, _scan
+from fpreduce.core._reference import round_scaled
 from fpreduce.core.formats import Format, get_format
-from fpreduce.core.rounding import Mode, _quantum_bits, _round_with_remainder, get_mode, round_to
+from fpreduce.core.rounding import Mode, _round_with_remainder, get_mode, quantum_bits, round_to
 
-__all__ = ["ExactSum", "exact_sum", "exact_sum_fraction", "exact_sum_mpmath"]
+__all__ = ["ExactSum", "exact_sum", "exact_sum_counting_zeros", "exact_sum_fraction", "exact_sum_mpmath"]
 
 _FP64 = get_format("fp64")
 
@@ -39,8 +42,7 @@ _FP64 = get_format("fp64")
 def _check_input(X: ArrayLike, axis: int) -> tuple[NDArray[np.floating], tuple[int, ...], int]:
     """Validate, move ``axis`` first, flatten the rest; returns (2-D floats, out shape, bits)."""
     a = np.asarray(X)
-    name = a.dtype.name
-    if a.dtype.kind != "f" and name != "bfloat16" and not name.startswith("float8"):
+    if not is_float_dtype(a.dtype):
         raise InvalidArgument(
             f"exact_sum needs a float array (float16/float32/float64), got dtype {a.dtype}; "
             "convert with .astype(np.float64)"
@@ -63,48 +65,6 @@ def _check_input(X: ArrayLike, axis: int) -> tuple[NDArray[np.floating], tuple[i
         a = np.asarray(a, dtype=np.float64)  # bfloat16/float8: exact widening
     a2 = a.reshape(a.shape[0], math.prod(out_shape))  # widened to float64 per chunk later
     return a2, out_shape, sigbits
-
-
-def _round_int(v: int, s: int, f: Format, mode: str, u: float | None = None) -> float:
-    """Round ``v * 2**s`` once onto format ``f`` (a nonzero ``v``); returns a Python float."""
-    if v == 0:
-        return 0.0
-    neg = v < 0
-    a = -v if neg else v
-    p = f.precision
-    e = a.bit_length() - 1 + s
-    q = max(e, f.emin) - p + 1
-    shift = q - s
-    if shift <= 0:
-        m = a << -shift
-    else:
-        m = a >> shift
-        rem = a & ((1 << shift) - 1)
-        if rem:
-            if mode == "nearest_even":
-                half = 1 << (shift - 1)
-                m += rem > half or (rem == half and m & 1 == 1)
-            elif mode == "up":
-                m += not neg
-            elif mode == "down":
-                m += neg
-            elif mode == "stochastic":
-                m += Fraction(u if u is not None else 0.0) < Fraction(rem, 1 << shift)
-    qmax = f.emax - p + 1
-    mmax = int(Fraction(f.max_finite) / Fraction(2) ** qmax)
-    if (m << max(q - qmax, 0)) > (mmax << max(qmax - q, 0)):
-        inf = math.inf if f.has_inf else math.nan
-        if mode == "nearest_even" or mode == "stochastic":
-            r = inf
-        elif mode == "toward_zero":
-            r = f.max_finite
-        elif mode == "up":
-            r = f.max_finite if neg else inf
-        else:
-            r = inf if neg else f.max_finite
-    else:
-        r = math.ldexp(m, q)
-    return -r if neg else r
 
 
 def _split(x: float) -> tuple[int, int]:
@@ -154,14 +114,14 @@ class ExactSum:
             if nonfinite.flat[j]:
                 hi[j] = special[j]
                 continue
-            h = _round_int(v, s, _FP64, "nearest_even")
+            h = round_scaled(v, s, _FP64, "nearest_even")
             if v == 0 and negzero[j]:
                 h = -0.0
             hi[j] = h
             if math.isfinite(h):
                 n, k = _split(h)
                 t = min(s, k)
-                lo[j] = _round_int((v << (s - t)) - (n << (k - t)), t, _FP64, "nearest_even")
+                lo[j] = round_scaled((v << (s - t)) - (n << (k - t)), t, _FP64, "nearest_even")
         self.hi = hi.reshape(shape)
         self.lo = lo.reshape(shape)
 
@@ -206,7 +166,7 @@ class ExactSum:
                     h = hi[inexact]
                     a = np.abs(h)
                     dz = round_to(a, f, Mode.TOWARD_ZERO).astype(np.float64)
-                    q = _quantum_bits(dz, f).view(np.float64)
+                    q = quantum_bits(dz, f).view(np.float64)
                     mid = np.isfinite(a) & ((a - dz) * 2 == q)
                     if mid.any():
                         up = round_to(h[mid], f, Mode.UP)
@@ -218,7 +178,7 @@ class ExactSum:
             for j in np.flatnonzero(~np.isfinite(hi) & ~nf):  # exact sum beyond float64's range
                 v, s = self.values[int(j)]
                 u = None if rng is None else float(rng.random())
-                out[j] = _round_int(v, s, f, m.value, u)
+                out[j] = round_scaled(v, s, f, m.value, u)
             if nf.any():
                 sp = self.special[nf]
                 out[nf] = np.where(np.isnan(sp) | f.has_inf, sp, np.nan)
@@ -247,11 +207,8 @@ class ExactSum:
             n, k = _split(yj)
             t = min(s, k)
             d = (n << (k - t)) - (v << (s - t))
-            out[j] = _round_int(d, t, _FP64, "nearest_even") if d else 0.0
+            out[j] = round_scaled(d, t, _FP64, "nearest_even") if d else 0.0
         return out.reshape(self.shape)
-
-
-_KERNELS = _scan_compiled is not None  # the compiled scan (numba installed); tests switch it off
 
 
 def exact_sum(X: ArrayLike, axis: int = 0) -> ExactSum:
@@ -271,16 +228,21 @@ def exact_sum(X: ArrayLike, axis: int = 0) -> ExactSum:
     >>> exact_sum(np.array([1e308, 1e308, -1e308])).to_float64().item()
     1e+308
     """
-    return _exact_sum(X, axis)[0]
+    return exact_sum_counting_zeros(X, axis)[0]
 
 
-def _exact_sum(X: ArrayLike, axis: int = 0) -> tuple[ExactSum, int | None]:
-    """:func:`exact_sum` and, when the compiled scan ran, the number of zero terms (else None)."""
+def exact_sum_counting_zeros(X: ArrayLike, axis: int = 0) -> tuple[ExactSum, int | None]:
+    """:func:`exact_sum` and, when the compiled scan ran, the number of zero terms (+0.0 and -0.0).
+
+    The count comes free with the compiled column scan (numba installed and
+    :func:`fpreduce.base.jit.enabled`); on the numpy path it is None (count them
+    yourself if you need them).
+    """
     a, out_shape, sigbits = _check_input(X, axis)
     n, c = a.shape
     zeros = None
     if n and c:
-        scan = _scan(a) if _KERNELS else None
+        scan = _scan(a) if jit.enabled() else None
         if scan is not None:
             zeros = scan[4]
         ok = _float64_exact_columns(a, sigbits, scan)
@@ -397,13 +359,13 @@ def _exact_general(a: NDArray[np.floating], out_shape: tuple[int, ...], sigbits:
     fbk = np.concatenate(fbs) if fbs else np.zeros(0, dtype=bool)
     for j in np.flatnonzero(fbk & ~nonfinite):
         v, s = values[int(j)]
-        h = _round_int(v, s, _FP64, "nearest_even")
+        h = round_scaled(v, s, _FP64, "nearest_even")
         hi[j] = h
         lo[j] = 0.0
         if math.isfinite(h):
             nn, k = _split(h)
             t = min(s, k)
-            lo[j] = _round_int((v << (s - t)) - (nn << (k - t)), t, _FP64, "nearest_even")
+            lo[j] = round_scaled((v << (s - t)) - (nn << (k - t)), t, _FP64, "nearest_even")
     hi = np.where((hi == 0) & negzero, -0.0, hi)
     hi = np.where(nonfinite, special, hi)
     lo = np.where(nonfinite, 0.0, lo)
@@ -445,5 +407,5 @@ def exact_sum_mpmath(X: ArrayLike, axis: int = 0) -> NDArray[np.float64]:
             acc = acc + ctx.mpf(float(x))
         sign, man, ex, _bc = acc._mpf_
         v = -int(man) if sign else int(man)
-        out[j] = _round_int(v, int(ex), _FP64, "nearest_even") if v else 0.0
+        out[j] = round_scaled(v, int(ex), _FP64, "nearest_even") if v else 0.0
     return out.reshape(out_shape)

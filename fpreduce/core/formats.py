@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fpreduce.base.dtypes import is_float_dtype
 from fpreduce.base.errors import InvalidArgument, unknown_name
 
 __all__ = ["FORMATS", "Format", "from_bits", "get_format", "to_bits", "ulp"]
@@ -140,7 +141,7 @@ def get_format(fmt: str | Format) -> Format:
 
 def _as_float64(x: ArrayLike) -> NDArray[np.float64]:
     a = np.asarray(x)
-    if a.dtype.kind != "f" and a.dtype.name not in ("bfloat16",) and not a.dtype.name.startswith("float8"):
+    if not is_float_dtype(a.dtype):
         if a.dtype.kind in "iu" or a.dtype == bool:
             raise InvalidArgument(f"expected a float array, got dtype {a.dtype}; convert with .astype(np.float64)")
         raise InvalidArgument(f"expected a float array, got dtype {a.dtype}")

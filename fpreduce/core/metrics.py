@@ -16,6 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.exact import ExactSum, exact_sum
 from fpreduce.core.formats import Format, get_format, to_bits, ulp
+from fpreduce.core.rounding import quantum_bits
 from fpreduce.plans import PerElementPlan, Plan, SegmentedPlan
 
 __all__ = [
@@ -29,8 +30,9 @@ __all__ = [
     "gamma",
     "probabilistic_bound",
     "rel_error",
-    "ulp_distance",
     "ulp_error",
+    "ulp_gap",
+    "ulp_steps",
 ]
 
 _MAX_BITS = 53.0
@@ -164,7 +166,7 @@ def _ordered_keys(y: ArrayLike, f: Format) -> NDArray[np.int64]:
     return np.where((b & sign) != 0, -mag, mag)
 
 
-def ulp_distance(y1: ArrayLike, y2: ArrayLike, fmt: str | Format) -> NDArray[np.int64]:
+def ulp_steps(y1: ArrayLike, y2: ArrayLike, fmt: str | Format) -> NDArray[np.int64]:
     """Number of representable steps between ``y1`` and ``y2`` in ``fmt`` (int64).
 
     Uses ordered integer keys: ``key = -(bits & ~sign)`` for negative patterns and
@@ -172,6 +174,9 @@ def ulp_distance(y1: ArrayLike, y2: ArrayLike, fmt: str | Format) -> NDArray[np.
     ``-0.0`` share key 0 and are at distance 0 (they are the same value), although
     ``bits_equal`` tells them apart. ±Inf is one step beyond ±max_finite. Where
     either value is NaN the distance is 0 if both are NaN and -1 otherwise.
+
+    A count, not a size: across a binade boundary it differs from :func:`ulp_gap`
+    (bf16 1.0 and 1 - 2**-8 are 1 step apart and 0.5 ulp apart).
     """
     f = get_format(fmt)
     fast = _float32_keys(y1, y2, f)
@@ -182,13 +187,51 @@ def ulp_distance(y1: ArrayLike, y2: ArrayLike, fmt: str | Format) -> NDArray[np.
     return np.where(na & nb, 0, np.where(na | nb, -1, d)).astype(np.int64)
 
 
+def ulp_gap(y1: ArrayLike, y2: ArrayLike, fmt: str | Format) -> NDArray[np.float64]:
+    """``|y1 - y2| / ulp(max(|y1|, |y2|))`` in ``fmt``, elementwise: the runner's ulp distance.
+
+    This is the distance behind metrics.csv's ``ulp_max`` and ``ulp_mean`` (an arm
+    against its reference arm). The ulp is the quantum of the larger magnitude's
+    binade in ``fmt`` (the subnormal quantum below 2**emin), a power of two, so the
+    division is exact. Within one binade it is the number of steps between the two
+    values (:func:`ulp_steps`); across a binade boundary or zero it is a size, not a
+    count: bf16 1.0 and 1 - 2**-8 are 0.5 ulp apart (1 step), and +x and -x are
+    2|x| / ulp(x) apart (not the number of values between them).
+
+    Special values: +0.0 and -0.0 are 0 apart (the same value), a zero and ``x`` are
+    ``|x| / ulp(x)`` apart; two NaNs, or two equal infinities, are 0 apart; a NaN on
+    one side only, an infinity against anything else, or a difference beyond
+    float64's range gives ``inf`` (metrics.csv writes these as its largest distance,
+    ``ULP_EDGES[-1]`` = 2**20).
+
+    Args:
+        y1, y2: values of ``fmt`` (any float dtype; broadcast together).
+        fmt: the format whose ulp measures the gap.
+
+    Returns:
+        float64 array of the broadcast shape.
+
+    >>> float(ulp_gap(1.0, 1 - 2.0**-8, "bf16")), int(ulp_steps(1.0, 1 - 2.0**-8, "bf16"))
+    (0.5, 1)
+    """
+    f = get_format(fmt)
+    a, b = np.broadcast_arrays(np.asarray(y1, dtype=np.float64), np.asarray(y2, dtype=np.float64))
+    shape = a.shape
+    a, b = a.reshape(-1), b.reshape(-1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        big = np.maximum(np.abs(a), np.abs(b))
+        d = np.abs(a - b) / quantum_bits(big, f).view(np.float64)  # a power of two: exact
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    return np.where(same, 0.0, np.where(np.isfinite(d), d, np.inf)).reshape(shape)
+
+
 def divergence(y1: ArrayLike, y2: ArrayLike, fmt: str | Format) -> dict[str, float]:
     """Summary of how two results of the same shape in ``fmt`` differ.
 
     Returns:
         dict with ``frac_differ`` (fraction of elements whose bits differ; ±0 and
-        NaN follow ``bits_equal``), ``max_ulp`` and ``mean_ulp`` (of
-        ``ulp_distance`` over elements where neither is NaN unless both are; 0 if
+        NaN follow ``bits_equal``), ``max_steps`` and ``mean_steps`` (of
+        ``ulp_steps`` over elements where neither is NaN unless both are; 0 if
         there are none), ``hamming`` (mean popcount of the XOR of bit patterns)
         and ``rel_l2`` (``||y1 - y2|| / ||y2||`` in float64; 0 if both are zero,
         ``inf`` if only ``y2`` is; NaN/Inf inputs propagate). All zeros for
@@ -200,9 +243,9 @@ def divergence(y1: ArrayLike, y2: ArrayLike, fmt: str | Format) -> dict[str, flo
     if a.shape != b.shape:
         raise InvalidArgument(f"shapes differ: {a.shape} vs {b.shape}")
     if a.size == 0:
-        return {"frac_differ": 0.0, "max_ulp": 0.0, "mean_ulp": 0.0, "hamming": 0.0, "rel_l2": 0.0}
+        return {"frac_differ": 0.0, "max_steps": 0.0, "mean_steps": 0.0, "hamming": 0.0, "rel_l2": 0.0}
     eq = bits_equal(a, b, f)
-    d = ulp_distance(a, b, f)
+    d = ulp_steps(a, b, f)
     valid = d[d >= 0]
     x = (to_bits(a, f) ^ to_bits(b, f)).astype(np.uint64)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -211,8 +254,8 @@ def divergence(y1: ArrayLike, y2: ArrayLike, fmt: str | Format) -> dict[str, flo
     rel = (0.0 if num == 0 else np.inf) if den == 0 else num / den
     return {
         "frac_differ": float(np.mean(~eq)),
-        "max_ulp": float(valid.max()) if valid.size else 0.0,
-        "mean_ulp": float(valid.mean()) if valid.size else 0.0,
+        "max_steps": float(valid.max()) if valid.size else 0.0,
+        "mean_steps": float(valid.mean()) if valid.size else 0.0,
         "hamming": float(np.mean(np.bitwise_count(x))),
         "rel_l2": rel,
     }

@@ -12,10 +12,11 @@ Special values: NaN stays NaN; ±Inf stays ±Inf for formats with Inf and become
 for fp8_e4m3 (no Inf encoding); -0.0 stays -0.0, and a negative value that rounds to
 zero gives -0.0. Subnormals: gradual underflow, no flush to zero.
 
-Overflow (IEEE 754 7.4): in nearest mode a value whose rounding (with unbounded
-exponent) exceeds ``max_finite`` becomes ±Inf (fp8_e4m3: NaN, OCP non-saturating);
-``toward_zero`` gives ±max_finite; ``up`` gives +Inf for positive and -max_finite
-for negative overflow, ``down`` the mirror image (fp8_e4m3: NaN in place of Inf).
+Overflow (IEEE 754 7.4, :func:`overflow_value`, the one definition): in nearest mode
+a value whose rounding (with unbounded exponent) exceeds ``max_finite`` becomes ±Inf
+(fp8_e4m3: NaN, OCP non-saturating); ``toward_zero`` gives ±max_finite; ``up`` gives
++Inf for positive and -max_finite for negative overflow, ``down`` the mirror image
+(fp8_e4m3: NaN in place of Inf).
 
 Stochastic rounding rounds up with probability ``frac = (x - lo) / q`` where ``lo``
 is ``x`` rounded down; it compares ``frac`` (exact in float64) with a uniform
@@ -31,10 +32,11 @@ from enum import Enum
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fpreduce.base.dtypes import is_float_dtype
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.core.formats import Format, get_format
 
-__all__ = ["MODES", "Mode", "get_mode", "round_to"]
+__all__ = ["MODES", "Mode", "get_mode", "overflow_value", "quantum_bits", "round_to"]
 
 
 class Mode(Enum):
@@ -60,8 +62,40 @@ def get_mode(mode: str | Mode) -> Mode:
         raise unknown_name("rounding mode", mode, MODES) from None
 
 
-def _quantum_bits(a: NDArray[np.float64], f: Format) -> NDArray[np.uint64]:
-    """Float64 bit patterns of the quantum 2**k of each |a| in f.
+def overflow_value(f: Format, mode: Mode, negative: ArrayLike) -> NDArray[np.float64]:
+    """What a finite value too large for ``f`` becomes in ``mode``: the IEEE 754 7.4 rule, once.
+
+    A value overflows when its rounding with an unbounded exponent exceeds
+    ``f.max_finite``. ``nearest_even`` and ``stochastic`` give ±Inf; ``toward_zero``
+    gives ±max_finite; ``up`` gives +Inf for a positive and -max_finite for a negative
+    overflow, ``down`` the mirror image. A format without Inf (fp8_e4m3, OCP
+    non-saturating) gives NaN in place of ±Inf, with the overflow's sign bit.
+
+    Args:
+        f: the target format.
+        mode: the rounding mode.
+        negative: whether each overflowing value is negative (a bool or a bool array).
+
+    Returns:
+        float64 (0-d for a scalar ``negative``), one value per overflow.
+
+    >>> float(overflow_value(get_format("fp16"), Mode.UP, True))
+    -65504.0
+    """
+    big = np.inf if f.has_inf else np.nan
+    if mode is Mode.NEAREST_EVEN or mode is Mode.STOCHASTIC:
+        mag: float | NDArray[np.float64] = big
+    elif mode is Mode.TOWARD_ZERO:
+        mag = f.max_finite
+    elif mode is Mode.UP:
+        mag = np.where(negative, f.max_finite, big)
+    else:
+        mag = np.where(negative, big, f.max_finite)
+    return np.copysign(mag, np.where(negative, -1.0, 1.0))
+
+
+def quantum_bits(a: NDArray[np.float64], f: Format) -> NDArray[np.uint64]:
+    """Float64 bit patterns of the quantum 2**k (the ulp in ``f``) of each |a|.
 
     k = max(e, emin) - p + 1 with e the float64 exponent (float64 subnormals fall
     far below every emin), computed on the exponent field alone: three uint64 ops
@@ -105,7 +139,7 @@ def round_to(
     f = get_format(fmt)
     m = get_mode(mode)
     a0 = np.asarray(x)
-    if a0.dtype.kind != "f" and a0.dtype.name != "bfloat16" and not a0.dtype.name.startswith("float8"):
+    if not is_float_dtype(a0.dtype):
         raise InvalidArgument(f"round_to expects a float array, got dtype {a0.dtype}; convert with .astype(np.float64)")
     if m is Mode.STOCHASTIC:
         if rng is None:
@@ -145,7 +179,7 @@ _CHUNK = 1 << 15
 
 def _round_chunk(a, f: Format, m: Mode, rng, qb, sb, u):  # type: ignore[no-untyped-def]
     """``round_to`` of a float64 chunk, with scratch arrays ``qb``, ``sb`` (and ``u``) of its size."""
-    np.bitwise_and(a.view(np.uint64), np.uint64(0x7FF0000000000000), out=qb)  # see _quantum_bits
+    np.bitwise_and(a.view(np.uint64), np.uint64(0x7FF0000000000000), out=qb)  # see quantum_bits
     np.maximum(qb, np.uint64((f.emin + 1023) << 52), out=qb)
     small = int(np.max(qb)) < (f.emax + 1023) << 52  # every |a| < 2**emax: no overflow, no NaN or Inf
     qb -= np.uint64((f.precision - 1) << 52)  # 2**k and 2**-k (|k| < 1023 for every format but fp64)
@@ -168,19 +202,8 @@ def _round_chunk(a, f: Format, m: Mode, rng, qb, sb, u):  # type: ignore[no-unty
             return out
         big = np.abs(out, out=q) > f.max_finite
         if np.any(big):
-            fin_a = np.isfinite(a)
-            over = big & fin_a
-            pos = a > 0
-            inf_val = np.inf if f.has_inf else np.nan
-            if m is Mode.NEAREST_EVEN or m is Mode.STOCHASTIC:
-                sat = np.full(a.shape, inf_val)
-            elif m is Mode.TOWARD_ZERO:
-                sat = np.full(a.shape, f.max_finite)
-            elif m is Mode.UP:
-                sat = np.where(pos, inf_val, f.max_finite)
-            else:
-                sat = np.where(pos, f.max_finite, inf_val)
-            out = np.where(over, np.copysign(sat, a), out)
+            over = big & np.isfinite(a)
+            out = np.where(over, overflow_value(f, m, a < 0), out)
         if not f.has_inf:
             out = np.where(np.isinf(a), np.nan, out)
     return out

@@ -1,0 +1,238 @@
+"""The engine's arithmetic: IEEE addition in an accumulator format, loading inputs, scaling.
+
+Every sum is rounded to the accumulator format once, from the exact sum of its two
+operands, as IEEE 754 addition does on hardware:
+
+* round to nearest even: the float64 sum of two values of a format with p <= 24 is
+  rounded to float64 first; since 53 >= 2p + 2, this double rounding is innocuous
+  (Figueroa 1995), so ``round_to(a + b)`` equals rounding the exact sum once.
+* directed and stochastic modes: the exact remainder ``err`` of the float64 sum is
+  recovered with TwoSum (Knuth); when the float64 sum lies on the target grid the
+  sign of ``err`` decides the direction (no grid point of a format with p <= 52 lies
+  strictly between the float64 sum and the exact sum).
+
+Signed zeros follow IEEE 754 6.3: an exact zero sum of opposite-signed operands is
++0 except in mode ``down`` (-0); -0 + -0 = -0. NaN and Inf propagate as in IEEE;
+a float64 overflow follows :func:`~fpreduce.core.rounding.overflow_value`.
+
+* :func:`add_rounded`: two arrays of a format's values added, correctly rounded in any mode.
+* ``_Arith``: addition in one accumulator format and mode, on float32 when it can
+  (nearest even, p <= 24) and on float64 otherwise, with the per-reduction buffers.
+* ``_Loader``: blocks of X made representable in the input format, then in the
+  accumulator's (and premultiplied or predivided when averaging).
+* ``_scale``: one IEEE multiply or divide, correctly rounded (averaging).
+
+Used by :mod:`fpreduce.core.engine`, its fast path and :mod:`fpreduce.core.algorithms`;
+imports neither, so the three share it without a circle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fpreduce.core.formats import Format
+from fpreduce.core.options import Average
+from fpreduce.core.rounding import (
+    Mode,
+    _nearest32_inplace,
+    _nearest_from_float32,
+    _round_with_remainder,
+    overflow_value,
+    round_to,
+)
+from fpreduce.plans import Tree
+
+__all__ = ["add_rounded"]
+
+#: a compiled tree: in-place ops ``(out, a, b)``, the number of buffers, the root operand
+Program = tuple[list[tuple[int, int, int]], int, int]
+
+
+def add_rounded(
+    a: NDArray[np.float64],
+    b: NDArray[np.float64],
+    f: Format,
+    mode: Mode,
+    rng: np.random.Generator | None = None,
+) -> NDArray[np.float64]:
+    """IEEE addition of two arrays of ``f`` values, correctly rounded in ``mode``."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = a + b
+        if mode is Mode.NEAREST_EVEN:
+            out = s if f.precision == 53 else round_to(s, f).astype(np.float64)
+        else:
+            bb = s - a
+            err = (a - (s - bb)) + (b - bb)
+            err = np.where(np.isfinite(s), err, 0.0)
+            out = _round_with_remainder(s, err, f, mode, rng)
+            over = np.isinf(s) & np.isfinite(a) & np.isfinite(b)  # float64 overflow: IEEE 7.4 per mode
+            if np.any(over):
+                out = np.where(over, overflow_value(f, mode, s < 0), out)
+        zero = (s == 0) & (a == b * -1)
+        if np.any(zero):
+            both_neg = np.signbit(a) & np.signbit(b)
+            both_pos_zero = (a == 0) & (b == 0) & ~np.signbit(a) & ~np.signbit(b)
+            neg = both_neg | ((mode is Mode.DOWN) & ~both_pos_zero)
+            out = np.where(zero, np.where(neg, -0.0, 0.0), out)
+    return out
+
+
+def _add_nearest32(a: NDArray[np.float32], b: NDArray[np.float32], f: Format) -> NDArray[np.float32]:
+    """Round-to-nearest addition for accumulators of at most 24 bits, in float32.
+
+    The float32 sum double-rounds innocuously for p <= 11 (24 >= 2p + 2) and is
+    exact IEEE for fp32; float32's IEEE addition also gives the right signed zeros.
+    fp16 sums of values <= 65504 cannot overflow float32, and a bf16/tf32 sum that
+    overflows float32 overflows the narrow format too.
+    """
+    s = a + b  # the caller holds np.errstate(over="ignore", invalid="ignore")
+    if f.precision == 24:
+        return s
+    if f.name == "fp16":
+        return s.astype(np.float16).astype(np.float32)  # IEEE convert, from float32
+    if f.emin == -126:
+        return _nearest_from_float32(s, f)
+    return round_to(s, f)  # type: ignore[return-value]
+
+
+class _Arith:
+    """Addition in one accumulator format and mode, on float32 (p <= 24, nearest) or float64."""
+
+    def __init__(self, fa: Format, mode: Mode, rng: np.random.Generator | None) -> None:
+        self.fa, self.mode, self.rng = fa, mode, rng
+        self.fast = mode is Mode.NEAREST_EVEN and fa.precision <= 24
+        self.dtype = np.dtype(np.float32 if self.fast else np.float64)
+        self.programs: dict[int, tuple[Tree | None, Program]] = {}  # the fast path's, per shape object
+        self._scratch: list[np.ndarray] = []
+        self._gather: np.ndarray | None = None
+
+    def scratch(self, count: int, width: int) -> list[np.ndarray]:
+        """``count`` float32 work arrays of ``width``, allocated once per reduction (no fresh pages per block)."""
+        have = self._scratch
+        if len(have) < count or (have and have[0].size < width):
+            size = max(width, have[0].size if have else 0)
+            have[:] = [np.empty(size, dtype=np.float32) for _ in range(max(count, len(have)))]
+        return [a[:width] for a in have[:count]]
+
+    def gather_buffer(self, n: int, width: int, dtype: np.dtype) -> np.ndarray:
+        """An (n, width) array for gathered inputs, reused from block to block (no fresh pages)."""
+        buf = self._gather
+        if buf is None or buf.dtype != dtype or buf.shape[0] != n or buf.shape[1] < width:
+            buf = self._gather = np.empty((n, width), dtype=dtype)
+        return buf[:, :width]
+
+    def add(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """a + b rounded, a new array."""
+        if self.fast:
+            return _add_nearest32(a, b, self.fa)
+        return add_rounded(a, b, self.fa, self.mode, self.rng)
+
+    def add_into(self, acc: np.ndarray, b: np.ndarray, scratch: np.ndarray) -> None:
+        """acc <- acc + b rounded, in place (scratch: a uint32/float16 buffer like acc)."""
+        fa = self.fa
+        if not self.fast:
+            acc[...] = add_rounded(acc, b, fa, self.mode, self.rng)
+            return
+        np.add(acc, b, out=acc)
+        if fa.precision == 24:
+            return
+        if fa.emin == -126:
+            _nearest32_inplace(acc, fa, scratch)
+        else:
+            _nearest_small_inplace(acc, fa, scratch)
+
+
+def _nearest_small_inplace(acc: NDArray[np.float32], f: Format, tmp: NDArray[np.uint32]) -> None:
+    """Round float32 to nearest even onto a format of p <= 11 bits (fp16, fp8), in place.
+
+    Magic-number rounding: with the quantum q of each value's binade in ``f`` (the
+    subnormal quantum below 2**emin), M = 1.5 * 2**23 * q has ulp q in float32, so the
+    float32 operations (x + M) - M round x to the q grid once, ties to even, exactly.
+    A zero result gets x's sign bit back. Blocks holding a value of 2**emax or more
+    (possible overflow), Inf or NaN go through ``round_to``. The caller's float32 sum
+    double-rounds innocuously (24 >= 2p + 2).
+    """
+    bits = acc.view(np.uint32)
+    t = tmp[: acc.size].reshape(acc.shape)
+    np.bitwise_and(bits, np.uint32(0x7F800000), out=t)  # 2**e (0 for float32 subnormals)
+    M = t.view(np.float32)
+    if float(np.max(M)) >= 2.0**f.emax:  # possible overflow, Inf or NaN: the general path
+        acc[...] = round_to(acc, f)
+        return
+    np.maximum(M, np.float32(2.0**f.emin), out=M)
+    M *= np.float32(1.5 * 2.0 ** (23 - f.precision + 1))
+    sign = bits & np.uint32(0x80000000)
+    acc += M
+    acc -= M
+    bits |= sign  # only changes a zero result: (-tiny + M) - M is +0
+
+
+class _Loader:
+    """Makes blocks of X representable in the input format, then in the accumulator's."""
+
+    def __init__(self, A: np.ndarray, fin: Format, fa: Format, mode: Mode, rng, dtype: np.dtype) -> None:  # type: ignore[no-untyped-def]
+        self.A, self.fin, self.fa, self.mode, self.rng, self.dtype = A, fin, fa, mode, rng, dtype
+        self.fits = fin.precision <= fa.precision and fin.emin >= fa.emin and fin.emax <= fa.emax
+        self.native = A.dtype == np.float32 and fin.precision >= 24  # float32 values are fp32 values
+        self.premul: tuple[Average, float] | None = None  # (premultiply or predivide, N)
+
+    def _representable(self, a: np.ndarray) -> bool:
+        """Cheap exact test that float32 ``a`` already holds values of a bf16/tf32 input format."""
+        if a.dtype != np.float32 or self.fin.emin != -126:
+            return False
+        t = np.bitwise_and(a.view(np.uint32), np.uint32((1 << (24 - self.fin.precision)) - 1))
+        return not t.any()
+
+    def __call__(self, a: np.ndarray) -> np.ndarray:
+        """A new array (or a read-only view) of ``a``'s values in the accumulator domain."""
+        if not self.native and not self._representable(a):
+            if a.dtype != np.float32 and a.dtype != np.float64:
+                a = a.astype(np.float32)  # float16 / bfloat16 / fp8 widen exactly
+            if a.dtype == np.float32 and self.fin.precision <= 11 and self.fin.emin != -126:  # fp16, fp8
+                a = a.copy()
+                _nearest_small_inplace(a, self.fin, np.empty(a.size, dtype=np.uint32))
+            else:
+                a = round_to(a, self.fin)
+            nan = np.isnan(a)
+            if nan.any():
+                a[nan] = np.nan  # canonical quiet NaN (see _nearest32_inplace)
+        if self.premul is not None:
+            a = _scale(a, self.premul, self.fin, self.mode, self.rng)
+        if not self.fits:
+            a = round_to(a, self.fa, self.mode, self.rng)
+        return a if a.dtype == self.dtype else a.astype(self.dtype)
+
+
+def _two_product(a: NDArray[np.float64], b: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """p + e == a * b exactly (Dekker/Veltkamp; no FMA in numpy)."""
+    p = a * b
+    split = 134217729.0  # 2**27 + 1
+    ca = split * a
+    ahi = ca - (ca - a)
+    alo = a - ahi
+    cb = split * b
+    bhi = cb - (cb - b)
+    blo = b - bhi
+    e = ((ahi * bhi - p) + ahi * blo + alo * bhi) + alo * blo
+    return p, e
+
+
+def _scale(a: np.ndarray, how: tuple[Average, float], f: Format, mode: Mode, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """One IEEE multiply by round(1/n) (``premultiply``) or divide by n (otherwise), correctly rounded to f."""
+    kind, n = how
+    x = np.asarray(a, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if kind == "premultiply":
+            c = float(np.ravel(round_to(np.array([1.0 / n]), f))[0])
+            s, err = _two_product(x, c)
+        else:
+            s = x / n
+            ph, pl = _two_product(s, n)
+            err = ((x - ph) - pl) / n
+        err = np.where(np.isfinite(s) & np.isfinite(err), err, 0.0)
+        if mode is Mode.NEAREST_EVEN:
+            out = s if f.precision == 53 else round_to(s, f)
+        else:
+            out = _round_with_remainder(s, err, f, mode, rng)
+    return np.asarray(out, dtype=f.value_dtype if a.dtype != np.float64 else np.float64)
