@@ -112,9 +112,9 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fpreduce.report import plots, report
-    from fpreduce.run.sweep import load_sweep, run_sweep
+    from fpreduce.run.sweep import load_sweep_config, run_sweep
 
-    _, points = load_sweep(args.config)
+    _, points = load_sweep_config(args.config)
     if args.jobs < 1:
         raise InvalidArgument("--jobs must be >= 1")
     out = Path(args.out)
