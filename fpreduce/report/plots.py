@@ -349,6 +349,48 @@ def plot_run(run_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")) ->
 # ----------------------------------------------------------------------------- sweep
 
 
+_STYLES = ("-", "--", ":", "-.")  # sweep figure: one line style per arm
+_SLOPES = {0.5: (0, (4, 3)), 1.0: (0, (1.5, 2))}  # reference slope N**power -> its line style
+
+
+def _sweep_series(
+    lines: dict[tuple[str, ...], dict[int, list[dict[str, Any]]]],
+    col: str,
+    groups: list[tuple[str, str, str]],
+    arms: list[str],
+    workers: list[int],
+) -> list[Series]:
+    """One panel of the sweep figure: column ``col`` against N per (group, arm) line, then the slopes."""
+    series: list[Series] = []
+    for (plan, inp, acc, arm), by_n in lines.items():
+        ys = []
+        for n in sorted(by_n):
+            v = np.array([r[col] for r in by_n[n]])
+            ys.append(float(v[np.isfinite(v)].mean()) if np.isfinite(v).any() else np.nan)
+        series.append(
+            (
+                np.array(sorted(by_n), dtype=np.float64),
+                np.array(ys),
+                {
+                    "color": COLORS[groups.index((plan, inp, acc)) % len(COLORS)],
+                    "ls": _STYLES[arms.index(arm) % len(_STYLES)],
+                    "lw": 1.4,
+                },
+            )
+        )
+    pos = positive(y for _, y, _ in series)
+    if col != "mean_diff_frac" and pos.size and len(workers) > 1:  # a fraction saturates at 1: no slopes
+        # anchored at the highest line's value at the smallest N where some line is positive
+        n0 = min(n for x, y, _ in series for n, v in zip(x, y, strict=True) if np.isfinite(v) and v > 0)
+        y0 = float(positive(y[x == n0] for x, y, _ in series).max())
+        xs = np.array([n for n in workers if n >= n0], dtype=np.float64)
+        series += [
+            (xs, y0 * (xs / n0) ** power, {"color": "0.5", "ls": ls, "lw": 1.0, "marker": "none"})
+            for power, ls in _SLOPES.items()
+        ]
+    return series
+
+
 def _fig_sweep(rows: list[dict[str, Any]], name: str, about: str) -> Figure:
     from matplotlib.lines import Line2D
     from matplotlib.ticker import NullLocator
@@ -377,36 +419,8 @@ def _fig_sweep(rows: list[dict[str, Any]], name: str, about: str) -> Figure:
         ("mean_diff_frac", "elements whose bits differ from the reference arm", "fraction of elements"),
         ("max_ulp", "max ulp distance to the reference arm", "ulps of output format"),
     ]
-    styles = ("-", "--", ":", "-.")
-    slope_ls = {0.5: (0, (4, 3)), 1.0: (0, (1.5, 2))}
     for ax, (col, title, ylabel) in zip(axes, panels, strict=True):
-        series: list[Series] = []
-        for (plan, inp, acc, arm), by_n in lines.items():
-            ys = []
-            for n in sorted(by_n):
-                v = np.array([r[col] for r in by_n[n]])
-                ys.append(float(v[np.isfinite(v)].mean()) if np.isfinite(v).any() else np.nan)
-            series.append(
-                (
-                    np.array(sorted(by_n), dtype=np.float64),
-                    np.array(ys),
-                    {
-                        "color": COLORS[groups.index((plan, inp, acc)) % len(COLORS)],
-                        "ls": styles[arms.index(arm) % len(styles)],
-                        "lw": 1.4,
-                    },
-                )
-            )
-        pos = positive(y for _, y, _ in series)
-        if col != "mean_diff_frac" and pos.size and len(workers) > 1:  # a fraction saturates at 1: no slopes
-            # anchored at the highest line's value at the smallest N where some line is positive
-            n0 = min(n for x, y, _ in series for n, v in zip(x, y, strict=True) if np.isfinite(v) and v > 0)
-            y0 = float(positive(y[x == n0] for x, y, _ in series).max())
-            xs = np.array([n for n in workers if n >= n0], dtype=np.float64)
-            series += [
-                (xs, y0 * (xs / n0) ** power, {"color": "0.5", "ls": ls, "lw": 1.0, "marker": "none"})
-                for power, ls in slope_ls.items()
-            ]
+        series = _sweep_series(lines, col, groups, arms, workers)
         log_lines(ax, series, markers=True)
         ax.set_xscale("log", base=2)
         ax.set_xticks(workers, [str(n) for n in workers])
@@ -420,12 +434,12 @@ def _fig_sweep(rows: list[dict[str, Any]], name: str, about: str) -> Figure:
     ]
     if len(arms) > 1:
         entries += [
-            (Line2D([], [], color="0.25", ls=styles[i % len(styles)], lw=1.4), f"arm {a}") for i, a in enumerate(arms)
+            (Line2D([], [], color="0.25", ls=_STYLES[i % len(_STYLES)], lw=1.4), f"arm {a}") for i, a in enumerate(arms)
         ]
     if len(workers) > 1:
         entries += [
-            (Line2D([], [], color="0.5", ls=slope_ls[0.5]), "reference slope ∝ √N"),
-            (Line2D([], [], color="0.5", ls=slope_ls[1.0]), "reference slope ∝ N"),
+            (Line2D([], [], color="0.5", ls=_SLOPES[0.5]), "reference slope ∝ √N"),
+            (Line2D([], [], color="0.5", ls=_SLOPES[1.0]), "reference slope ∝ N"),
         ]
     legend(fig, entries)
     return fig
