@@ -9,11 +9,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fpreduce._version import __version__
 from fpreduce.base.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from fpreduce.run.rundir import Results
 
 
 def _progress(done: int, total: int, eta: float) -> None:
@@ -38,7 +42,7 @@ def _artifacts(run_dir: Path) -> list[Path]:
     return files
 
 
-def _summary_table(results) -> str:  # type: ignore[no-untyped-def]
+def _summary_table(results: Results) -> str:
     s = results.summary
     head = (
         f"{'arm':<12} {'order':<20} {'formats':<16} {'bits differ':>11} {'max ulp':>8} "

@@ -129,7 +129,8 @@ class ArmSpec:
     ``order`` is a policy: ``fixed:<plan>``, ``shuffle:<plan>`` (the plan re-ranked by
     a fresh random permutation every step), ``arrival`` (sequential in the arrival
     order of the latency model), ``atomic`` (every element its own random order,
-    new every step), ``random_tree`` (a random tree shape and order every step).
+    new every step), ``random_tree`` (a random tree shape and order every step);
+    :attr:`policy` is it parsed (:class:`OrderPolicy`), checked when the arm is built.
     ``output`` is the format the result is rounded to once (default: accumulate).
     """
 
