@@ -130,7 +130,7 @@ def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(formats))
 
 
-def render(out_dir: Path, builders: Mapping[str, Callable[[], Figure]], formats: tuple[str, ...]) -> list[Path]:
+def save_figures(out_dir: Path, builders: Mapping[str, Callable[[], Figure]], formats: tuple[str, ...]) -> list[Path]:
     """Build each figure under a fixed style (not the caller's matplotlibrc) and write it atomically."""
     import matplotlib.style
 

@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.report.pdf import _H, Doc, Rect, cell, render
-from fpreduce.run.rundir import SWEEP, read_sweep
+from fpreduce.run.rundir import SWEEP_CSV, read_sweep
 
 _SWEEP_NUM = ("workers", "mean_err_rel", "max_err_rel", "mean_diff_frac", "max_ulp")
 _SWEEP_FIGS = (
@@ -42,7 +42,7 @@ def write_sweep_report(sweep_dir: str | Path, out: str | Path | None = None) -> 
     d = Path(sweep_dir)
     rows = read_sweep(d)
     if not rows:
-        raise InvalidArgument(f"{d / SWEEP}: no rows; nothing to report")
+        raise InvalidArgument(f"{d / SWEEP_CSV}: no rows; nothing to report")
     series: dict[str, dict[str, NDArray[np.float64]]] = {}
     several = len({r.get("dist", "") for r in rows}) > 1  # name the data only when it varies
     for r in sorted(rows, key=lambda r: r["workers"]):

@@ -35,9 +35,9 @@ from fpreduce.report._figure import (
     new_figure,
     note,
     positive,
-    render,
+    save_figures,
 )
-from fpreduce.run.rundir import METRICS, SWEEP, load_run, point_dirs, read_summary, read_sweep
+from fpreduce.run.rundir import METRICS_CSV, SWEEP_CSV, load_run, point_dirs, read_summary, read_sweep
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -141,7 +141,7 @@ def _read_run(run_dir: str | Path) -> _Run:
     res = load_run(run_dir, config_required=False)
     metrics, summary = res.metrics, res.summary
     if not metrics:
-        raise InvalidArgument(f"{res.dir / METRICS}: no complete step recorded yet; nothing to plot")
+        raise InvalidArgument(f"{res.dir / METRICS_CSV}: no complete step recorded yet; nothing to plot")
     info = {str(a["name"]): a for a in res.arms}
     arms = tuple(dict.fromkeys([*info, *metrics]))
     done = max(int(m["step"][-1]) + 1 for m in metrics.values())
@@ -343,7 +343,7 @@ def plot_run(run_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")) ->
     }
     if any(np.isfinite(run.col(arm, "loss")[1]).any() for arm in run.arms):
         builders["training"] = lambda: _fig_training(run)
-    return render(Path(run_dir) / "figures", builders, fmts)
+    return save_figures(Path(run_dir) / "figures", builders, fmts)
 
 
 # ----------------------------------------------------------------------------- sweep
@@ -458,7 +458,7 @@ def plot_sweep(sweep_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")
     d = Path(sweep_dir)
     rows = read_sweep(d)
     if not rows:
-        raise InvalidArgument(f"{d / SWEEP}: no rows; nothing to plot")
+        raise InvalidArgument(f"{d / SWEEP_CSV}: no rows; nothing to plot")
     about = ""
     for p in point_dirs(d)[:1]:  # the settings every point shares
         try:
@@ -466,4 +466,4 @@ def plot_sweep(sweep_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")
             about = f"{s['source']} source, {s['elements']} elements, {s['steps']} steps per point; "
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    return render(d / "figures", {"sweep": lambda: _fig_sweep(rows, d.resolve().name, about)}, fmts)
+    return save_figures(d / "figures", {"sweep": lambda: _fig_sweep(rows, d.resolve().name, about)}, fmts)

@@ -33,7 +33,14 @@ from fpreduce.core.formats import get_format
 
 __all__ = [
     "COLUMNS",
+    "CONFIG_TOML",
+    "METRICS_CSV",
+    "POINTS_DIR",
     "REAL_COLUMNS",
+    "REAL_CSV",
+    "STATE_NPZ",
+    "SUMMARY_JSON",
+    "SWEEP_CSV",
     "SWEEP_COLUMNS",
     "Results",
     "atomic_write",
@@ -56,7 +63,7 @@ __all__ = [
     "write_sweep",
 ]
 
-CONFIG, METRICS, SUMMARY, STATE, REAL, SWEEP, POINTS = (
+CONFIG_TOML, METRICS_CSV, SUMMARY_JSON, STATE_NPZ, REAL_CSV, SWEEP_CSV, POINTS_DIR = (
     "config.toml",
     "metrics.csv",
     "summary.json",
@@ -132,7 +139,7 @@ def _fmt(v: object) -> str:
 
 def write_config(run_dir: Path, text: str) -> None:
     """Write the resolved ``config.toml`` (``fpreduce.run.config.to_toml``)."""
-    atomic_write(run_dir / CONFIG, text)
+    atomic_write(run_dir / CONFIG_TOML, text)
 
 
 def write_metrics(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
@@ -142,24 +149,24 @@ def write_metrics(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
     w.writerow(COLUMNS)
     for r in rows:
         w.writerow([_fmt(r.get(c, float("nan"))) for c in COLUMNS])
-    atomic_write(run_dir / METRICS, buf.getvalue())
+    atomic_write(run_dir / METRICS_CSV, buf.getvalue())
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     """Write ``summary.json`` (indented by 2, a final newline)."""
-    atomic_write(run_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    atomic_write(run_dir / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
 
 
 def write_state(run_dir: Path, arrays: dict[str, NDArray[Any]]) -> None:
     """Write ``state.npz``: a training run's parameters and optimizer state, for resuming."""
     buf = io.BytesIO()
     np.savez(buf, **arrays)  # type: ignore[arg-type]
-    atomic_write(run_dir / STATE, buf.getvalue())
+    atomic_write(run_dir / STATE_NPZ, buf.getvalue())
 
 
 def remove_outputs(run_dir: Path) -> None:
     """Delete what a previous run left that a new one rewrites (metrics, state, report)."""
-    for stale in (METRICS, STATE, "report.pdf"):
+    for stale in (METRICS_CSV, STATE_NPZ, "report.pdf"):
         (run_dir / stale).unlink(missing_ok=True)
 
 
@@ -169,8 +176,8 @@ def write_sweep(sweep_dir: Path, rows: Sequence[dict[str, Any]]) -> Path:
     wr = csv.DictWriter(buf, fieldnames=SWEEP_COLUMNS, lineterminator="\n")
     wr.writeheader()
     wr.writerows({k: (repr(v) if isinstance(v, float) else v) for k, v in r.items()} for r in rows)
-    atomic_write(sweep_dir / SWEEP, buf.getvalue())
-    return sweep_dir / SWEEP
+    atomic_write(sweep_dir / SWEEP_CSV, buf.getvalue())
+    return sweep_dir / SWEEP_CSV
 
 
 def write_real(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
@@ -180,7 +187,7 @@ def write_real(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
     w.writerow(REAL_COLUMNS)
     for r in rows:
         w.writerow([r["step"], r["arm"], repr(float(r["real_agree"])), repr(float(r["ranks_agree"]))])
-    atomic_write(run_dir / REAL, buf.getvalue())
+    atomic_write(run_dir / REAL_CSV, buf.getvalue())
 
 
 # ----------------------------------------------------------------------------- reading
@@ -225,7 +232,7 @@ def _read_csv(
 
 def _metrics_path(source: str | Path) -> Path:
     path = Path(source)
-    return path / METRICS if path.is_dir() else path
+    return path / METRICS_CSV if path.is_dir() else path
 
 
 def read_rows(source: str | Path) -> list[dict[str, Any]]:
@@ -279,7 +286,7 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
     Raises:
         InvalidArgument: the file is missing, not JSON, or not a fpreduce run summary.
     """
-    path = Path(run_dir) / SUMMARY
+    path = Path(run_dir) / SUMMARY_JSON
     _require(path, "run")
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
@@ -304,19 +311,19 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
 
 def read_config(run_dir: str | Path) -> str | None:
     """The text of ``RUN/config.toml``, or None if there is none."""
-    path = Path(run_dir) / CONFIG
+    path = Path(run_dir) / CONFIG_TOML
     return path.read_text() if path.is_file() else None
 
 
 def read_state(run_dir: Path) -> dict[str, NDArray[Any]]:
     """The arrays of ``RUN/state.npz`` (copies; the file is closed)."""
-    with np.load(run_dir / STATE, allow_pickle=False) as z:
+    with np.load(run_dir / STATE_NPZ, allow_pickle=False) as z:
         return {k: z[k].copy() for k in z.files}
 
 
 def read_real(run_dir: str | Path) -> list[dict[str, Any]]:
     """The rows of ``RUN/real.csv`` (empty if the run has none): step, arm, real_agree, ranks_agree."""
-    path = Path(run_dir) / REAL
+    path = Path(run_dir) / REAL_CSV
     if not path.is_file():
         return []
     return _read_csv(
@@ -351,7 +358,7 @@ def read_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
         raise InvalidArgument(f"{d}: no such sweep directory")
     required = [c for c in SWEEP_COLUMNS if c != "dist"]
     return _read_csv(
-        d / SWEEP,
+        d / SWEEP_CSV,
         "sweep",
         required,
         lambda r: {**r, "workers": int(r["workers"]), **{c: _number(r[c]) for c in _SWEEP_MEASURES}},
@@ -360,12 +367,12 @@ def read_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
 
 def point_dir(sweep_dir: Path, name: str) -> Path:
     """The run directory of the sweep point ``name``."""
-    return sweep_dir / POINTS / name
+    return sweep_dir / POINTS_DIR / name
 
 
 def point_dirs(sweep_dir: Path) -> list[Path]:
     """The run directories of a sweep's points that have a summary.json, in name order."""
-    return sorted(p.parent for p in sweep_dir.glob(f"{POINTS}/*/{SUMMARY}"))
+    return sorted(p.parent for p in sweep_dir.glob(f"{POINTS_DIR}/*/{SUMMARY_JSON}"))
 
 
 # ----------------------------------------------------------------------------- a whole run
@@ -436,7 +443,7 @@ def load_run(run_dir: str | Path, *, config_required: bool = True) -> Results:
     d = Path(run_dir)
     if not d.is_dir():
         raise InvalidArgument(f"{d}: no such run directory")
-    for name in (METRICS, SUMMARY, CONFIG)[: 3 if config_required else 2]:
+    for name in (METRICS_CSV, SUMMARY_JSON, CONFIG_TOML)[: 3 if config_required else 2]:
         _require(d / name, "run")
     summary = read_summary(d)
     return Results(d, summary, read_config(d), read_metrics(d))

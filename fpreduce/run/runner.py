@@ -340,7 +340,7 @@ def _param_divergence(a: _Arm, ref: _Arm, row: dict[str, Any], step: int, *, tra
 
 
 def _open_dir(d: Path, cfg: Config, *, resume: bool) -> tuple[list[dict[str, Any]], int]:
-    summary = d / rundir.SUMMARY
+    summary = d / rundir.SUMMARY_JSON
     if d.exists() and not d.is_dir():
         raise InvalidArgument(f"{d} exists and is not a directory")
     if d.is_dir() and any(d.iterdir()) and not summary.is_file():

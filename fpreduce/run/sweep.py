@@ -126,7 +126,12 @@ def run_sweep(path: str | Path, out: str | Path, *, jobs: int = 1) -> Path:
     """Run every grid point (``jobs`` processes) and write ``sweep.csv``; returns its path."""
     _, points = load_sweep_config(path)
     d = Path(out)
-    if d.is_dir() and any(d.iterdir()) and not (d / rundir.SWEEP).is_file() and not (d / rundir.POINTS).is_dir():
+    if (
+        d.is_dir()
+        and any(d.iterdir())
+        and not (d / rundir.SWEEP_CSV).is_file()
+        and not (d / rundir.POINTS_DIR).is_dir()
+    ):
         raise InvalidArgument(f"{d} is not empty and not a fpreduce sweep directory; choose another --out")
     work = [(c, str(rundir.point_dir(d, c.experiment.name))) for c in points]
     if jobs > 1:
