@@ -9,11 +9,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fpreduce._version import __version__
 from fpreduce.base.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from fpreduce.run.rundir import Results
 
 
 def _progress(done: int, total: int, eta: float) -> None:
@@ -38,7 +42,7 @@ def _artifacts(run_dir: Path) -> list[Path]:
     return files
 
 
-def _summary_table(results) -> str:  # type: ignore[no-untyped-def]
+def _summary_table(results: Results) -> str:
     s = results.summary
     head = (
         f"{'arm':<12} {'order':<20} {'formats':<16} {'bits differ':>11} {'max ulp':>8} "
@@ -112,9 +116,9 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fpreduce.report import plots, report
-    from fpreduce.run.sweep import load_sweep, run_sweep
+    from fpreduce.run.sweep import load_sweep_config, run_sweep
 
-    _, points = load_sweep(args.config)
+    _, points = load_sweep_config(args.config)
     if args.jobs < 1:
         raise InvalidArgument("--jobs must be >= 1")
     out = Path(args.out)

@@ -8,8 +8,10 @@ from hypothesis import strategies as st
 
 import fpreduce as fr
 from fpreduce.run import config as cf
+from fpreduce.run.policies import plan_for
 from fpreduce.run.rundir import load_run
-from fpreduce.run.runner import plan_for, run_experiment
+from fpreduce.run.runner import run_experiment
+from fpreduce.run.sources import open_source
 
 BASE = """
 [experiment]
@@ -110,7 +112,7 @@ def test_ab_run_measures_what_it_should(tmp_path):
     # histogram counts every element of every step once
     assert sum(arms["B"]["ulp_hist"]["counts"]) == 4 * 300
     # errors recomputed independently for one step
-    X = fr.sources.open_source(cfg_from().source, workers=6, seed=1).gradients(2)
+    X = open_source(cfg_from().source, workers=6, seed=1).gradients(2)
     Xin = fr.round_to(X, "bf16")
     y = fr.reduce(Xin, "sequential", input="bf16", accumulate="bf16")
     exact = fr.exact_sum(Xin)
@@ -230,7 +232,7 @@ def test_runner_chunks_give_the_bits_of_whole_vector_reductions(tmp_path):
     assert chunk_width(128) < 70001 // 2  # three chunks, the last one short
     got = {}
     res = run_experiment(cfg, tmp_path / "r", on_step=lambda step, arm, y: got.__setitem__((step, arm.name), y))
-    src = fr.sources.open_source(cfg.source, workers=128, seed=4)
+    src = open_source(cfg.source, workers=128, seed=4)
     m = res.metrics
     for step in range(2):
         Xin = fr.round_to(src.gradients(step), "bf16")

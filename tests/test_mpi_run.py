@@ -23,7 +23,8 @@ from fpreduce.backends import BackendError, mpi, mpi_run
 from fpreduce.core.engine import reduce
 from fpreduce.core.rounding import round_to
 from fpreduce.run.config import load_config
-from fpreduce.run.runner import plan_for, run_experiment, shuffle_permutation
+from fpreduce.run.policies import plan_for, shuffle_permutation
+from fpreduce.run.runner import run_experiment
 from fpreduce.run.sources import open_source
 
 RING = """

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from fpreduce.base.errors import InvalidArgument
-from fpreduce.report.plots import FIGSIZE, arm_label, load_metrics, load_summary, plot_run, plot_sweep
+from fpreduce.report.plots import FIGSIZE, arm_label, plot_run, plot_sweep
+from fpreduce.run.rundir import read_metrics, read_summary, read_sweep
 
 COLUMNS = (
     "step",
@@ -166,19 +167,19 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 def test_load_metrics_groups_by_arm_sorted_by_step(tmp_path):
     run = write_run(tmp_path / "r", steps=4)
-    m = load_metrics(run)
+    m = read_metrics(run)
     assert list(m) == ["A", "B", "B-fp32"]
     assert m["B"]["step"].dtype == np.int64
     assert m["B"]["step"].tolist() == [0, 1, 2, 3]
     assert np.isnan(m["A"]["loss"]).all()
     assert (m["A"]["diff_frac"] == 0).all()
-    assert load_metrics(run / "metrics.csv").keys() == m.keys()
+    assert read_metrics(run / "metrics.csv").keys() == m.keys()
 
 
 def test_load_metrics_sorts_steps_and_keeps_last_duplicate(tmp_path):
     p = tmp_path / "metrics.csv"
     p.write_text("step,arm,x\n2,A,3.0\n0,A,1.0\n1,A,2.0\n2,A,4.0\n")
-    m = load_metrics(p)
+    m = read_metrics(p)
     assert m["A"]["step"].tolist() == [0, 1, 2]
     assert m["A"]["x"].tolist() == [1.0, 2.0, 4.0]
 
@@ -187,14 +188,14 @@ def test_load_metrics_sorts_steps_and_keeps_last_duplicate(tmp_path):
 def test_load_metrics_ignores_truncated_last_row(tmp_path, tail):
     p = tmp_path / "metrics.csv"
     p.write_text("step,arm,x\n0,A,1.0\n1,A,2.0\n" + tail + ("" if tail == "3,A,1." else "\n"))
-    assert load_metrics(p)["A"]["x"].tolist() == [1.0, 2.0]
+    assert read_metrics(p)["A"]["x"].tolist() == [1.0, 2.0]
 
 
 def test_load_metrics_rejects_malformed_middle_row(tmp_path):
     p = tmp_path / "metrics.csv"
     p.write_text("step,arm,x\n0,A,1.0\n1,A,oops\n2,A,3.0\n")
     with pytest.raises(InvalidArgument, match="line 3"):
-        load_metrics(p)
+        read_metrics(p)
 
 
 def test_arm_label():
@@ -229,13 +230,13 @@ def test_bad_summary(tmp_path, text, match):
     run = write_run(tmp_path / "r", steps=2)
     (run / "summary.json").write_text(text)
     with pytest.raises(InvalidArgument, match=match):
-        load_summary(run)
+        read_summary(run)
 
 
 def test_foreign_csv_and_empty_run(tmp_path):
     (tmp_path / "metrics.csv").write_text("a,b\n1,2\n")
     with pytest.raises(InvalidArgument, match="not a fpreduce metrics.csv"):
-        load_metrics(tmp_path)
+        read_metrics(tmp_path)
     run = write_run(tmp_path / "r", steps=2)
     (run / "metrics.csv").write_text(",".join(COLUMNS) + "\n")
     with pytest.raises(InvalidArgument, match="no complete step"):
@@ -335,7 +336,7 @@ def test_inf_and_nonfinite_counts(tmp_path):
         row[COLUMNS.index(col)] = value
     lines[3] = ",".join(row)
     (run / "metrics.csv").write_text("\n".join(lines) + "\n")
-    assert np.isinf(load_metrics(run)["B-fp32"]["ulp_max"][0])
+    assert np.isinf(read_metrics(run)["B-fp32"]["ulp_max"][0])
     assert len(plot_run(run, formats=("png",))) == 3
 
 
@@ -407,9 +408,7 @@ def test_sweep_with_several_data_distributions(tmp_path):
     head = rows[0].replace("plan,", "plan,dist,")
     body = [r.replace(",bf16,", f",{dist},bf16,", 1) for dist in ("normal", "lognormal") for r in rows[1:]]
     (d / "sweep.csv").write_text("\n".join([head, *body]) + "\n")
-    from fpreduce.report.plots import load_sweep
-
-    assert {r["dist"] for r in load_sweep(d)} == {"normal", "lognormal"}
+    assert {r["dist"] for r in read_sweep(d)} == {"normal", "lognormal"}
     assert plot_sweep(d, formats=("png",)) == [d / "figures" / "sweep.png"]
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fpreduce.base import jit
 from fpreduce.core.formats import get_format
 from fpreduce.core.rounding import round_to
 from fpreduce.run import stepmetrics as sm
@@ -49,17 +49,8 @@ SPECIALS = np.array(
     ]
 )
 
-needs_kernels = pytest.mark.skipif(not sm._KERNELS, reason="numba not installed: only the numpy path exists")
-
-
-@contextmanager
-def numpy_path() -> Iterator[None]:
-    saved = sm._KERNELS
-    sm._KERNELS = False
-    try:
-        yield
-    finally:
-        sm._KERNELS = saved
+needs_kernels = pytest.mark.skipif(not jit.enabled(), reason="numba not installed: only the numpy path exists")
+numpy_path = jit.disabled
 
 
 def _values(rng: np.random.Generator, n: int, fmt: str, p_special: float) -> np.ndarray:
@@ -170,14 +161,10 @@ def test_chunked_equals_whole(seed: int, n: int, out: str, cuts: list[int]) -> N
     """
     d = _data(seed, n, out, out, 0.05)
     d["hi"][np.abs(d["hi"]) == np.finfo(np.float64).max] = 1.0
-    saved = sm._KERNELS
-    for kernels in {saved, False}:
-        sm._KERNELS = kernels
-        try:
+    for kernels in {jit.enabled(), False}:
+        with contextlib.nullcontext() if kernels else jit.disabled():
             whole = _run(d, out, out, [slice(0, n)])
             parts = _run(d, out, out, _chunks(n, cuts))
-        finally:
-            sm._KERNELS = saved
         for a, b in ((whole[0].row(), parts[0].row()), (whole[1].row(), parts[1].row())):
             for k in a:
                 if k in ("err_mean_rel", "ulp_mean", "rel_l2"):
@@ -218,7 +205,7 @@ def test_median_equals_numpy(seed: int, n: int, p_zero: float, nan: bool, parts:
 
 def _both(fn):  # type: ignore[no-untyped-def]
     """fn() on the kernel path (if any) and the numpy path: both results."""
-    out = [fn()] if sm._KERNELS else []
+    out = [fn()] if jit.enabled() else []
     with numpy_path():
         out.append(fn())
     return out

@@ -4,7 +4,9 @@ import pytest
 
 import fpreduce as fr
 from fpreduce.cli import main
-from fpreduce.run.sweep import SWEEP_COLUMNS, load_sweep, run_sweep
+from fpreduce.report import plots
+from fpreduce.run.rundir import SWEEP_COLUMNS
+from fpreduce.run.sweep import load_sweep_config, run_sweep
 
 SWEEP = """
 [experiment]
@@ -24,7 +26,7 @@ formats = ["bf16:bf16", "bf16:fp32"]
 def test_sweep_grid_and_table(tmp_path):
     cfg = tmp_path / "s.toml"
     cfg.write_text(SWEEP)
-    base, points = load_sweep(cfg)
+    base, points = load_sweep_config(cfg)
     assert len(points) == 3 * 2 * 2
     assert {p.experiment.workers for p in points} == {2, 4, 8}
     table = run_sweep(cfg, tmp_path / "out", jobs=1)
@@ -67,7 +69,7 @@ def test_bad_sweeps(tmp_path, text, msg):
     cfg = tmp_path / "s.toml"
     cfg.write_text(text)
     with pytest.raises(fr.InvalidArgument, match=msg):
-        load_sweep(cfg)
+        load_sweep_config(cfg)
 
 
 def test_sweep_over_data_distributions(tmp_path):
@@ -76,7 +78,7 @@ def test_sweep_over_data_distributions(tmp_path):
         SWEEP.replace("[2, 4, 8]", "[4, 8]").replace('plans = ["sequential", "ring:nccl"]', 'plans = ["sequential"]')
         + 'dists = ["normal", "lognormal"]\n'
     )
-    _, points = load_sweep(cfg)
+    _, points = load_sweep_config(cfg)
     assert sorted({p.source.dist for p in points}) == ["lognormal", "normal"]
     assert len({p.experiment.name for p in points}) == len(points) == 2 * 2 * 2
     table = run_sweep(cfg, tmp_path / "out", jobs=1)
@@ -85,4 +87,4 @@ def test_sweep_over_data_distributions(tmp_path):
     assert {k[0] for k in err} == {"normal", "lognormal"}
     # the data changes the error: swamping by heavy-tailed magnitudes vs a normal sum
     assert err[("lognormal", 8, "bf16")] != err[("normal", 8, "bf16")]
-    assert fr.plots.plot_sweep(tmp_path / "out", formats=("png",))
+    assert plots.plot_sweep(tmp_path / "out", formats=("png",))

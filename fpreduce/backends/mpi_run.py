@@ -18,7 +18,7 @@ Launched as ``mpirun -np N python -m fpreduce.cli run CONFIG --backend mpi --out
   fp64, nearest even, ``algorithm = "plain"``, ``average = "none"``. For such an arm
   and every step, all ranks do a real ``MPI_Allreduce(SUM)`` of their rows; a
   ``shuffle`` arm first re-ranks with ``COMM_WORLD.Split(0, key)``, worker w's key
-  being its position in the step's permutation (:func:`fpreduce.run.runner.
+  being its position in the step's permutation (:func:`fpreduce.run.policies.
   shuffle_permutation`), so the real ring / tree positions change with the plan.
   Every other arm is emulated only.
 * The algorithm is fixed per launch (an MCA parameter read at ``MPI_Init``):
@@ -40,9 +40,7 @@ Launched as ``mpirun -np N python -m fpreduce.cli run CONFIG --backend mpi --out
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import os
 import subprocess
 import sys
@@ -57,9 +55,10 @@ from fpreduce.backends import mpi
 from fpreduce.backends._common import BackendError, _kill, bits
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.core.rounding import round_to
-from fpreduce.run.config import ArmSpec, Config, load_config
-from fpreduce.run.rundir import Results, atomic_write
-from fpreduce.run.runner import Progress, run_experiment, shuffle_permutation
+from fpreduce.run.config import PLANNED, ArmSpec, Config, load_config
+from fpreduce.run.policies import shuffle_permutation
+from fpreduce.run.rundir import Results, read_real, write_real
+from fpreduce.run.runner import Progress, run_experiment
 from fpreduce.run.sources import Source, open_source
 
 __all__ = ["PLAN_ALGORITHMS", "ArmMode", "MpiRunner", "classify", "launch", "load_real", "resolve_algorithm"]
@@ -71,8 +70,6 @@ PLAN_ALGORITHMS = {
     "rabenseifner": "rabenseifner",
     "linear": "basic_linear",
 }
-REAL_CSV = "real.csv"
-REAL_COLUMNS = ("step", "arm", "real_agree", "ranks_agree")
 _ENV_ALG = "OMPI_MCA_coll_tuned_allreduce_algorithm"
 
 
@@ -127,8 +124,8 @@ def _real_formats(a: ArmSpec) -> str:
 def _default_algorithm(cfg: Config) -> str:
     """The algorithm of the first arm that could run for real (ring if none)."""
     for a in cfg.arms:
-        policy, _, plan = a.order.partition(":")
-        if policy in ("fixed", "shuffle") and plan in PLAN_ALGORITHMS and not _real_formats(a):
+        plan = a.policy.plan
+        if plan in PLAN_ALGORITHMS and not _real_formats(a):
             return PLAN_ALGORITHMS[plan]
     return "ring"
 
@@ -138,16 +135,15 @@ def classify(cfg: Config, algorithm: str, elements: int) -> list[ArmMode]:
     n = cfg.experiment.workers
     out = []
     for a in cfg.arms:
-        policy, _, plan = a.order.partition(":")
-        plan = plan.strip()
-        if policy not in ("fixed", "shuffle"):
+        plan = a.policy.plan.strip()
+        if a.policy.kind not in PLANNED:
             out.append(
                 ArmMode(
                     a.name,
                     False,
                     "",
                     "",
-                    f"order policy {policy!r} has no Open MPI counterpart (fixed:<plan> and shuffle:<plan> do)",
+                    f"order policy {a.policy.kind!r} has no Open MPI counterpart (fixed:<plan> and shuffle:<plan> do)",
                 )
             )
             continue
@@ -296,7 +292,7 @@ class MpiRunner:
         recv = np.empty_like(send)
         dtype = MPI.DOUBLE if send.dtype == np.float64 else MPI.FLOAT
         comm: Any = self.comm
-        if arm.order.startswith("shuffle:"):
+        if arm.policy.kind == "shuffle":
             perm = shuffle_permutation(self.cfg, arm, step)  # position j is held by worker perm[j]
             key = int(np.argsort(perm, kind="stable")[self.rank])  # = j with perm[j] == this worker
             comm = self.comm.Split(0, key)
@@ -340,7 +336,7 @@ class MpiRunner:
             ranks = 1.0 if same else 0.0
         self._rows.append({"step": step, "arm": arm.name, "real_agree": agree, "ranks_agree": ranks})
         if arm.name == self.cfg.arms[-1].name:
-            atomic_write(self._dir / REAL_CSV, _to_csv(self._rows))
+            write_real(self._dir, self._rows)
 
     def _summary(self) -> dict[str, Any]:
         arms = {}
@@ -404,33 +400,12 @@ class MpiRunner:
         return res
 
 
-def _to_csv(rows: Sequence[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(REAL_COLUMNS)
-    for r in rows:
-        w.writerow([r["step"], r["arm"], repr(float(r["real_agree"])), repr(float(r["ranks_agree"]))])
-    return buf.getvalue()
-
-
 def load_real(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The rows of ``RUN/real.csv`` (empty if the run has none): step, arm, real_agree, ranks_agree."""
-    p = Path(run_dir) / REAL_CSV
-    if not p.is_file():
-        return []
-    rows = []
-    for rec in csv.DictReader(io.StringIO(p.read_text())):
-        if set(rec) != set(REAL_COLUMNS) or any(v is None for v in rec.values()):
-            raise InvalidArgument(f"{p}: not a fpreduce real.csv (columns {', '.join(REAL_COLUMNS)})")
-        rows.append(
-            {
-                "step": int(rec["step"]),
-                "arm": rec["arm"],
-                "real_agree": float(rec["real_agree"]),
-                "ranks_agree": float(rec["ranks_agree"]),
-            }
-        )
-    return rows
+    """The rows of ``RUN/real.csv`` (empty if the run has none): step, arm, real_agree, ranks_agree.
+
+    (:func:`fpreduce.run.rundir.read_real`, under the name docs/verification.md uses.)
+    """
+    return read_real(run_dir)
 
 
 def launch(

@@ -34,6 +34,11 @@ def _num(v: str) -> float:
         return math.nan
 
 
+def cell(v: object) -> str:
+    """A table cell: a float to 4 significant digits, None as ``null``, anything else as ``str``."""
+    return f"{v:.4g}" if isinstance(v, float) else "null" if v is None else str(v)
+
+
 class Doc:
     """Pages of wrapped text and tables flowing top to bottom; a new page when one is full."""
 

@@ -1,5 +1,8 @@
 """Experiments: configuration, gradient sources, order policies, the runner, sweeps, run directories.
 
-``rundir`` is the only reader and writer of a run directory's files. Imports ``base``,
-``plans``, ``core`` and ``analysis``.
+``config`` (the TOML config, the order policy parsed once), ``sources`` and ``model``
+(where gradients come from), ``policies`` (the plan of each arm at each step), ``runner``
+and ``stepmetrics`` (the experiment), ``sweep`` (a grid of small experiments) and
+``rundir`` (the run directory's schema: the only reader and writer of its files);
+``_tables`` validates every TOML table. Imports ``base``, ``plans``, ``core`` and ``analysis``.
 """

@@ -8,48 +8,74 @@ data) is what ``fpreduce run`` uses without a file.
 
 from __future__ import annotations
 
-import math
+import functools
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.core.formats import FORMATS
 from fpreduce.core.rounding import MODES
 from fpreduce.plans import parse
+from fpreduce.run._tables import build
 from fpreduce.run.sources import SourceSpec, spec_from_dict
 
-__all__ = ["ArmSpec", "ArrivalSpec", "Config", "ExperimentSpec", "default_config", "load_config", "to_toml"]
+__all__ = [
+    "ArmSpec",
+    "ArrivalSpec",
+    "Config",
+    "ExperimentSpec",
+    "OrderPolicy",
+    "default_config",
+    "load_config",
+    "to_toml",
+]
 
-POLICIES = ("fixed", "shuffle", "arrival", "atomic", "random_tree")
+PolicyKind = Literal["fixed", "shuffle", "arrival", "atomic", "random_tree"]
+POLICIES: tuple[PolicyKind, ...] = get_args(PolicyKind)
+#: the policies that take a plan: ``fixed:<plan>``, ``shuffle:<plan>``
+PLANNED: tuple[PolicyKind, ...] = ("fixed", "shuffle")
 ALGORITHMS = ("plain", "kahan", "neumaier", "binned", "exact")
 AVERAGES = ("none", "after", "premultiply", "predivide")
 JITTERS = ("exponential", "normal", "lognormal")
 
 
-def _typed(key: str, value: object, typ: type) -> Any:
-    if typ is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if typ is not bool and isinstance(value, bool) or not isinstance(value, typ):
-        raise InvalidArgument(f"{key}: expected {typ.__name__}, got {value!r}")
-    if typ is float and not math.isfinite(value):  # type: ignore[arg-type]
-        raise InvalidArgument(f"{key}: must be finite, got {value!r}")
-    return value
+@dataclass(frozen=True)
+class OrderPolicy:
+    """An arm's order policy, parsed from its ``order`` text (see :class:`ArmSpec`).
 
+    Attributes:
+        kind: ``fixed``, ``shuffle``, ``arrival``, ``atomic`` or ``random_tree``.
+        plan: the plan text of ``fixed:<plan>`` and ``shuffle:<plan>`` (``""`` for the
+            others: text after their ``:`` is ignored).
 
-def _build(cls: type, table: str, d: object) -> Any:
-    if not isinstance(d, dict):
-        raise InvalidArgument(f"[{table}] must be a table, got {d!r}")
-    names = {f.name: f for f in fields(cls)}
-    kwargs = {}
-    for k, v in d.items():
-        if k not in names:
-            raise unknown_name(f"key in [{table}]", k, tuple(names))
-        typ = {"int": int, "float": float, "str": str, "bool": bool}[str(names[k].type)]
-        kwargs[k] = _typed(f"{table}.{k}", v, typ)
-    return cls(**kwargs)
+    >>> OrderPolicy.parse("shuffle:ring:nccl")
+    OrderPolicy(kind='shuffle', plan='ring:nccl')
+    >>> OrderPolicy.parse("arival")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    fpreduce.base.errors.InvalidArgument: unknown order policy 'arival'; did you mean 'arrival'? ...
+    """
+
+    kind: PolicyKind
+    plan: str = ""
+
+    @classmethod
+    def parse(cls, text: str, *, key: str = "order") -> OrderPolicy:
+        """The policy of an ``order`` text; InvalidArgument naming ``key`` (close-match hint) if unknown.
+
+        The plan is checked against a worker count later (:class:`Config`).
+        """
+        kind, _, plan = text.partition(":")
+        if kind not in POLICIES:
+            raise unknown_name(f"{key} policy", kind, POLICIES)
+        if kind in PLANNED and not plan:
+            raise InvalidArgument(f"{key}: {kind!r} needs a plan, e.g. '{kind}:ring:nccl'")
+        return cls(cast(PolicyKind, kind), plan if kind in PLANNED else "")
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.plan}" if self.plan else self.kind
 
 
 @dataclass(frozen=True)
@@ -103,7 +129,8 @@ class ArmSpec:
     ``order`` is a policy: ``fixed:<plan>``, ``shuffle:<plan>`` (the plan re-ranked by
     a fresh random permutation every step), ``arrival`` (sequential in the arrival
     order of the latency model), ``atomic`` (every element its own random order,
-    new every step), ``random_tree`` (a random tree shape and order every step).
+    new every step), ``random_tree`` (a random tree shape and order every step);
+    :attr:`policy` is it parsed (:class:`OrderPolicy`), checked when the arm is built.
     ``output`` is the format the result is rounded to once (default: accumulate).
     """
 
@@ -127,11 +154,12 @@ class ArmSpec:
             raise unknown_name(f"{key}.algorithm", self.algorithm, ALGORITHMS)
         if self.average not in AVERAGES:
             raise unknown_name(f"{key}.average", self.average, AVERAGES)
-        policy = self.order.partition(":")[0]
-        if policy not in POLICIES:
-            raise unknown_name(f"{key}.order policy", policy, POLICIES)
-        if policy in ("fixed", "shuffle") and not self.order.partition(":")[2]:
-            raise InvalidArgument(f"{key}.order: {policy!r} needs a plan, e.g. '{policy}:ring:nccl'")
+        self.policy  # noqa: B018 - parsed (and checked) now, once
+
+    @functools.cached_property
+    def policy(self) -> OrderPolicy:
+        """The parsed ``order`` (the text stays what the config says: it seeds the policy's draws)."""
+        return OrderPolicy.parse(self.order, key=f"arms.{self.name}.order")
 
     @property
     def out_format(self) -> str:
@@ -155,10 +183,9 @@ class Config:
             raise InvalidArgument(f"arm names must be unique, got {names}")
         n = self.experiment.workers
         for a in self.arms:
-            policy, _, plan = a.order.partition(":")
-            if policy in ("fixed", "shuffle"):
+            if a.policy.plan:
                 try:
-                    parse(plan, n)
+                    parse(a.policy.plan, n)
                 except InvalidArgument as e:
                     raise InvalidArgument(f"arms.{a.name}.order: {e}") from None
         if self.source.kind == "model" and any(a.algorithm == "binned" for a in self.arms):
@@ -184,16 +211,16 @@ def from_dict(d: dict[str, Any]) -> Config:
     for k in d:
         if k not in _TABLES:
             raise unknown_name("table", k, _TABLES)
-    exp = _build(ExperimentSpec, "experiment", d.get("experiment", {}))
+    exp = build(ExperimentSpec, "experiment", d.get("experiment", {}))
     src = spec_from_dict(d.get("source", {}))
-    arr = _build(ArrivalSpec, "arrival", d.get("arrival", {}))
+    arr = build(ArrivalSpec, "arrival", d.get("arrival", {}))
     arms_raw = d.get("arms", [])
     if not isinstance(arms_raw, list):
         raise InvalidArgument("arms must be an array of tables: [[arms]]")
     arms = []
     for i, a in enumerate(arms_raw):
         name = a.get("name", f"arm{i}") if isinstance(a, dict) else f"arm{i}"
-        arms.append(_build(ArmSpec, f"arms.{name}", {"name": name, **a} if isinstance(a, dict) else a))
+        arms.append(build(ArmSpec, f"arms.{name}", {"name": name, **a} if isinstance(a, dict) else a))
     return Config(exp, src, arr, tuple(arms))
 
 

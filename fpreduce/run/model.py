@@ -25,17 +25,17 @@ fp32 master weights. The teacher and the initial weights depend on the seed only
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from fpreduce.base.errors import InvalidArgument
-
-if TYPE_CHECKING:
-    from fpreduce.run.sources import ModelSpec
+from fpreduce.run._tables import KindSpec, choice, in_range
 
 Activation = Literal["tanh", "relu"]
+ACTIVATIONS = ("tanh", "relu")
 F64 = NDArray[np.float64]
 _TEACHER, _INIT, _DATA = 1000, 1001, 1002  # default_rng stream tags (sources uses 0..999)
 
@@ -113,6 +113,48 @@ def check_step(step: int, max_steps: int | None) -> None:
     if not ok:
         lim = "" if max_steps is None else f" and < {max_steps}"
         raise InvalidArgument(f"step must be an integer >= 0{lim}, got {step!r}")
+
+
+@dataclass(frozen=True)
+class ModelSpec(KindSpec):
+    """The teacher-student MLP trained data-parallel.
+
+    Attributes:
+        hidden: student hidden width.
+        inputs: input width.
+        outputs: output width.
+        batch_per_worker: samples per worker shard (global batch = workers x this).
+        lr: learning rate (> 0).
+        momentum: heavy-ball momentum in [0, 1) (0: plain SGD).
+        loss_scale: static loss scale (> 0): gradients are of ``loss_scale * loss``
+            and ``update`` divides it out; use a power of two.
+        teacher_noise: std of Gaussian noise added to the teacher's targets (>= 0).
+        teacher_hidden: teacher hidden width.
+        activation: student activation, ``tanh`` or ``relu`` (the teacher uses tanh).
+    """
+
+    kind: ClassVar[str] = "model"
+    # a plain class attribute (not annotated), so not a dataclass field
+    key_aliases = {"batch_size": "batch_per_worker", "learning_rate": "lr"}
+    hidden: int = 64
+    inputs: int = 32
+    outputs: int = 8
+    batch_per_worker: int = 16
+    lr: float = 0.05
+    momentum: float = 0.0
+    loss_scale: float = 1.0
+    teacher_noise: float = 0.0
+    teacher_hidden: int = 64
+    activation: str = "tanh"
+
+    def __post_init__(self) -> None:
+        choice("source.activation", self.activation, ACTIVATIONS)
+        for k in ("hidden", "inputs", "outputs", "batch_per_worker", "teacher_hidden"):
+            in_range(f"source.{k}", getattr(self, k), 1, integer=True)
+        for k in ("lr", "loss_scale"):
+            in_range(f"source.{k}", getattr(self, k), 0, gt=True)
+        in_range("source.momentum", self.momentum, 0, hi=1)
+        in_range("source.teacher_noise", self.teacher_noise, 0)
 
 
 class ModelSource:

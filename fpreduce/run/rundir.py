@@ -1,9 +1,16 @@
-"""The run directory: atomic writes and reading back (format in docs/run-format.md).
+"""The run directory: its files' schema, and the only code that reads or writes them.
 
+A run directory (docs/run-format.md) holds ``config.toml``, ``metrics.csv``,
+``summary.json``, ``state.npz`` (training), ``real.csv`` (``--backend mpi``), figures
+and the report; a sweep directory holds ``sweep.csv`` and one run directory per point.
 Every file is written to a temporary file in the same directory and renamed over
 the target, so a reader (or a crash) sees either the old or the new file, never
 half of one. ``metrics.csv`` is rewritten whole after every step (runs are at most
 thousands of rows), so an interrupted run is always readable and resumable.
+
+Every CSV is read by one parser: the header names the columns, a truncated last row
+(an interrupted writer) is dropped and a malformed row elsewhere is an
+InvalidArgument naming the file and line.
 """
 
 from __future__ import annotations
@@ -22,9 +29,50 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fpreduce.base.errors import InvalidArgument
+from fpreduce.core.formats import get_format
 
-__all__ = ["COLUMNS", "Results", "atomic_write", "load_metrics", "load_run", "read_rows"]
+__all__ = [
+    "COLUMNS",
+    "CONFIG_TOML",
+    "METRICS_CSV",
+    "POINTS_DIR",
+    "REAL_COLUMNS",
+    "REAL_CSV",
+    "STATE_NPZ",
+    "SUMMARY_JSON",
+    "SWEEP_CSV",
+    "SWEEP_COLUMNS",
+    "Results",
+    "atomic_write",
+    "load_run",
+    "point_dir",
+    "point_dirs",
+    "read_config",
+    "read_metrics",
+    "read_real",
+    "read_rows",
+    "read_state",
+    "read_summary",
+    "read_sweep",
+    "remove_outputs",
+    "write_config",
+    "write_metrics",
+    "write_real",
+    "write_state",
+    "write_summary",
+    "write_sweep",
+]
 
+CONFIG_TOML, METRICS_CSV, SUMMARY_JSON, STATE_NPZ, REAL_CSV, SWEEP_CSV, POINTS_DIR = (
+    "config.toml",
+    "metrics.csv",
+    "summary.json",
+    "state.npz",
+    "real.csv",
+    "sweep.csv",
+    "points",  # a sweep's directory of run directories, one per grid point
+)
+#: the columns of metrics.csv, one row per step and arm (meanings in docs/run-format.md)
 COLUMNS = (
     "step",
     "arm",
@@ -44,6 +92,26 @@ COLUMNS = (
     "param_diff_frac",
     "underflow",
 )
+_INT_COLUMNS = ("step", "elements", "nonfinite", "underflow")
+#: the columns of sweep.csv, one row per grid point and arm (sweeps before the data dimension had no dist)
+SWEEP_COLUMNS = (
+    "workers",
+    "plan",
+    "dist",
+    "input",
+    "accumulate",
+    "arm",
+    "mean_err_rel",
+    "max_err_rel",
+    "mean_diff_frac",
+    "max_ulp",
+)
+_SWEEP_MEASURES = SWEEP_COLUMNS[SWEEP_COLUMNS.index("arm") + 1 :]
+#: the columns of real.csv (``--backend mpi``), one row per step and arm
+REAL_COLUMNS = ("step", "arm", "real_agree", "ranks_agree")
+
+
+# ----------------------------------------------------------------------------- writing
 
 
 def atomic_write(path: Path, data: str | bytes) -> None:
@@ -69,51 +137,76 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-def rows_to_csv(rows: list[dict[str, Any]]) -> str:
+def write_config(run_dir: Path, text: str) -> None:
+    """Write the resolved ``config.toml`` (``fpreduce.run.config.to_toml``)."""
+    atomic_write(run_dir / CONFIG_TOML, text)
+
+
+def write_metrics(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Write ``metrics.csv``: :data:`COLUMNS`, floats by ``repr`` (round-trip exact), ``nan`` for a missing value."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     for r in rows:
         w.writerow([_fmt(r.get(c, float("nan"))) for c in COLUMNS])
-    return buf.getvalue()
+    atomic_write(run_dir / METRICS_CSV, buf.getvalue())
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a metrics.csv as dicts (numbers parsed; a truncated last row dropped)."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InvalidArgument(f"{path}: cannot read ({e.strerror}); is it a fpreduce run directory?") from None
-    lines = text.splitlines()
-    if not lines or lines[0].split(",")[:2] != ["step", "arm"]:
-        raise InvalidArgument(f"{path}: not a fpreduce metrics.csv (no step,arm header)")
-    header = lines[0].split(",")
-    out = []
-    for rec in csv.reader(lines[1:]):
-        if len(rec) != len(header):
-            break  # truncated (a crash mid-write of an older, non-atomic writer)
-        row: dict[str, Any] = {}
-        for k, v in zip(header, rec, strict=True):
-            row[k] = (
-                v
-                if k == "arm"
-                else (
-                    int(v) if k in ("step", "elements", "nonfinite", "underflow") and v not in ("nan", "") else float(v)
-                )
-            )
-        out.append(row)
-    return out
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    """Write ``summary.json`` (indented by 2, a final newline)."""
+    atomic_write(run_dir / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
 
+
+def write_state(run_dir: Path, arrays: dict[str, NDArray[Any]]) -> None:
+    """Write ``state.npz``: a training run's parameters and optimizer state, for resuming."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
+    atomic_write(run_dir / STATE_NPZ, buf.getvalue())
+
+
+def remove_outputs(run_dir: Path) -> None:
+    """Delete what a previous run left that a new one rewrites (metrics, state, report)."""
+    for stale in (METRICS_CSV, STATE_NPZ, "report.pdf"):
+        (run_dir / stale).unlink(missing_ok=True)
+
+
+def write_sweep(sweep_dir: Path, rows: Sequence[dict[str, Any]]) -> Path:
+    """Write ``sweep.csv`` (:data:`SWEEP_COLUMNS`; floats by ``repr``, None as an empty field); its path."""
+    buf = io.StringIO()
+    wr = csv.DictWriter(buf, fieldnames=SWEEP_COLUMNS, lineterminator="\n")
+    wr.writeheader()
+    wr.writerows({k: (repr(v) if isinstance(v, float) else v) for k, v in r.items()} for r in rows)
+    atomic_write(sweep_dir / SWEEP_CSV, buf.getvalue())
+    return sweep_dir / SWEEP_CSV
+
+
+def write_real(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Write ``real.csv`` (:data:`REAL_COLUMNS`; the agreements by ``repr``)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(REAL_COLUMNS)
+    for r in rows:
+        w.writerow([r["step"], r["arm"], repr(float(r["real_agree"])), repr(float(r["ranks_agree"]))])
+    atomic_write(run_dir / REAL_CSV, buf.getvalue())
+
+
+# ----------------------------------------------------------------------------- reading
 
 T = TypeVar("T")
+
+
+def _require(path: Path, what: str) -> None:
+    if not path.is_file():
+        raise InvalidArgument(
+            f"{path} not found: is {path.parent} a fpreduce {what} directory? ({path.name} is missing)"
+        )
 
 
 def _read_csv(
     path: Path, what: str, required: Sequence[str], parse: Callable[[dict[str, str]], T]
 ) -> tuple[list[str], list[T]]:
     """Header and parsed rows of a CSV; a truncated last row (interrupted writer) is dropped."""
-    if not path.is_file():
-        raise InvalidArgument(f"{path} not found: is {path.parent} a fpreduce {what} directory?")
+    _require(path, what)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -137,7 +230,28 @@ def _read_csv(
     return header, out
 
 
-def load_metrics(source: str | Path) -> dict[str, dict[str, NDArray[Any]]]:
+def _metrics_path(source: str | Path) -> Path:
+    path = Path(source)
+    return path / METRICS_CSV if path.is_dir() else path
+
+
+def read_rows(source: str | Path) -> list[dict[str, Any]]:
+    """Rows of a metrics.csv as dicts, in file order (the runner's own rows, for resuming).
+
+    ``source`` is a run directory or the CSV file. ``step``, ``elements``, ``nonfinite``
+    and ``underflow`` are ints (floats when ``nan``), ``arm`` a string, the rest floats.
+    """
+
+    def parse(r: dict[str, str]) -> dict[str, Any]:
+        return {
+            k: v if k == "arm" else int(v) if k in _INT_COLUMNS and v not in ("nan", "") else float(v)
+            for k, v in r.items()
+        }
+
+    return _read_csv(_metrics_path(source), "run", ("step", "arm"), parse)[1]
+
+
+def read_metrics(source: str | Path) -> dict[str, dict[str, NDArray[Any]]]:
     """Read a run's ``metrics.csv`` as ``arm -> column -> array`` over steps.
 
     ``source`` is a run directory or the CSV file itself. Arms keep their order of
@@ -147,10 +261,8 @@ def load_metrics(source: str | Path) -> dict[str, dict[str, NDArray[Any]]]:
     final row (an interrupted writer: no final newline, too few fields or an
     unparsable number) is ignored; a malformed row elsewhere raises InvalidArgument.
     """
-    path = Path(source)
-    path = path / "metrics.csv" if path.is_dir() else path
     header, records = _read_csv(
-        path,
+        _metrics_path(source),
         "run",
         ("step", "arm"),
         lambda r: (r["arm"], int(r["step"]), [float(v) for k, v in r.items() if k not in ("step", "arm")]),
@@ -167,21 +279,131 @@ def load_metrics(source: str | Path) -> dict[str, dict[str, NDArray[Any]]]:
     return out
 
 
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    """Read ``RUN/summary.json``, checked: a non-empty ``arms`` list, each arm with a
+    ``name``, ``order``, ``input`` and ``accumulate`` (strings) and known formats.
+
+    Raises:
+        InvalidArgument: the file is missing, not JSON, or not a fpreduce run summary.
+    """
+    path = Path(run_dir) / SUMMARY_JSON
+    _require(path, "run")
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InvalidArgument(f"{path}: not a readable JSON file (not valid JSON: {e})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidArgument(f"{path}: not a readable JSON file ({e})") from None
+    arms = summary.get("arms") if isinstance(summary, dict) else None
+    if not isinstance(arms, list) or not arms or not all(isinstance(a, dict) for a in arms):
+        raise InvalidArgument(f"{path}: not a fpreduce run summary (no 'arms' list of named arms)")
+    for i, a in enumerate(arms):
+        for key in ("name", "order", "input", "accumulate"):
+            if not isinstance(a.get(key), str):
+                raise InvalidArgument(f"{path}: arms[{i}] has no {key!r}; not a fpreduce run summary")
+        for key in ("input", "accumulate", "output"):
+            try:
+                get_format(a.get(key) or "fp32")
+            except InvalidArgument as e:
+                raise InvalidArgument(f"{path}: arms[{i}].{key}: {e}") from None
+    return summary  # type: ignore[no-any-return]
+
+
+def read_config(run_dir: str | Path) -> str | None:
+    """The text of ``RUN/config.toml``, or None if there is none."""
+    path = Path(run_dir) / CONFIG_TOML
+    return path.read_text() if path.is_file() else None
+
+
+def read_state(run_dir: Path) -> dict[str, NDArray[Any]]:
+    """The arrays of ``RUN/state.npz`` (copies; the file is closed)."""
+    with np.load(run_dir / STATE_NPZ, allow_pickle=False) as z:
+        return {k: z[k].copy() for k in z.files}
+
+
+def read_real(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of ``RUN/real.csv`` (empty if the run has none): step, arm, real_agree, ranks_agree."""
+    path = Path(run_dir) / REAL_CSV
+    if not path.is_file():
+        return []
+    return _read_csv(
+        path,
+        "run",
+        REAL_COLUMNS,
+        lambda r: {
+            "step": int(r["step"]),
+            "arm": r["arm"],
+            "real_agree": float(r["real_agree"]),
+            "ranks_agree": float(r["ranks_agree"]),
+        },
+    )[1]
+
+
+def _number(v: str) -> float:
+    """A sweep measure: NaN for an empty field (None written by :func:`write_sweep`)."""
+    return float(v) if v != "" else float("nan")
+
+
+def read_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """Rows of ``SWEEP/sweep.csv``, keys in the file's column order: ``workers`` int, the
+    measures float (NaN for an empty field), the rest strings (``dist`` only if the file has it).
+
+    A truncated last row is ignored.
+
+    Raises:
+        InvalidArgument: no such directory, no sweep.csv, a missing column or a malformed row.
+    """
+    d = Path(sweep_dir)
+    if not d.is_dir():
+        raise InvalidArgument(f"{d}: no such sweep directory")
+    required = [c for c in SWEEP_COLUMNS if c != "dist"]
+    return _read_csv(
+        d / SWEEP_CSV,
+        "sweep",
+        required,
+        lambda r: {**r, "workers": int(r["workers"]), **{c: _number(r[c]) for c in _SWEEP_MEASURES}},
+    )[1]
+
+
+def point_dir(sweep_dir: Path, name: str) -> Path:
+    """The run directory of the sweep point ``name``."""
+    return sweep_dir / POINTS_DIR / name
+
+
+def point_dirs(sweep_dir: Path) -> list[Path]:
+    """The run directories of a sweep's points that have a summary.json, in name order."""
+    return sorted(p.parent for p in sweep_dir.glob(f"{POINTS_DIR}/*/{SUMMARY_JSON}"))
+
+
+# ----------------------------------------------------------------------------- a whole run
+
+
 @dataclass
 class Results:
     """A run read back: its directory, summary, resolved config text and metrics.
 
-    ``metrics[arm][column]`` is a numpy array over steps.
+    ``metrics[arm][column]`` is a numpy array over steps (:func:`read_metrics`);
+    ``config_text`` is None only for a run loaded without its config.toml.
     """
 
     dir: Path
     summary: dict[str, Any]
-    config_text: str
+    config_text: str | None
     metrics: dict[str, dict[str, np.ndarray]]
 
     @property
     def complete(self) -> bool:
         return bool(self.summary.get("complete"))
+
+    @property
+    def arms(self) -> list[dict[str, Any]]:
+        """The summary's per-arm entries, in config order (the reference first)."""
+        return list(self.summary["arms"])
+
+    @property
+    def reference(self) -> str:
+        """The reference arm's name."""
+        return str(self.summary.get("reference") or self.arms[0]["name"])
 
     def arm(self, name: str) -> dict[str, Any]:
         for a in self.summary["arms"]:
@@ -189,24 +411,39 @@ class Results:
                 return a  # type: ignore[no-any-return]
         raise InvalidArgument(f"no arm {name!r} in {self.dir}")
 
+    def column(self, arm: str, name: str) -> NDArray[Any]:
+        """One metrics column of one arm over its steps (empty if the run has none)."""
+        return self.metrics.get(arm, {}).get(name, np.array([]))
+
 
 def columns(rows: list[dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
+    """The runner's rows as ``arm -> column -> array`` (in row order)."""
     arms: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         arms.setdefault(r["arm"], []).append(r)
     return {a: {c: np.array([r[c] for r in rs]) for c in COLUMNS if c != "arm"} for a, rs in arms.items()}
 
 
-def load_run(run_dir: str | Path) -> Results:
-    """Read a run directory written by :func:`fpreduce.run_experiment`."""
+def load_run(run_dir: str | Path, *, config_required: bool = True) -> Results:
+    """Read a run directory written by :func:`fpreduce.run_experiment`.
+
+    Args:
+        run_dir: the run directory.
+        config_required: without it (figures, reports) a missing config.toml gives
+            ``config_text = None`` instead of an error.
+
+    Raises:
+        InvalidArgument: no such directory, a missing file, or a file that is not a
+            fpreduce run's (:func:`read_summary`, :func:`read_metrics`).
+
+    >>> load_run("no/such/run")
+    Traceback (most recent call last):
+    fpreduce.base.errors.InvalidArgument: no/such/run: no such run directory
+    """
     d = Path(run_dir)
     if not d.is_dir():
         raise InvalidArgument(f"{d}: no such run directory")
-    for name in ("summary.json", "metrics.csv", "config.toml"):
-        if not (d / name).is_file():
-            raise InvalidArgument(f"{d / name} not found: is {d} a fpreduce run directory?")
-    try:
-        summary = json.loads((d / "summary.json").read_text())
-    except json.JSONDecodeError as e:
-        raise InvalidArgument(f"{d / 'summary.json'}: not valid JSON ({e.msg})") from None
-    return Results(d, summary, (d / "config.toml").read_text(), load_metrics(d / "metrics.csv"))
+    for name in (METRICS_CSV, SUMMARY_JSON, CONFIG_TOML)[: 3 if config_required else 2]:
+        _require(d / name, "run")
+    summary = read_summary(d)
+    return Results(d, summary, read_config(d), read_metrics(d))

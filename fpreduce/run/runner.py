@@ -1,94 +1,46 @@
 """The experiment runner: arms (A, B, ...) reduce the same gradients step after step.
 
-Every step, each arm gets its plan from its order policy, reduces the workers'
-gradients with :func:`fpreduce.reduce`, and is measured against the exact sum of
-the same inputs and against the reference arm (the first). In training mode
-(``[source] kind = "model"``) every arm trains its own replica of the model from
-the same initialization on the same batches, so only the reduction differs.
-
-Randomness: the order policies draw from ``default_rng([seed, step, crc32(order),
-salt])``, so two arms with the same policy see the same orders (they differ only in
-what the config says), and a run is bitwise reproducible from its config and seed.
+Every step, each arm gets its plan from its order policy (:mod:`fpreduce.run.policies`),
+reduces the workers' gradients with :func:`fpreduce.reduce`, and is measured against
+the exact sum of the same inputs and against the reference arm (the first). In
+training mode (``[source] kind = "model"``) every arm trains its own replica of the
+model from the same initialization on the same batches, so only the reduction differs.
+The run directory is written through :mod:`fpreduce.run.rundir`; a run is bitwise
+reproducible from its config and seed.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import platform
 import time
-import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fpreduce import plans
 from fpreduce._version import __version__
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.engine import reduce
 from fpreduce.core.exact import _exact_sum
 from fpreduce.core.formats import get_format
 from fpreduce.core.rounding import round_to
+from fpreduce.run import rundir
 from fpreduce.run.config import ArmSpec, Config, load_config, to_toml
-from fpreduce.run.rundir import Results, atomic_write, columns, load_run, read_rows, rows_to_csv
+from fpreduce.run.policies import plan_for
+from fpreduce.run.rundir import Results, columns, load_run
 from fpreduce.run.sources import Source, open_source
 from fpreduce.run.stepmetrics import ULP_EDGES, CompareStats, ErrorStats
 
-__all__ = ["plan_for", "run_experiment", "shuffle_permutation"]
+__all__ = ["run_experiment"]
 
 Progress = Callable[[int, int, float], None]
 #: ``on_step(step, arm, y)``: called with every arm's result, right after its reduction (hook, e.g. a real backend)
 OnStep = Callable[[int, ArmSpec, np.ndarray], None]
 #: returns extra top-level entries merged into summary.json at every write (hook, e.g. ``{"backend": "mpi"}``)
 SummaryExtra = Callable[[], dict[str, Any]]
-
-
-def _rng(cfg: Config, step: int, order: str, salt: int) -> np.random.Generator:
-    return np.random.default_rng([cfg.experiment.seed, step, zlib.crc32(order.encode()), salt])
-
-
-def _random_tree(n: int, rng: np.random.Generator) -> plans.Plan:
-    nodes: list[plans.Tree] = [int(i) for i in rng.permutation(n)]
-    while len(nodes) > 1:
-        i = int(rng.integers(0, len(nodes) - 1))
-        nodes[i : i + 2] = [(nodes[i], nodes[i + 1])]
-    return plans.Plan("random_tree", n, nodes[0])
-
-
-def arrival_means(cfg: Config) -> np.ndarray:
-    """Per-worker mean extra latency, drawn once per run (the slow and the fast workers)."""
-    rng = np.random.default_rng([cfg.experiment.seed, 0xA771])
-    return rng.uniform(0.0, cfg.arrival.spread, cfg.experiment.workers)
-
-
-def plan_for(cfg: Config, arm: ArmSpec, step: int, *, salt: int = 0) -> Any:
-    """The plan ``arm`` uses at ``step`` (``salt`` re-seeds the policy: another run)."""
-    n = cfg.experiment.workers
-    policy, _, rest = arm.order.partition(":")
-    if policy == "fixed":
-        return plans.parse(rest, n)
-    rng = _rng(cfg, step, arm.order, salt)
-    if policy == "shuffle":
-        return plans.parse(rest, n).relabel(rng.permutation(n))  # = shuffle_permutation(...)
-    if policy == "arrival":
-        a = cfg.arrival
-        jitter = {
-            "exponential": lambda: rng.exponential(a.scale, n),
-            "normal": lambda: rng.normal(0.0, a.scale, n),
-            "lognormal": lambda: rng.lognormal(0.0, a.scale, n),
-        }[a.jitter]()
-        t = a.base + arrival_means(cfg) + jitter
-        return plans.sequential(n, np.argsort(t, kind="stable"))
-    if policy == "atomic":
-        return plans.parse("atomic", n, seed=int(rng.integers(0, 2**31)))
-    return _random_tree(n, rng)
-
-
-def shuffle_permutation(cfg: Config, arm: ArmSpec, step: int, *, salt: int = 0) -> np.ndarray:
-    """The permutation a ``shuffle:<plan>`` arm relabels its plan with at ``step`` (see :func:`plan_for`)."""
-    return _rng(cfg, step, arm.order, salt).permutation(cfg.experiment.workers)
 
 
 def _wider(a: str, b: str) -> str:
@@ -193,7 +145,7 @@ def run_experiment(
         raise InvalidArgument(f"the gradient file has {source.max_steps} steps but experiment.steps = {e.steps}")
     training = source.kind == "model"
     arms = _init_arms(cfg, source, d, start, training)
-    old = json.loads((d / "summary.json").read_text()) if start > 0 else {}
+    old = rundir.read_summary(d) if start > 0 else {}
     for a in arms:
         _restore(a, rows, old)
     t0 = time.perf_counter()
@@ -246,6 +198,19 @@ def _measure(
     times["metrics"] += t2 - t1
 
 
+@dataclass
+class _Step:
+    """One step in progress: every arm's plan (and re-seeded plan), results and metrics, filled chunk by chunk."""
+
+    index: int
+    plans: list[Any]
+    checks: list[Any] | None  # the plans of another run of the same job (the first check_steps steps)
+    ys: list[np.ndarray]
+    err: list[ErrorStats]
+    cmp: list[CompareStats]
+    underflow: list[int]
+
+
 def _run_step(
     cfg: Config,
     source: Source,
@@ -265,81 +230,117 @@ def _run_step(
     both, serialises most of it; so it runs here, in line, and its time is honest.)
     """
     e = cfg.experiment
-    n, m = e.workers, source.elements
-    training = source.kind == "model"
-    width = m if training else chunk_width(n)  # a model's gradient is small: one chunk
-    ref = arms[0]
+    m = source.elements
+    width = m if source.kind == "model" else chunk_width(e.workers)  # a model's gradient is small: one chunk
     specs = [a.spec for a in arms]
-    plan = [plan_for(cfg, s, step) for s in specs]
-    check = [plan_for(cfg, s, step, salt=1) for s in specs] if step < e.check_steps else None
-    err = [ErrorStats() for _ in arms]
-    cmp = [CompareStats() for _ in arms]
-    underflow = [0] * len(arms)
-    ys = [np.empty(m, dtype=get_format(s.out_format).value_dtype) for s in specs]
+    st = _Step(
+        step,
+        [plan_for(cfg, s, step) for s in specs],
+        [plan_for(cfg, s, step, salt=1) for s in specs] if step < e.check_steps else None,
+        [np.empty(m, dtype=get_format(s.out_format).value_dtype) for s in specs],
+        [ErrorStats() for _ in arms],
+        [CompareStats() for _ in arms],
+        [0] * len(arms),
+    )
     for c, lo in enumerate(range(0, m, width)):
         hi = min(m, lo + width)
+        inputs, keys = _reduce_chunk(cfg, source, arms, st, c, lo, hi, times)
+        _measure(specs, inputs, keys, [y[lo:hi] for y in st.ys], e.workers, st.err, st.cmp, st.underflow, times)
+    _record(cfg, source, arms, st, rows, on_step)
+
+
+def _reduce_chunk(
+    cfg: Config,
+    source: Source,
+    arms: list[_Arm],
+    st: _Step,
+    c: int,
+    lo: int,
+    hi: int,
+    times: dict[str, float],
+) -> tuple[dict[tuple[str, int], tuple[np.ndarray, np.ndarray]], list[tuple[str, int]]]:
+    """Every arm reduces elements lo..hi-1 (chunk ``c``) of the step into ``st.ys``.
+
+    Returns the chunk's inputs, ``(input format, id of the array) -> (rounded, as
+    drawn)``, and each arm's key into them: arms sharing inputs share their rounding
+    and exact sum.
+    """
+    e, m, step = cfg.experiment, source.elements, st.index
+    t1 = time.perf_counter()
+    shared = None if source.kind == "model" else source.gradients(step, lo=lo, hi=hi)
+    times["source"] += time.perf_counter() - t1
+    inputs: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+    keys = []
+    for i, a in enumerate(arms):
+        spec = a.spec
         t1 = time.perf_counter()
-        shared = None if training else source.gradients(step, lo=lo, hi=hi)
+        X = shared if shared is not None else source.gradients(step, a.params)
         times["source"] += time.perf_counter() - t1
-        inputs: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
-        keys = []
-        for i, a in enumerate(arms):
-            spec = a.spec
+        key = (spec.input, id(X))
+        keys.append(key)
+        if key not in inputs:
             t1 = time.perf_counter()
-            X = shared if shared is not None else source.gradients(step, a.params)
-            times["source"] += time.perf_counter() - t1
-            key = (spec.input, id(X))
-            keys.append(key)
-            if key not in inputs:  # arms sharing inputs share their rounding and exact sum
-                t1 = time.perf_counter()
-                inputs[key] = (round_to(X, spec.input), X)
-                times["engine"] += time.perf_counter() - t1
-            Xr = inputs[key][0]
-            t1 = time.perf_counter()
-            y = _reduce(Xr, plan[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
+            inputs[key] = (round_to(X, spec.input), X)
             times["engine"] += time.perf_counter() - t1
-            ys[i][lo:hi] = y
-            if check is not None:  # another run of the same job: re-seeded orders, same bits?
-                y2 = _reduce(Xr, check[i], spec, _seed(spec, [e.seed + 7, step, i, c]), lo, m)
-                a.reproducible = a.reproducible is not False and np.array_equal(y.view(np.uint8), y2.view(np.uint8))
-        _measure(specs, inputs, keys, [y[lo:hi] for y in ys], n, err, cmp, underflow, times)
+        Xr = inputs[key][0]
+        t1 = time.perf_counter()
+        y = _reduce(Xr, st.plans[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
+        times["engine"] += time.perf_counter() - t1
+        st.ys[i][lo:hi] = y
+        if st.checks is not None:  # another run of the same job: re-seeded orders, same bits?
+            y2 = _reduce(Xr, st.checks[i], spec, _seed(spec, [e.seed + 7, step, i, c]), lo, m)
+            a.reproducible = a.reproducible is not False and np.array_equal(y.view(np.uint8), y2.view(np.uint8))
+    return inputs, keys
+
+
+def _record(
+    cfg: Config, source: Source, arms: list[_Arm], st: _Step, rows: list[dict[str, Any]], on_step: OnStep | None
+) -> None:
+    """Append the step's row of every arm to ``rows``; in training, every arm updates its replica."""
+    training = source.kind == "model"
+    n, step = cfg.experiment.workers, st.index
     for i, a in enumerate(arms):
         spec = a.spec
         if on_step is not None:
-            on_step(step, spec, ys[i])
+            on_step(step, spec, st.ys[i])
         loss = source.loss(step, a.params) if training else float("nan")  # type: ignore[attr-defined]
         row: dict[str, Any] = {
             "step": step,
             "arm": spec.name,
-            "elements": m,
+            "elements": source.elements,
             "loss": loss,
-            "underflow": underflow[i],
-            **err[i].row(),
-            **cmp[i].row(),
+            "underflow": st.underflow[i],
+            **st.err[i].row(),
+            **st.cmp[i].row(),
         }
-        a.hist += cmp[i].hist
+        a.hist += st.cmp[i].hist
         if row["diff_frac"] > 0 and a.first_div is None:
             a.first_div = step
         if training:
-            g = ys[i].astype(np.float64) * (n if spec.average != "none" else 1)
+            g = st.ys[i].astype(np.float64) * (n if spec.average != "none" else 1)
             a.params = source.update(a.params, g, a.state)  # type: ignore[attr-defined]
         rows.append(row)
     for a, row in zip(arms, rows[-len(arms) :], strict=True):
-        if training:
-            assert a.params is not None
-            assert ref.params is not None
-            pa, pr = a.params.astype(np.float64), ref.params.astype(np.float64)
-            nr = float(np.linalg.norm(pr))
-            row["param_dist"] = float(np.linalg.norm(pa - pr)) / nr if nr > 0 else float("nan")
-            row["param_diff_frac"] = float(np.mean(a.params.view(np.uint32) != ref.params.view(np.uint32)))
-            if row["param_diff_frac"] > 0 and a.first_param_div is None:
-                a.first_param_div = step
-        else:
-            row["param_dist"] = row["param_diff_frac"] = float("nan")
+        _param_divergence(a, arms[0], row, step, training=training)
+
+
+def _param_divergence(a: _Arm, ref: _Arm, row: dict[str, Any], step: int, *, training: bool) -> None:
+    """The row's distance of ``a``'s parameters to the reference arm's after the update (NaN if not training)."""
+    if not training:
+        row["param_dist"] = row["param_diff_frac"] = float("nan")
+        return
+    assert a.params is not None
+    assert ref.params is not None
+    pa, pr = a.params.astype(np.float64), ref.params.astype(np.float64)
+    nr = float(np.linalg.norm(pr))
+    row["param_dist"] = float(np.linalg.norm(pa - pr)) / nr if nr > 0 else float("nan")
+    row["param_diff_frac"] = float(np.mean(a.params.view(np.uint32) != ref.params.view(np.uint32)))
+    if row["param_diff_frac"] > 0 and a.first_param_div is None:
+        a.first_param_div = step
 
 
 def _open_dir(d: Path, cfg: Config, *, resume: bool) -> tuple[list[dict[str, Any]], int]:
-    summary = d / "summary.json"
+    summary = d / rundir.SUMMARY_JSON
     if d.exists() and not d.is_dir():
         raise InvalidArgument(f"{d} exists and is not a directory")
     if d.is_dir() and any(d.iterdir()) and not summary.is_file():
@@ -347,22 +348,20 @@ def _open_dir(d: Path, cfg: Config, *, resume: bool) -> tuple[list[dict[str, Any
     if resume:
         if not summary.is_file():
             raise InvalidArgument(f"nothing to resume in {d}: no summary.json")
-        old = (d / "config.toml").read_text()
-        if old != to_toml(cfg):
+        if rundir.read_config(d) != to_toml(cfg):
             raise InvalidArgument(f"{d}/config.toml differs from this config; resume with the same config")
-        rows = read_rows(d / "metrics.csv")
+        rows = rundir.read_rows(d)
         k = len(cfg.arms)
         steps = len(rows) // k
         return rows[: steps * k], steps
-    if summary.is_file() and not json.loads(summary.read_text()).get("complete"):
+    if summary.is_file() and not rundir.read_summary(d).get("complete"):
         raise InvalidArgument(f"{d} holds an incomplete run: continue it with --resume or choose another --out")
     try:
         d.mkdir(parents=True, exist_ok=True)
-        atomic_write(d / "config.toml", to_toml(cfg))
+        rundir.write_config(d, to_toml(cfg))
     except OSError as err:
         raise InvalidArgument(f"cannot write to {d}: {err.strerror}") from None
-    for stale in ("metrics.csv", "state.npz", "report.pdf"):
-        (d / stale).unlink(missing_ok=True)
+    rundir.remove_outputs(d)
     return [], 0
 
 
@@ -370,15 +369,15 @@ def _init_arms(cfg: Config, source: Source, d: Path, start: int, training: bool)
     if not training:
         return [_Arm(a, None, {}) for a in cfg.arms]
     if start > 0:
-        with np.load(d / "state.npz", allow_pickle=False) as z:
-            return [
-                _Arm(
-                    a,
-                    z[f"params/{a.name}"].copy(),
-                    {k.split("/")[2]: z[k].copy() for k in z.files if k.startswith(f"state/{a.name}/")},
-                )
-                for a in cfg.arms
-            ]
+        z = rundir.read_state(d)
+        return [
+            _Arm(
+                a,
+                z[f"params/{a.name}"],
+                {k.split("/")[2]: v for k, v in z.items() if k.startswith(f"state/{a.name}/")},
+            )
+            for a in cfg.arms
+        ]
     p0 = source.init_params()  # type: ignore[attr-defined]
     return [_Arm(a, p0.copy(), source.init_state()) for a in cfg.arms]  # type: ignore[attr-defined]
 
@@ -408,18 +407,47 @@ def _checkpoint(
     extra: SummaryExtra | None = None,
 ) -> None:
     try:
-        atomic_write(d / "metrics.csv", rows_to_csv(rows))
+        rundir.write_metrics(d, rows)
         if training:
-            import io
-
-            buf = io.BytesIO()
             arrays = {f"params/{a.spec.name}": a.params for a in arms}
             arrays.update({f"state/{a.spec.name}/{k}": v for a in arms for k, v in a.state.items()})
-            np.savez(buf, **arrays)  # type: ignore[arg-type]
-            atomic_write(d / "state.npz", buf.getvalue())
+            rundir.write_state(d, arrays)  # type: ignore[arg-type]
         _write_summary(d, cfg, rows, arms, steps_done, complete=False, times=times, repro={}, extra=extra)
     except OSError as err:
         raise InvalidArgument(f"cannot write to {d}: {err.strerror}") from None
+
+
+def _arm_summary(a: _Arm, cols: dict[str, np.ndarray], reproducible: bool | None) -> dict[str, Any]:
+    """One arm's entry of summary.json: its spec and its aggregates over the steps in ``cols``."""
+
+    def stat(name: str, fn: Callable[[np.ndarray], Any]) -> Any:
+        v = cols.get(name)
+        if v is None or v.size == 0 or np.all(np.isnan(v)):
+            return None
+        return float(fn(v[~np.isnan(v)]))
+
+    return {
+        "name": a.spec.name,
+        "order": a.spec.order,
+        "input": a.spec.input,
+        "accumulate": a.spec.accumulate,
+        "output": a.spec.out_format,
+        "rounding": a.spec.rounding,
+        "algorithm": a.spec.algorithm,
+        "average": a.spec.average,
+        "reproducible": reproducible,
+        "first_divergence_step": a.first_div,
+        "first_param_divergence_step": a.first_param_div,
+        "mean_diff_frac": stat("diff_frac", np.mean),
+        "median_diff_frac": stat("diff_frac", np.median),
+        "max_ulp": stat("ulp_max", np.max),
+        "mean_err_rel": stat("err_mean_rel", np.mean),
+        "max_err_rel": stat("err_max_rel", np.max),
+        "mean_frac_correct": stat("frac_correct", np.mean),
+        "final_loss": stat("loss", lambda v: v[-1]),
+        "final_param_dist": stat("param_dist", lambda v: v[-1]),
+        "ulp_hist": {"edges": ULP_EDGES, "counts": [int(x) for x in a.hist]},
+    }
 
 
 def _write_summary(
@@ -435,40 +463,6 @@ def _write_summary(
     extra: SummaryExtra | None = None,
 ) -> None:
     cols = columns(rows)
-    out_arms = []
-    for a in arms:
-        c = cols.get(a.spec.name, {})
-
-        def stat(name: str, fn: Callable[[np.ndarray], Any], c: dict[str, np.ndarray] = c) -> Any:
-            v = c.get(name)
-            if v is None or v.size == 0 or np.all(np.isnan(v)):
-                return None
-            return float(fn(v[~np.isnan(v)]))
-
-        out_arms.append(
-            {
-                "name": a.spec.name,
-                "order": a.spec.order,
-                "input": a.spec.input,
-                "accumulate": a.spec.accumulate,
-                "output": a.spec.out_format,
-                "rounding": a.spec.rounding,
-                "algorithm": a.spec.algorithm,
-                "average": a.spec.average,
-                "reproducible": repro.get(a.spec.name),
-                "first_divergence_step": a.first_div,
-                "first_param_divergence_step": a.first_param_div,
-                "mean_diff_frac": stat("diff_frac", np.mean),
-                "median_diff_frac": stat("diff_frac", np.median),
-                "max_ulp": stat("ulp_max", np.max),
-                "mean_err_rel": stat("err_mean_rel", np.mean),
-                "max_err_rel": stat("err_max_rel", np.max),
-                "mean_frac_correct": stat("frac_correct", np.mean),
-                "final_loss": stat("loss", lambda v: v[-1]),
-                "final_param_dist": stat("param_dist", lambda v: v[-1]),
-                "ulp_hist": {"edges": ULP_EDGES, "counts": [int(x) for x in a.hist]},
-            }
-        )
     e = cfg.experiment
     summary = {
         "format": 1,
@@ -487,8 +481,8 @@ def _write_summary(
         "exact_time_s": round(times[1]["exact"], 3),
         "metrics_time_s": round(times[1]["metrics"], 3),
         "versions": {"fpreduce": __version__, "numpy": np.__version__, "python": platform.python_version()},
-        "arms": out_arms,
+        "arms": [_arm_summary(a, cols.get(a.spec.name, {}), repro.get(a.spec.name)) for a in arms],
     }
     if extra is not None:
         summary.update(extra())
-    atomic_write(d / "summary.json", json.dumps(summary, indent=2) + "\n")
+    rundir.write_summary(d, summary)

@@ -81,18 +81,18 @@ through unchanged, never rejected: the runner records them per step.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from fpreduce.base.errors import InvalidArgument
-from fpreduce.run.model import ModelSource, check_step
+from fpreduce.run._tables import KindSpec, check, choice, in_range, is_finite, is_int
+from fpreduce.run.model import ModelSource, ModelSpec, check_step
 
 __all__ = [
     "FileSource",
@@ -109,9 +109,8 @@ __all__ = [
 
 DISTS = ("normal", "student_t", "lognormal", "sparse")
 OUTLIER_KINDS = ("scale", "corrupt", "nan")
-ACTIVATIONS = ("tanh", "relu")
 KINDS = ("synthetic", "model", "file")
-_ALIASES = {
+_ALIASES = {  # other spellings of the choices, for the hint of an unknown value
     "gaussian": "normal",
     "t": "student_t",
     "student": "student_t",
@@ -124,101 +123,9 @@ _SIGNAL, _NOISE, _MASK, _CORRUPT = range(4)
 #: synthetic gradients are drawn in blocks of this many elements (part of the data's definition)
 BLOCK = 1 << 14
 
-S = TypeVar("S", bound="_Spec")
-
-
-def _choice(key: str, value: object, choices: tuple[str, ...]) -> None:
-    if value in choices:
-        return
-    hints = [_ALIASES.get(str(value).lower(), ""), *difflib.get_close_matches(str(value), choices, 1)]
-    hint = next((f"; did you mean {h!r}?" for h in hints if h in choices), "")
-    raise InvalidArgument(f"source.{key}: unknown {value!r}{hint} (choices: {', '.join(choices)})")
-
-
-def _check(ok: bool, key: str, what: str, value: object) -> None:
-    if not ok:
-        raise InvalidArgument(f"source.{key}: must be {what}, got {value!r}")
-
-
-class _Spec:
-    """Shared from_dict/to_dict of the spec dataclasses (type names are field annotations)."""
-
-    kind: ClassVar[str]
-
-    @classmethod
-    def from_dict(cls: type[S], d: dict[str, Any]) -> S:
-        """Build the spec from a mapping (a TOML table), checking keys and value types.
-
-        Args:
-            d: field values; a ``kind`` key is allowed and must name this spec's kind.
-
-        Returns:
-            The validated spec.
-
-        Raises:
-            InvalidArgument: unknown key (with a close-match hint), missing required
-                key, wrong type (bools are not numbers, floats are not ints; an int is
-                accepted for a float field) or invalid value; the message names the key.
-        """
-        if not isinstance(d, dict):
-            raise InvalidArgument(f"source: expected a table, got {type(d).__name__}")
-        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
-        kw: dict[str, Any] = {}
-        for key, v in d.items():
-            if key == "kind":
-                _check(v == cls.kind, "kind", repr(cls.kind), v)
-                continue
-            if key not in names:
-                hint = difflib.get_close_matches(str(key), names, 1, cutoff=0.5)
-                raise InvalidArgument(
-                    f"source.{key}: unknown key"
-                    + (f"; did you mean {hint[0]!r}?" if hint else "")
-                    + f" (keys: kind, {', '.join(names)})"
-                )
-            kw[key] = _typed(key, v, cls.__dataclass_fields__[key].type)  # type: ignore[attr-defined]
-        try:
-            return cls(**kw)
-        except TypeError:
-            missing = [n for n in names if n not in kw]
-            raise InvalidArgument(f"source.{missing[0]}: required for kind {cls.kind!r}") from None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every field (and ``kind``) as plain Python values, for the resolved config."""
-        return {"kind": self.kind, **{f.name: getattr(self, f.name) for f in fields(self)}}  # type: ignore[arg-type]
-
-
-def _typed(key: str, v: object, typ: object) -> object:
-    t = str(typ)
-    if t == "int":
-        _check(_int(v), key, "an integer", v)
-        return v
-    if t == "float":
-        _check(isinstance(v, int | float) and not isinstance(v, bool), key, "a number", v)
-        return float(v)  # type: ignore[arg-type]
-    _check(isinstance(v, str), key, "a string", v)
-    return v
-
-
-def _int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _finite(v: float) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _num(
-    spec: object, key: str, lo: float, *, gt: bool = False, hi: float | None = None, integer: bool = False
-) -> None:
-    """Check that field ``key`` is a finite number (or an int) > or >= lo, and < hi."""
-    v = getattr(spec, key)
-    ok = (_int(v) if integer else _finite(v)) and (v > lo if gt else v >= lo) and (hi is None or v < hi)
-    what = f"{'an integer' if integer else 'finite and'} {'>' if gt else '>='} {lo}"
-    _check(ok, key, what + ("" if hi is None else f" and < {hi}"), v)
-
 
 @dataclass(frozen=True)
-class SyntheticSpec(_Spec):
+class SyntheticSpec(KindSpec):
     """Synthetic gradients (see the module docstring for the formula).
 
     Attributes:
@@ -249,59 +156,19 @@ class SyntheticSpec(_Spec):
     decay: float = 0.0
 
     def __post_init__(self) -> None:
-        _choice("dist", self.dist, DISTS)
-        _choice("outlier_kind", self.outlier_kind, OUTLIER_KINDS)
-        _num(self, "elements", 1, integer=True)
-        _num(self, "outlier_worker", -1, integer=True)
+        choice("source.dist", self.dist, DISTS, aliases=_ALIASES)
+        choice("source.outlier_kind", self.outlier_kind, OUTLIER_KINDS, aliases=_ALIASES)
+        in_range("source.elements", self.elements, 1, integer=True)
+        in_range("source.outlier_worker", self.outlier_worker, -1, integer=True)
         for k in ("signal", "noise", "decay", "sparsity"):
-            _num(self, k, 0, hi=1 if k == "sparsity" else None)
+            in_range(f"source.{k}", getattr(self, k), 0, hi=1 if k == "sparsity" else None)
         for k in ("df", "log_sigma"):
-            _num(self, k, 0, gt=True)
-        _check(_finite(self.outlier_scale), "outlier_scale", "finite", self.outlier_scale)
+            in_range(f"source.{k}", getattr(self, k), 0, gt=True)
+        check(is_finite(self.outlier_scale), "source.outlier_scale", "finite", self.outlier_scale)
 
 
 @dataclass(frozen=True)
-class ModelSpec(_Spec):
-    """The teacher-student MLP trained data-parallel.
-
-    Attributes:
-        hidden: student hidden width.
-        inputs: input width.
-        outputs: output width.
-        batch_per_worker: samples per worker shard (global batch = workers x this).
-        lr: learning rate (> 0).
-        momentum: heavy-ball momentum in [0, 1) (0: plain SGD).
-        loss_scale: static loss scale (> 0): gradients are of ``loss_scale * loss``
-            and ``update`` divides it out; use a power of two.
-        teacher_noise: std of Gaussian noise added to the teacher's targets (>= 0).
-        teacher_hidden: teacher hidden width.
-        activation: student activation, ``tanh`` or ``relu`` (the teacher uses tanh).
-    """
-
-    kind: ClassVar[str] = "model"
-    hidden: int = 64
-    inputs: int = 32
-    outputs: int = 8
-    batch_per_worker: int = 16
-    lr: float = 0.05
-    momentum: float = 0.0
-    loss_scale: float = 1.0
-    teacher_noise: float = 0.0
-    teacher_hidden: int = 64
-    activation: str = "tanh"
-
-    def __post_init__(self) -> None:
-        _choice("activation", self.activation, ACTIVATIONS)
-        for k in ("hidden", "inputs", "outputs", "batch_per_worker", "teacher_hidden"):
-            _num(self, k, 1, integer=True)
-        for k in ("lr", "loss_scale"):
-            _num(self, k, 0, gt=True)
-        _num(self, "momentum", 0, hi=1)
-        _num(self, "teacher_noise", 0)
-
-
-@dataclass(frozen=True)
-class FileSpec(_Spec):
+class FileSpec(KindSpec):
     """Gradients from a file or directory (layout in the module docstring).
 
     Attributes:
@@ -312,7 +179,7 @@ class FileSpec(_Spec):
     path: str
 
     def __post_init__(self) -> None:
-        _check(isinstance(self.path, str) and self.path != "", "path", "a non-empty path", self.path)
+        check(isinstance(self.path, str) and self.path != "", "source.path", "a non-empty path", self.path)
 
 
 SourceSpec = SyntheticSpec | ModelSpec | FileSpec
@@ -321,8 +188,10 @@ _SPECS: dict[str, type[SourceSpec]] = {"synthetic": SyntheticSpec, "model": Mode
 
 def spec_from_dict(d: dict[str, Any]) -> SourceSpec:
     """Build a spec from a ``[source]`` table, dispatching on its ``kind`` (default synthetic)."""
-    kind = d.get("kind", "synthetic") if isinstance(d, dict) else None
-    _choice("kind", kind, KINDS)
+    if not isinstance(d, dict):
+        raise InvalidArgument(f"[source] must be a table, got {d!r}")
+    kind = d.get("kind", "synthetic")
+    choice("source.kind", kind, KINDS, aliases=_ALIASES)
     return _SPECS[str(kind)].from_dict(d)
 
 
@@ -545,7 +414,7 @@ def open_source(spec: SourceSpec, *, workers: int, seed: int) -> Source:
             problem (one line naming the file).
     """
     for k, v, lo in (("workers", workers, 1), ("seed", seed, 0)):
-        if not _int(v) or v < lo:
+        if not is_int(v) or v < lo:
             raise InvalidArgument(f"experiment.{k}: must be an integer >= {lo}, got {v!r}")
     if isinstance(spec, SyntheticSpec):
         if spec.outlier_worker >= workers:

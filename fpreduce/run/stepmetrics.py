@@ -9,7 +9,7 @@ are reproducible bit for bit.
 
 With numba installed (:mod:`fpreduce.base.jit`), ``ErrorStats.add``, ``CompareStats.add``
 and the median of ``ErrorStats.row`` run one-pass compiled kernels; the numpy code is
-the fallback (``_KERNELS = False``, or ``FPREDUCE_NO_JIT=1``) and gives the same
+the fallback (``with fpreduce.base.jit.disabled():``, or ``FPREDUCE_NO_JIT=1``) and gives the same
 values bit for bit: the kernels compute the per-element values with the same IEEE
 operations (the ulp quanta from per-exponent tables built by the numpy functions)
 and write the qualifying elements' values into arrays that numpy then sums, with
@@ -24,6 +24,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
+from fpreduce.base.jit import enabled as kernels_enabled
 from fpreduce.base.jit import jit
 from fpreduce.core.formats import Format
 from fpreduce.core.rounding import _quantum_bits
@@ -222,14 +223,13 @@ def _select_kernel(u, k1, k2):  # type: ignore[no-untyped-def]
 _error_compiled = jit(_error_kernel)
 _compare_compiled = jit(_compare_kernel)
 _select_compiled = jit(_select_kernel)
-_KERNELS = _error_compiled is not None  # tests switch the numpy path on and off
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def median32(rels: list[NDArray[np.float32]]) -> float:
     """``np.median`` of the concatenated float32 arrays (NaN if any is NaN): the same value, faster."""
     r = np.concatenate(rels)
-    if _KERNELS and _select_compiled is not None and r.size:
+    if kernels_enabled() and _select_compiled is not None and r.size:
         n = r.size
         ok, b1, b2 = _select_compiled(r.view(np.uint32), (n - 1) // 2, n // 2)
         if ok:
@@ -262,7 +262,7 @@ class ErrorStats:
     def add(self, y: np.ndarray, hi: NDArray[np.float64], lo: NDArray[np.float64], cr: np.ndarray, fmt: Format) -> None:
         """One chunk: results ``y``, exact values ``hi + lo``, ``cr`` = exact rounded once to ``fmt``."""
         if (
-            _KERNELS
+            kernels_enabled()
             and _error_compiled is not None
             and y.dtype in _FLOATS
             and cr.dtype in _FLOATS
@@ -374,7 +374,7 @@ class CompareStats:
                 self.sq_ref += float(np.dot(b, b))
             return
         if (
-            _KERNELS
+            kernels_enabled()
             and _compare_compiled is not None
             and y.dtype in _FLOATS
             and yref.dtype in _FLOATS

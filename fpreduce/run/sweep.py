@@ -20,8 +20,6 @@ sweep figure answers with the sqrt(N) and N slopes drawn beside the data.
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
 import tomllib
 from concurrent.futures import ProcessPoolExecutor
@@ -30,30 +28,18 @@ from pathlib import Path
 from typing import Any
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.run import rundir
 from fpreduce.run.config import ArmSpec, Config, from_dict
-from fpreduce.run.rundir import atomic_write
 from fpreduce.run.runner import run_experiment
 from fpreduce.run.sources import DISTS, SyntheticSpec
 
-__all__ = ["SWEEP_COLUMNS", "load_sweep", "run_sweep"]
+__all__ = ["load_sweep_config", "run_sweep"]
 
-SWEEP_COLUMNS = (
-    "workers",
-    "plan",
-    "dist",
-    "input",
-    "accumulate",
-    "arm",
-    "mean_err_rel",
-    "max_err_rel",
-    "mean_diff_frac",
-    "max_ulp",
-)
 _KEYS = ("workers", "plans", "dists", "formats", "order")
 
 
-def load_sweep(path: str | Path) -> tuple[Config, list[Config]]:
-    """The base config and one config per grid point."""
+def load_sweep_config(path: str | Path) -> tuple[Config, list[Config]]:
+    """The base config and one config per grid point, from a sweep file (a config with a ``[sweep]`` table)."""
     p = Path(path)
     try:
         d = tomllib.loads(p.read_text())
@@ -114,7 +100,7 @@ def _sources(base: Config, dists: object) -> list[tuple[str, Any]]:
 def _one(args: tuple[Config, str]) -> list[dict[str, Any]]:
     cfg, out = args
     res = run_experiment(cfg, out)
-    plan = cfg.arms[0].order.partition(":")[2]
+    plan = cfg.arms[0].policy.plan
     src = cfg.source
     dist = src.dist if isinstance(src, SyntheticSpec) else src.kind
     rows = []
@@ -138,20 +124,19 @@ def _one(args: tuple[Config, str]) -> list[dict[str, Any]]:
 
 def run_sweep(path: str | Path, out: str | Path, *, jobs: int = 1) -> Path:
     """Run every grid point (``jobs`` processes) and write ``sweep.csv``; returns its path."""
-    _, points = load_sweep(path)
+    _, points = load_sweep_config(path)
     d = Path(out)
-    if d.is_dir() and any(d.iterdir()) and not (d / "sweep.csv").is_file() and not (d / "points").is_dir():
+    if (
+        d.is_dir()
+        and any(d.iterdir())
+        and not (d / rundir.SWEEP_CSV).is_file()
+        and not (d / rundir.POINTS_DIR).is_dir()
+    ):
         raise InvalidArgument(f"{d} is not empty and not a fpreduce sweep directory; choose another --out")
-    work = [(c, str(d / "points" / c.experiment.name)) for c in points]
+    work = [(c, str(rundir.point_dir(d, c.experiment.name))) for c in points]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as ex:
             results = list(ex.map(_one, work))
     else:
         results = [_one(w) for w in work]
-    buf = io.StringIO()
-    wr = csv.DictWriter(buf, fieldnames=SWEEP_COLUMNS, lineterminator="\n")
-    wr.writeheader()
-    for rows in results:
-        wr.writerows({k: (repr(v) if isinstance(v, float) else v) for k, v in r.items()} for r in rows)
-    atomic_write(d / "sweep.csv", buf.getvalue())
-    return d / "sweep.csv"
+    return rundir.write_sweep(d, [r for rows in results for r in rows])

@@ -1,0 +1,159 @@
+"""TOML tables into frozen dataclasses: the one validator of the config and source tables.
+
+A table's keys are the dataclass's fields; their types are the fields' annotations
+(``int``, ``float``, ``str``, ``bool``). Every error is an :class:`InvalidArgument`
+naming the key (``experiment.steps``, ``source.noise``, ``arms.B.order``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import MISSING, fields
+from typing import Any, ClassVar, TypeVar
+
+from fpreduce.base.errors import InvalidArgument, unknown_name
+
+T = TypeVar("T")
+K = TypeVar("K", bound="KindSpec")
+
+_WHAT = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
+
+
+def check(ok: bool, key: str, what: str, value: object) -> None:
+    """Raise ``InvalidArgument("{key}: must be {what}, got {value!r}")`` unless ``ok``."""
+    if not ok:
+        raise InvalidArgument(f"{key}: must be {what}, got {value!r}")
+
+
+def choice(key: str, value: object, choices: tuple[str, ...], *, aliases: Mapping[str, str] | None = None) -> None:
+    """Raise an unknown-name error (close-match hint, then the choices) unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise unknown_name(key, value, choices, aliases=aliases)
+
+
+def is_int(v: object) -> bool:
+    """An int that is not a bool."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_finite(v: object) -> bool:
+    """A finite int or float that is not a bool."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def in_range(
+    key: str, v: object, lo: float, *, gt: bool = False, hi: float | None = None, integer: bool = False
+) -> None:
+    """Check that ``v`` is a finite number (or an int) > or >= lo, and < hi.
+
+    >>> in_range("source.elements", 0, 1, integer=True)
+    Traceback (most recent call last):
+    fpreduce.base.errors.InvalidArgument: source.elements: must be an integer >= 1, got 0
+    """
+    ok = (is_int(v) if integer else is_finite(v)) and (v > lo if gt else v >= lo) and (hi is None or v < hi)  # type: ignore[operator]
+    what = f"{'an integer' if integer else 'finite and'} {'>' if gt else '>='} {lo}"
+    check(ok, key, what + ("" if hi is None else f" and < {hi}"), v)
+
+
+def typed(key: str, value: object, typ: str) -> Any:
+    """``value`` checked against a field type (``int``, ``float``, ``str``, ``bool``).
+
+    Bools are not numbers and floats are not ints; an int is accepted for a float and
+    converted; a float must be finite.
+    """
+    if typ == "float" and is_int(value):
+        try:
+            value = float(value)  # type: ignore[arg-type]
+        except OverflowError:
+            raise InvalidArgument(f"{key}: must be finite, got {value!r}") from None
+    if typ == "int":
+        ok = is_int(value)
+    elif typ == "float":
+        ok = isinstance(value, float)
+    elif typ == "bool":
+        ok = isinstance(value, bool)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise InvalidArgument(f"{key}: expected {_WHAT.get(typ, typ)}, got {value!r}")
+    if typ == "float" and not math.isfinite(value):  # type: ignore[arg-type]
+        raise InvalidArgument(f"{key}: must be finite, got {value!r}")
+    return value
+
+
+def build(
+    cls: type[T],
+    table: str,
+    d: object,
+    *,
+    fixed: Mapping[str, object] | None = None,
+    aliases: Mapping[str, str] | None = None,
+) -> T:
+    """Build the dataclass ``cls`` from the TOML table ``d`` (named ``table`` in messages).
+
+    Args:
+        cls: a dataclass whose field annotations are ``int``, ``float``, ``str`` or ``bool``.
+        table: the table's name: ``experiment``, ``source``, ``arms.B``.
+        d: the parsed table.
+        fixed: keys allowed besides the fields, whose value must be the one given
+            (``{"kind": "model"}``); they are not passed to ``cls``.
+        aliases: other common spellings of keys, for the hint of an unknown key.
+
+    Raises:
+        InvalidArgument: not a table, unknown key (with a close-match hint), wrong type
+            (see :func:`typed`), missing required key, or whatever ``cls`` refuses.
+    """
+    fixed = fixed or {}
+    if not isinstance(d, dict):
+        raise InvalidArgument(f"[{table}] must be a table, got {d!r}")
+    spec = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+    kwargs = {}
+    for key, v in d.items():
+        if key in fixed:
+            check(v == fixed[key], f"{table}.{key}", repr(fixed[key]), v)
+        elif key in spec:
+            kwargs[key] = typed(f"{table}.{key}", v, str(spec[key].type))
+        else:
+            e = unknown_name("key", key, [*fixed, *spec], aliases=aliases)
+            raise InvalidArgument(f"{table}.{key}: {e}")
+    for name, f in spec.items():
+        if name not in kwargs and f.default is MISSING and f.default_factory is MISSING:
+            when = "".join(f" when {k} = {v!r}" for k, v in fixed.items())
+            raise InvalidArgument(f"{table}.{name}: required{when}")
+    return cls(**kwargs)
+
+
+class KindSpec:
+    """Shared ``from_dict``/``to_dict`` of the dataclasses of a table with a ``kind`` key.
+
+    One dataclass per kind of ``[source]`` (``SyntheticSpec``, ``ModelSpec``, ``FileSpec``);
+    the field annotations are the value types.
+    """
+
+    table: ClassVar[str] = "source"
+    kind: ClassVar[str]
+    #: other common spellings of keys, for the hint of an unknown key
+    key_aliases: ClassVar[Mapping[str, str]] = {}
+
+    @classmethod
+    def from_dict(cls: type[K], d: dict[str, Any]) -> K:
+        """Build the spec from a mapping (a TOML table), checking keys and value types.
+
+        Args:
+            d: field values; a ``kind`` key is allowed and must name this spec's kind.
+
+        Returns:
+            The validated spec.
+
+        Raises:
+            InvalidArgument: unknown key (with a close-match hint), missing required
+                key, wrong type (bools are not numbers, floats are not ints and must be
+                finite; an int is accepted for a float field) or invalid value; the
+                message names the key.
+        """
+        return build(cls, cls.table, d, fixed={"kind": cls.kind}, aliases=cls.key_aliases)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field (and ``kind``) as plain Python values, for the resolved config."""
+        return {"kind": self.kind, **{f.name: getattr(self, f.name) for f in fields(self)}}  # type: ignore[arg-type]
