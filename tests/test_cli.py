@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fpreduce.cli import main
-from fpreduce.core.metrics import ulp_distance
+from fpreduce.core.metrics import ulp_steps
 
 SMALL = ["--set", "experiment.workers=4", "--set", "source.elements=64", "--steps", "3", "--quiet"]
 
@@ -65,7 +65,7 @@ def test_sum_reports_distinct_orders(capsys):
 def test_ulp_distance_exact_across_zero():
     a = np.array([2.0**-133, -(2.0**-133), 1.0], dtype=np.float32)
     b = np.array([-(2.0**-133), 2.0**-133, 1.0078125], dtype=np.float32)
-    assert ulp_distance(a, b, "bf16").tolist() == [2, 2, 1]
+    assert ulp_steps(a, b, "bf16").tolist() == [2, 2, 1]
 
 
 def test_sum_refuses_bad_files(tmp_path, capsys):

@@ -35,7 +35,7 @@ from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.engine import reduce
 from fpreduce.core.exact import ExactSum, exact_sum
 from fpreduce.core.formats import Format, get_format, to_bits, ulp
-from fpreduce.core.metrics import ulp_distance
+from fpreduce.core.metrics import ulp_steps
 from fpreduce.core.rounding import Mode, get_mode, round_to
 from fpreduce.plans import Plan, Tree, parse, sequential, tree
 
@@ -104,7 +104,7 @@ class OrderOutcomes:
             finite, ±inf for an overflowed result).
         steps: signed number of representable ``output`` values between each
             distinct result and the exact sum rounded to nearest-even (0: correctly
-            rounded; ``ulp_distance`` with a sign); 0 where not finite.
+            rounded; ``ulp_steps`` with a sign); 0 where not finite.
     """
 
     family: str
@@ -379,7 +379,7 @@ def _summarize(
                 errs[j] = v
         rn = ex.round(fa)
         fin_ = np.isfinite(dv)
-        dist = ulp_distance(dv[fin_], np.broadcast_to(rn, dv[fin_].shape), fa)
+        dist = ulp_steps(dv[fin_], np.broadcast_to(rn, dv[fin_].shape), fa)
         steps[fin_] = np.where(dv[fin_] < float(rn[0]), -dist, dist)
     return OrderOutcomes(
         family,

@@ -17,6 +17,7 @@ from typing import Any, Literal, cast, get_args
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.core.formats import FORMATS
+from fpreduce.core.options import ALGORITHMS, AVERAGES
 from fpreduce.core.rounding import MODES
 from fpreduce.plans import parse
 from fpreduce.run._tables import build
@@ -37,8 +38,6 @@ PolicyKind = Literal["fixed", "shuffle", "arrival", "atomic", "random_tree"]
 POLICIES: tuple[PolicyKind, ...] = get_args(PolicyKind)
 #: the policies that take a plan: ``fixed:<plan>``, ``shuffle:<plan>``
 PLANNED: tuple[PolicyKind, ...] = ("fixed", "shuffle")
-ALGORITHMS = ("plain", "kahan", "neumaier", "binned", "exact")
-AVERAGES = ("none", "after", "premultiply", "predivide")
 JITTERS = ("exponential", "normal", "lognormal")
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from fpreduce._version import __version__
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.engine import reduce
-from fpreduce.core.exact import _exact_sum
+from fpreduce.core.exact import exact_sum_counting_zeros
 from fpreduce.core.formats import get_format
 from fpreduce.core.rounding import round_to
 from fpreduce.run import rundir
@@ -92,7 +92,7 @@ class _Inputs:
 
     def __init__(self, Xr: np.ndarray, X: np.ndarray) -> None:
         """``Xr``: ``X`` rounded to the input format."""
-        self.exact, zeros = _exact_sum(Xr)  # the compiled scan counts the zero terms on the way
+        self.exact, zeros = exact_sum_counting_zeros(Xr)  # the compiled scan counts the zero terms on the way
         if zeros is None:
             zeros = int(np.count_nonzero(Xr == 0))
         self.underflow = zeros - int(np.count_nonzero(X == 0)) if zeros else 0  # zeros stay zeros

@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 from fpreduce.base.jit import enabled as kernels_enabled
 from fpreduce.base.jit import jit
 from fpreduce.core.formats import Format
-from fpreduce.core.rounding import _quantum_bits
+from fpreduce.core.rounding import quantum_bits
 
 #: ulp-distance histogram bin edges (a bin holds distances in [edge_i, edge_i+1))
 ULP_EDGES = [0, 1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025, 4097, 65537, 1 << 20]
@@ -60,7 +60,7 @@ def ulp_histogram(d: NDArray[np.float64]) -> NDArray[np.int64]:
 
 def _inverse_quantum(a: NDArray[np.float64], fmt: Format) -> NDArray[np.float64]:
     """1 / ulp(|a|) in ``fmt``: a power of two, exactly (from the exponent field; fp64: by division)."""
-    q = _quantum_bits(a, fmt)
+    q = quantum_bits(a, fmt)
     if fmt.emin - fmt.precision + 1 < -1022:
         with np.errstate(over="ignore"):
             return 1.0 / q.view(np.float64)  # inf for quanta below 2**-1023, i.e. |a| below 2**-971
@@ -77,7 +77,7 @@ def _tables(fmt: Format) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """
     rep = np.append((np.arange(2048, dtype=np.uint64) << np.uint64(52)).view(np.float64), np.finfo(np.float64).max)
     with np.errstate(invalid="ignore", over="ignore"):
-        q = _quantum_bits(rep, fmt).view(np.float64)
+        q = quantum_bits(rep, fmt).view(np.float64)
         inv = _inverse_quantum(rep, fmt)
     return np.ascontiguousarray(q), np.ascontiguousarray(inv)
 
@@ -284,7 +284,7 @@ class ErrorStats:
             np.abs(err, out=err)
             ah = np.abs(h)
             rel = err / ah
-            ulps = err / _quantum_bits(ah, fmt).view(np.float64)
+            ulps = err / quantum_bits(ah, fmt).view(np.float64)
         c = cr.astype(np.float64)
         same = int(np.count_nonzero(y64 == c))
         if not every:
@@ -399,7 +399,7 @@ class CompareStats:
                 delta = da - db
                 big = np.maximum(np.abs(da), np.abs(db))  # +0.0 vs -0.0: delta 0, distance 0
                 d = np.abs(delta)
-                d /= _quantum_bits(big, fmt).view(np.float64)  # a power of two: exact, never overflows
+                d /= quantum_bits(big, fmt).view(np.float64)  # a power of two: exact, never overflows
                 total = float(d.sum())
                 if not np.isfinite(total):  # NaN or Inf on one side: the largest distance
                     bad = np.flatnonzero(~np.isfinite(d))

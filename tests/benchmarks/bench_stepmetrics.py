@@ -7,11 +7,13 @@ The first kernel call's time (compile, or load from numba's cache) is reported a
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
 
 from fpreduce import round_to
+from fpreduce.base import jit
 from fpreduce.core.formats import get_format
 from fpreduce.run import stepmetrics as sm
 
@@ -46,17 +48,16 @@ def main() -> None:
     for out in ("fp32", "fp64"):
         fmt = get_format(out)
         data = _data(out)
-        sm._KERNELS = True
         t0 = time.perf_counter()
         step(*data, fmt)
         first = time.perf_counter() - t0
         res = {}
         for kern in (True, False):
-            sm._KERNELS = kern
             best_add = best_row = float("inf")
-            for _ in range(REPEAT):
-                a, r, rows = step(*data, fmt)
-                best_add, best_row = min(best_add, a), min(best_row, r)
+            with contextlib.nullcontext() if kern else jit.disabled():
+                for _ in range(REPEAT):
+                    a, r, rows = step(*data, fmt)
+                    best_add, best_row = min(best_add, a), min(best_row, r)
             res[kern] = rows
             print(
                 f"{out} {'kernel' if kern else 'numpy '}: add {best_add * 1e3:7.1f} ms/step,"
@@ -64,7 +65,6 @@ def main() -> None:
             )
         same = repr(res[True]) == repr(res[False])
         print(f"{out} first kernel step (compile or cache load + run): {first:.2f} s; rows identical: {same}")
-    sm._KERNELS = True
 
 
 if __name__ == "__main__":
