@@ -352,7 +352,7 @@ def test_segmented_plans_run_in_engine_per_chunk():
 
 
 def test_nccl_double_binary_tree_matches_trees_cc_illustrations():
-    from fpreduce.plans._collectives import dtree_children
+    from fpreduce.plans.collectives import dtree_children
 
     def kids(nnodes, which):
         return {x: sorted(c for c in d if c >= 0) for x, d in enumerate(dtree_children(nnodes, which)) if max(d) >= 0}
