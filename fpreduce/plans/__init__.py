@@ -23,8 +23,9 @@ subnormals are the engine's business; a plan only fixes the association.
 
 Modules, one concept each (this package re-exports their public names):
 
-* :mod:`~fpreduce.plans.trees`: :data:`Tree`, :func:`fold`, :class:`Plan` and the
-  simple builders (``sequential`` ... ``numpy_pairwise``);
+* :mod:`~fpreduce.plans.trees`: :data:`Tree`, :func:`fold`, :class:`Plan`, the
+  simple builders (``sequential`` ... ``numpy_pairwise``) and random trees
+  (:func:`random_tree`, :func:`tree_from_gaps`);
 * :mod:`~fpreduce.plans.segmented`: :class:`SegmentedPlan` and :class:`Split`;
 * :mod:`~fpreduce.plans.collectives`: the collectives' plans and tree builders;
 * :mod:`~fpreduce.plans.per_element`: :class:`PerElementPlan` (``atomic``) and its
@@ -47,6 +48,7 @@ from fpreduce.plans.per_element import PerElementPlan as PerElementPlan
 from fpreduce.plans.per_element import atomic as atomic
 from fpreduce.plans.segmented import SegmentedPlan as SegmentedPlan
 from fpreduce.plans.segmented import Split as Split
+from fpreduce.plans.trees import RANDOM_TREE as RANDOM_TREE
 from fpreduce.plans.trees import Plan as Plan
 from fpreduce.plans.trees import Tree as Tree
 from fpreduce.plans.trees import blocked as blocked
@@ -54,14 +56,17 @@ from fpreduce.plans.trees import fold as fold
 from fpreduce.plans.trees import kary as kary
 from fpreduce.plans.trees import numpy_pairwise as numpy_pairwise
 from fpreduce.plans.trees import pairwise as pairwise
+from fpreduce.plans.trees import random_tree as random_tree
 from fpreduce.plans.trees import reverse as reverse
 from fpreduce.plans.trees import sequential as sequential
 from fpreduce.plans.trees import tree as tree
+from fpreduce.plans.trees import tree_from_gaps as tree_from_gaps
 
 __all__ = [
     "AnyPlan",
     "FAMILIES",
     "PerElementPlan",
+    "RANDOM_TREE",
     "Plan",
     "SegmentedPlan",
     "Split",
@@ -77,9 +82,11 @@ __all__ = [
     "pairwise",
     "parse",
     "rabenseifner",
+    "random_tree",
     "rd",
     "reverse",
     "ring",
     "sequential",
     "tree",
+    "tree_from_gaps",
 ]

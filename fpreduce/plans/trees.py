@@ -23,6 +23,7 @@ from fpreduce.base.errors import InvalidArgument
 from fpreduce.plans._checks import check_n, check_param, check_perm
 
 __all__ = [
+    "RANDOM_TREE",
     "Plan",
     "Tree",
     "blocked",
@@ -31,14 +32,19 @@ __all__ = [
     "left_fold",
     "numpy_pairwise",
     "pairwise",
+    "random_tree",
     "reverse",
     "right_fold",
     "sequential",
     "tree",
+    "tree_from_gaps",
 ]
 
 #: A binary tree over worker indices: a worker (``int``) or a pair of subtrees.
 Tree = Union[int, tuple["Tree", "Tree"]]
+
+#: The name of a random tree (shape and leaf order drawn: :func:`random_tree`), as an order policy and family.
+RANDOM_TREE = "random_tree"
 
 
 def _leaves(t: Tree) -> list[int]:
@@ -262,3 +268,61 @@ def numpy_pairwise(n: int) -> Plan:
         return (build(lo, n2), build(lo + n2, m - n2))
 
     return Plan("numpy", n, build(0, n))
+
+
+def tree_from_gaps(order: Sequence[int] | NDArray[np.integer], gaps: Sequence[int] | NDArray[np.integer]) -> Plan:
+    """The tree built by closing the gaps between adjacent leaves in the order ``gaps``.
+
+    The leaves ``order[0], ..., order[n-1]`` stand in a row with a gap ``g`` between
+    positions ``g`` and ``g + 1``. Step ``k`` closes gap ``gaps[k]``: the two nodes
+    on either side of it become one node, their pair. Every binary tree over the
+    row arises this way; with ``gaps`` a uniformly random permutation, each step
+    merges a uniformly random adjacent pair of the remaining nodes.
+
+    Args:
+        order: a permutation of ``0..n-1``.
+        gaps: a permutation of ``0..n-2``.
+
+    Returns:
+        The Plan (name ``tree``).
+
+    >>> tree_from_gaps([2, 0, 1], [1, 0]).draw()
+    '(2+(0+1))'
+    """
+    return tree(_gap_root(order, gaps))
+
+
+def random_tree(n: int, rng: np.random.Generator) -> Plan:
+    """A random tree: leaves ``rng.permutation(n)``, then a random adjacent pair merged at each step.
+
+    Step k = 0..n-2 merges the nodes i and i + 1 of the n - k nodes left, with
+    ``i = rng.integers(0, n - k - 1)`` drawn one step at a time: the tree of
+    :func:`tree_from_gaps` whose k-th gap is the i-th gap still open, so both draw
+    the same distribution (they consume ``rng`` differently: :func:`tree_from_gaps`
+    takes its gaps as a drawn permutation, vectorized over samples).
+
+    Returns:
+        The Plan (name :data:`RANDOM_TREE`); the same ``rng`` state gives the same tree.
+
+    >>> random_tree(4, np.random.default_rng(0)).n
+    4
+    """
+    check_n(n)
+    order = rng.permutation(n)
+    open_gaps = list(range(n - 1))
+    gaps = [open_gaps.pop(int(rng.integers(0, len(open_gaps)))) for _ in range(n - 1)]
+    return Plan(RANDOM_TREE, n, _gap_root(order, gaps))
+
+
+def _gap_root(order: Sequence[int] | NDArray[np.integer], gaps: Sequence[int] | NDArray[np.integer]) -> Tree:
+    """The root of :func:`tree_from_gaps` (gaps checked; order checked by the Plan)."""
+    nodes: list[Tree] = [int(v) for v in order]
+    g = [int(v) for v in gaps]
+    if sorted(g) != list(range(len(nodes) - 1)):
+        raise InvalidArgument(f"gaps must be a permutation of 0..{len(nodes) - 2}, got {g}")
+    left, right = list(range(len(nodes))), list(range(len(nodes)))  # segment ends, at the ends
+    for k in g:
+        lo, hi = left[k], right[k + 1]
+        nodes[lo] = (nodes[lo], nodes[k + 1])  # a segment's node is kept at its left end
+        right[lo], left[hi] = hi, lo
+    return nodes[0]
