@@ -12,12 +12,14 @@ from hypothesis import strategies as st
 
 import fpreduce as fr
 from fpreduce import plans as P
+from fpreduce.base import jit
 from fpreduce.core import _fastpath as F
 from fpreduce.core._fastpath import _gather_orders
-from fpreduce.plans import _collectives as C
-from fpreduce.plans._collectives import draw_groups, kernel_width, orders_numpy
+from fpreduce.plans import per_element as PE
+from fpreduce.plans._atomic_kernel import kernel_width
+from fpreduce.plans.per_element import draw_groups, orders_numpy
 
-JIT = C._atomic_jit is not None
+JIT = PE.kernel_available()
 needs_jit = pytest.mark.skipif(not JIT, reason="numba not installed (or FPREDUCE_NO_JIT)")
 NS = [1, 2, 3, 7, 64, 255, 256, 257, 1024, 1025]
 
@@ -47,8 +49,9 @@ def assert_uniform(codes: np.ndarray, k: int) -> None:
 
 
 @pytest.fixture
-def numpy_orders(monkeypatch):
-    monkeypatch.setattr(C, "USE_JIT", False)
+def numpy_orders():
+    with jit.disabled():
+        yield
 
 
 @pytest.fixture
@@ -56,15 +59,15 @@ def narrow(monkeypatch):
     """Force the rejection path: ``narrow(bits, group_bits)`` draws ``bits``-bit values."""
 
     def set_bits(bits: int, group_bits: int) -> None:
-        monkeypatch.setattr(C, "_DRAW_BITS", bits)
-        monkeypatch.setattr(C, "_GROUP_BITS", group_bits)
+        monkeypatch.setattr(PE, "_DRAW_BITS", bits)
+        monkeypatch.setattr(PE, "_GROUP_BITS", group_bits)
 
     return set_bits
 
 
 def both_orders(plan: P.PerElementPlan, lo: int, hi: int) -> np.ndarray:
     """plan.orders(lo, hi) from numpy, checked equal to the numba kernel's when numba is there."""
-    want = orders_numpy(C.atomic_key(plan.seed), lo, hi, plan.shuffled(), C._DRAW_BITS, C._GROUP_BITS)
+    want = orders_numpy(PE.atomic_key(plan.seed), lo, hi, plan.shuffled(), PE._DRAW_BITS, PE._GROUP_BITS)
     got = plan.orders(lo, hi)
     assert got.dtype == want.dtype
     assert np.array_equal(got, want)
@@ -173,13 +176,13 @@ def test_rejections_happen_with_narrow_draws(narrow, monkeypatch):
     """The numpy redraw loop runs (counted through its mix), and both paths still agree."""
     narrow(2, 2)  # n = 3: one group of ranges 3, 2 would need 6 > 4: groups [3], [2]; P = 3 rejects 1 draw in 4
     calls = []
-    real = C._mix
+    real = PE._mix
 
     def counting(z):  # type: ignore[no-untyped-def]
         calls.append(z.size)
         return real(z)
 
-    monkeypatch.setattr(C, "_mix", counting)
+    monkeypatch.setattr(PE, "_mix", counting)
     both_orders(P.atomic(3, seed=1), 0, 1000)
     assert len(calls) > 2  # element seeds, one word, then redraw rounds
 
@@ -246,9 +249,8 @@ def run_both(X, monkeypatch, **kw):  # type: ignore[no-untyped-def]
     monkeypatch.setattr(F, "_fused_atomic", counting)
     monkeypatch.setattr("fpreduce.core.engine._fused_atomic", counting)
     fused = fr.reduce(X, "atomic", **kw)
-    monkeypatch.setattr(F, "USE_FUSED", False)
-    plain = fr.reduce(X, "atomic", **kw)
-    monkeypatch.setattr(F, "USE_FUSED", True)
+    with jit.disabled():
+        plain = fr.reduce(X, "atomic", **kw)
     return fused, plain, sum(done)
 
 
@@ -358,11 +360,8 @@ def test_fused_matches_numpy_path_and_reference(n, m, data, formats, seed):
     X = fr.round_to(raw, fin)  # representable inputs: the fused path applies (NaN/overflow: falls back)
     kw = dict(input=fin, accumulate=fa, seed=seed)
     fused = fr.reduce(X, "atomic", **kw)
-    F.USE_FUSED = False
-    try:
+    with jit.disabled():
         plain = fr.reduce(X, "atomic", **kw)
-    finally:
-        F.USE_FUSED = True
     assert np.array_equal(bits_of(fused), bits_of(plain))
     ref = fr.reduce_reference(X, P.atomic(n, seed=seed), input=fin, accumulate=fa)
     nan = np.isnan(ref)

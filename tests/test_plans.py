@@ -352,7 +352,7 @@ def test_segmented_plans_run_in_engine_per_chunk():
 
 
 def test_nccl_double_binary_tree_matches_trees_cc_illustrations():
-    from fpreduce.plans._collectives import dtree_children
+    from fpreduce.plans.collectives import dtree_children
 
     def kids(nnodes, which):
         return {x: sorted(c for c in d if c >= 0) for x, d in enumerate(dtree_children(nnodes, which)) if max(d) >= 0}
@@ -368,3 +368,32 @@ def test_nccl_double_binary_tree_matches_trees_cc_illustrations():
             children = [c for d in dtree_children(nn, w) for c in d if c >= 0]
             assert sorted(children) == sorted(set(children))
             assert len(children) == nn - 1
+
+
+def _merge_adjacent_reference(n, rng):  # type: ignore[no-untyped-def]
+    """The runner's former random tree: permuted leaves, then node i merged with node i + 1, i drawn per step."""
+    nodes = [int(i) for i in rng.permutation(n)]
+    while len(nodes) > 1:
+        i = int(rng.integers(0, len(nodes) - 1))
+        nodes[i : i + 2] = [(nodes[i], nodes[i + 1])]
+    return nodes[0]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 16, 100])
+def test_random_tree_is_the_merge_of_random_adjacent_pairs(n):
+    for seed in range(20):
+        ref, rng = np.random.default_rng([seed, n]), np.random.default_rng([seed, n])
+        want = _merge_adjacent_reference(n, ref)
+        got = P.random_tree(n, rng)
+        assert got.root == want
+        assert (got.name, got.n) == (P.RANDOM_TREE, n)
+        assert rng.bit_generator.state == ref.bit_generator.state  # the same draws, nothing more
+
+
+def test_random_tree_is_a_tree_from_gaps():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        t = P.random_tree(7, rng)
+        assert any(P.tree_from_gaps(t.leaves(), g).root == t.root for g in itertools.permutations(range(6)))
+    shapes = {P.fold(P.random_tree(6, rng).root, lambda i: "x", lambda a, b: f"({a}{b})") for _ in range(300)}
+    assert len(shapes) > 20  # of the Catalan(5) = 42

@@ -23,7 +23,6 @@ of its first segment and ``atomic`` the order of element 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -37,43 +36,11 @@ from fpreduce.core.exact import ExactSum, exact_sum
 from fpreduce.core.formats import Format, get_format, to_bits, ulp
 from fpreduce.core.metrics import ulp_steps
 from fpreduce.core.rounding import Mode, get_mode, round_to
-from fpreduce.plans import Plan, Tree, parse, sequential, tree
+from fpreduce.plans import RANDOM_TREE, Plan, parse, sequential, tree_from_gaps
 
 __all__ = ["RANDOM_TREE", "OrderOutcomes", "order_outcomes", "tree_from_gaps"]
 
-RANDOM_TREE = "random_tree"
 _BLOCK_CELLS = 1 << 22  # (workers x samples) cells reduced per call: bounded memory
-
-
-def tree_from_gaps(order: Sequence[int] | NDArray[np.integer], gaps: Sequence[int] | NDArray[np.integer]) -> Plan:
-    """The tree built by closing the gaps between adjacent leaves in the order ``gaps``.
-
-    The leaves ``order[0], ..., order[n-1]`` stand in a row with a gap ``g`` between
-    positions ``g`` and ``g + 1``. Step ``k`` closes gap ``gaps[k]``: the two nodes
-    on either side of it become one node, their pair. Every binary tree over the
-    row arises this way; with ``gaps`` a uniformly random permutation, each step
-    merges a uniformly random adjacent pair of the remaining nodes.
-
-    Args:
-        order: a permutation of ``0..n-1``.
-        gaps: a permutation of ``0..n-2``.
-
-    Returns:
-        The Plan (name ``tree``).
-
-    >>> tree_from_gaps([2, 0, 1], [1, 0]).draw()
-    '(2+(0+1))'
-    """
-    nodes: list[Tree] = [int(v) for v in order]
-    g = [int(v) for v in gaps]
-    if sorted(g) != list(range(len(nodes) - 1)):
-        raise InvalidArgument(f"gaps must be a permutation of 0..{len(nodes) - 2}, got {g}")
-    left, right = list(range(len(nodes))), list(range(len(nodes)))  # segment ends, at the ends
-    for k in g:
-        lo, hi = left[k], right[k + 1]
-        nodes[lo] = (nodes[lo], nodes[k + 1])  # a segment's node is kept at its left end
-        right[lo], left[hi] = hi, lo
-    return tree(nodes[0])
 
 
 @dataclass(frozen=True, eq=False)

@@ -53,10 +53,10 @@ except ImportError as e:  # pragma: no cover - exercised only without hypothesis
     raise ImportError("fpreduce.strategies needs hypothesis; install it with: pip install 'fpreduce[test]'") from e
 
 from fpreduce import plans as _plans
-from fpreduce.analysis.outcomes import RANDOM_TREE, tree_from_gaps
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.formats import FORMATS, Format, from_bits, get_format, to_bits
 from fpreduce.core.rounding import round_to
+from fpreduce.plans import RANDOM_TREE, tree_from_gaps
 
 __all__ = [
     "FAMILIES",

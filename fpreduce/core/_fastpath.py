@@ -204,9 +204,6 @@ def _small_ok(hi: float, lo: float, fin: Format, fa: Format, n: int) -> bool:
     return fa.precision >= 24 or n * big * (1 + 2.0**-fa.precision) ** n <= fa.max_finite * (1 - 2.0**-30)
 
 
-USE_FUSED = True  # tests set False to force the numpy path of the atomic plan (gather, then _fast_block)
-
-
 def _fused_atomic(plan, A: np.ndarray, lo: int, hi: int, offset: int, load: _Loader, ar: _Arith, dest=None):  # type: ignore[no-untyped-def]
     """The atomic plan's plain folds of columns lo..hi-1 in one numba pass (orders, gather, fold), else None.
 
@@ -219,11 +216,11 @@ def _fused_atomic(plan, A: np.ndarray, lo: int, hi: int, offset: int, load: _Loa
     NaN (NaN/Inf inputs, or a sum beyond Veltkamp's range) returns None: the
     caller recomputes it on the numpy path, same bits.
     """
-    from fpreduce.plans import _collectives as C
+    from fpreduce.plans.per_element import fused_fold, kernel_available
 
     fa, fin = ar.fa, load.fin
     n = A.shape[0]
-    if not USE_FUSED or C._atomic_jit is None or not ar.fast or load.premul is not None or not load.fits:
+    if not kernel_available() or not ar.fast or load.premul is not None or not load.fits:
         return None
     if A.dtype != np.float32 or n < 2 or hi <= lo:
         return None
@@ -240,21 +237,5 @@ def _fused_atomic(plan, A: np.ndarray, lo: int, hi: int, offset: int, load: _Loa
     if out is None:
         out = np.empty(hi - lo, dtype=np.float32)
     sigma = np.float32(2.0 ** (24 - p) + 1)
-    init = plan.shuffled()
-    bad = C.atomic_kernel(
-        A,
-        A.view(np.uint32),
-        lo,
-        C.atomic_key(plan.seed),
-        offset + lo,
-        hi - lo,
-        C._DRAW_BITS,
-        init,
-        np.zeros((1, 1), dtype=init.dtype),
-        out,
-        sigma,
-        p != 24,
-        check,
-        True,
-    )
-    return None if bad else out
+    done = fused_fold(plan, A, lo, hi, offset + lo, out, sigma=sigma, veltkamp=p != 24, check=check)
+    return out if done else None

@@ -29,14 +29,6 @@ def _rng(cfg: Config, step: int, order: str, salt: int) -> np.random.Generator:
     return np.random.default_rng([cfg.experiment.seed, step, zlib.crc32(order.encode()), salt])
 
 
-def _random_tree(n: int, rng: np.random.Generator) -> plans.Plan:
-    nodes: list[plans.Tree] = [int(i) for i in rng.permutation(n)]
-    while len(nodes) > 1:
-        i = int(rng.integers(0, len(nodes) - 1))
-        nodes[i : i + 2] = [(nodes[i], nodes[i + 1])]
-    return plans.Plan("random_tree", n, nodes[0])
-
-
 def arrival_means(cfg: Config) -> np.ndarray:
     """Per-worker mean extra latency, drawn once per run (the slow and the fast workers)."""
     rng = np.random.default_rng([cfg.experiment.seed, 0xA771])
@@ -63,7 +55,7 @@ def plan_for(cfg: Config, arm: ArmSpec, step: int, *, salt: int = 0) -> Any:
         return plans.sequential(n, np.argsort(t, kind="stable"))
     if policy.kind == "atomic":
         return plans.parse("atomic", n, seed=int(rng.integers(0, 2**31)))
-    return _random_tree(n, rng)
+    return plans.random_tree(n, rng)
 
 
 def shuffle_permutation(cfg: Config, arm: ArmSpec, step: int, *, salt: int = 0) -> np.ndarray:
