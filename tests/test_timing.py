@@ -37,6 +37,7 @@ profiles = st.builds(
     gamma=st.floats(0, 1e-6),
     alpha_intra=st.floats(0, 1e-3),
     beta_intra=st.floats(1e-12, 1e-6),
+    gpus_per_node=st.integers(1, 16),
 )
 
 
@@ -167,3 +168,13 @@ def test_profile_from_table() -> None:
 def test_bad_input(plan: str, n: int, nbytes: float, kw: dict, match: str) -> None:
     with pytest.raises(fr.InvalidArgument, match=match):
         T.timeline(plan, n, nbytes, PROFILE, **kw)
+
+
+def test_flat_plans_inside_one_node_use_intra_node_links() -> None:
+    node = T.Profile(alpha=1e-5, beta=1e-9, gamma=0.0, alpha_intra=1e-6, beta_intra=1e-11, gpus_per_node=8)
+    fast = 2 * 7 * 1e-6 + 2 * 7 / 8 * 1e6 * 1e-11
+    assert math.isclose(T.cost("ring", 8, 1e6, node), fast)
+    slow = 2 * 15 * 1e-5 + 2 * 15 / 16 * 1e6 * 1e-9
+    assert math.isclose(T.cost("ring", 16, 1e6, node), slow)
+    with pytest.raises(fr.InvalidArgument, match="gpus_per_node"):
+        T.Profile(gpus_per_node=0)

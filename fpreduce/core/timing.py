@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -79,7 +79,10 @@ class Profile:
     """The constants of a cluster: seconds per message, per byte moved, per byte added.
 
     The defaults are a plausible GPU cluster: 5 us and 100 Gb/s (12.5 GB/s) between
-    nodes, 1 us and 150 GB/s within a node, reductions at 100 GB/s.
+    nodes, 1 us and 150 GB/s within a node, reductions at 100 GB/s, one worker per
+    node. A flat plan (ring, rd, Rabenseifner, a server) uses the intra-node constants
+    when all N workers fit in one node (N <= ``gpus_per_node``), else the inter-node
+    ones for every message: it runs at the speed of its slowest link.
 
     Attributes:
         alpha: latency of one message between nodes (s).
@@ -87,6 +90,8 @@ class Profile:
         gamma: reduction time per byte (s/B).
         alpha_intra: latency within a node (s), for ``hier`` and ``tree:nccl``.
         beta_intra: transfer time per byte within a node (s/B).
+        gpus_per_node: workers per node, for the flat plans (``hier:G`` and
+            ``tree:nccl:G`` take G from the plan).
         name: a label.
     """
 
@@ -95,12 +100,17 @@ class Profile:
     gamma: float = 1 / 100e9
     alpha_intra: float = 1e-6
     beta_intra: float = 1 / 150e9
+    gpus_per_node: int = 1
     name: str = "default"
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name == "name":
+                continue
+            if f.name == "gpus_per_node":
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise InvalidArgument(f"cluster.gpus_per_node must be an integer >= 1, got {v!r}")
                 continue
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 raise InvalidArgument(f"cluster.{f.name} must be a finite number >= 0 seconds, got {v!r}")
@@ -127,6 +137,12 @@ class Profile:
             else:
                 raise unknown_name("cluster key", k, sorted(names | set(alias)))
         return cls(**kw)
+
+    def flat(self, n: int) -> Profile:
+        """The constants a flat plan over ``n`` workers sees: intra-node ones if they share a node."""
+        if n <= self.gpus_per_node:
+            return replace(self, alpha=self.alpha_intra, beta=self.beta_intra)
+        return self
 
 
 def _plan(plan: AnyPlan | str, n: int) -> AnyPlan:
@@ -190,6 +206,8 @@ def cost(plan: AnyPlan | str, n_workers: int, nbytes: float, profile: Profile | 
     fam = _family(p)
     if n == 1:
         return 0.0
+    if fam not in ("hier", "nccl_tree"):
+        pr = pr.flat(n)
     if fam == "ring":
         return _ring(n, b, pr.alpha, pr.beta, pr.gamma)
     if fam == "rd":
@@ -207,7 +225,9 @@ def cost(plan: AnyPlan | str, n_workers: int, nbytes: float, profile: Profile | 
 
 def bus_bandwidth(nbytes: float, seconds: float, n_workers: int) -> tuple[float, float]:
     """nccl-tests' ``(algbw, busbw)`` of an all-reduce in bytes per second (inf for zero time)."""
-    alg = math.inf if seconds <= 0 else nbytes / seconds
+    if seconds <= 0:
+        return math.inf, math.inf
+    alg = nbytes / seconds
     return alg, alg * 2 * (n_workers - 1) / n_workers
 
 
@@ -408,6 +428,8 @@ def timeline(
         raise unknown_name("order", order, ("rank", "arrival"))
     sim = _Sim(r0)
     fam = _family(p)
+    if fam not in ("hier", "nccl_tree"):
+        pr = pr.flat(n)
     used = np.arange(n, dtype=np.intp)
     if n == 1:
         pass
