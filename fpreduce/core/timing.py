@@ -67,7 +67,7 @@ from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.plans import AnyPlan, parse
 from fpreduce.plans._collectives import dtree_children as _dtree_children
 
-__all__ = ["FOLDS", "Profile", "Timeline", "bus_bandwidth", "cost", "timeline"]
+__all__ = ["FOLDS", "Profile", "Timeline", "bus_bandwidth", "cost", "terms", "timeline"]
 
 # Plans that are a fold in one place: gathered by a server, added there, sent back.
 FOLDS = ("linear", "sequential", "reverse", "pairwise", "kary", "blocked", "numpy", "tree", "atomic")
@@ -169,22 +169,65 @@ def _check_bytes(nbytes: float) -> float:
     return float(nbytes)
 
 
+Terms = tuple[float, float, float]  # (messages, bytes moved, bytes added) on the critical path
+
+
+def _ring_terms(n: int, b: float) -> Terms:
+    return 2 * (n - 1), 2 * (n - 1) / n * b, (n - 1) / n * b
+
+
+def _rd_terms(n: int, b: float) -> Terms:
+    L = n.bit_length() - 1
+    if n == 1 << L:
+        return L, L * b, L * b
+    return L + 2, (L + 2) * b, (L + 1) * b
+
+
+def _rabenseifner_terms(n: int, b: float) -> Terms:
+    L = n.bit_length() - 1
+    P = 1 << L
+    a, m, g = 2 * L, 2 * (P - 1) / P * b, (P - 1) / P * b
+    return (a, m, g) if n == P else (a + 2, m + 2 * b, g + b)
+
+
+def _server_terms(n: int, b: float) -> Terms:
+    return 2 * (n - 1), 2 * (n - 1) * b, (n - 1) * b
+
+
+_FLAT_TERMS = {"ring": _ring_terms, "rd": _rd_terms, "rabenseifner": _rabenseifner_terms}
+
+
+def terms(plan: AnyPlan | str, n_workers: int, nbytes: float) -> Terms:
+    """The closed form's coefficients ``(a, m, g)``: ``cost = a alpha + m beta + g gamma`` on one kind of link.
+
+    For the flat plans (ring, rd, Rabenseifner and the parameter-server folds); what
+    :mod:`fpreduce.backends.calibrate` fits measured times with.
+
+    Raises:
+        InvalidArgument: a hierarchical or tree plan (two kinds of link, or no closed form).
+    """
+    p = _plan(plan, n_workers)
+    b = _check_bytes(nbytes)
+    fam = _family(p)
+    if p.n == 1:
+        return 0.0, 0.0, 0.0
+    if fam in _FLAT_TERMS:
+        return _FLAT_TERMS[fam](p.n, b)
+    if fam in FOLDS:
+        return _server_terms(p.n, b)
+    raise InvalidArgument(f"plan {p.name!r} has no one-link closed form (hierarchical or tree)")
+
+
+def _dot(t: Terms, a: float, beta: float, gamma: float) -> float:
+    return t[0] * a + t[1] * beta + t[2] * gamma
+
+
 def _ring(n: int, b: float, a: float, beta: float, gamma: float) -> float:
-    return 2 * (n - 1) * a + 2 * (n - 1) / n * b * beta + (n - 1) / n * b * gamma
+    return _dot(_ring_terms(n, b), a, beta, gamma)
 
 
 def _rd(n: int, b: float, a: float, beta: float, gamma: float) -> float:
-    L = n.bit_length() - 1
-    if n == 1 << L:
-        return L * (a + b * beta + b * gamma)
-    return (L + 2) * a + (L + 2) * b * beta + (L + 1) * b * gamma
-
-
-def _rabenseifner(n: int, b: float, a: float, beta: float, gamma: float) -> float:
-    L = n.bit_length() - 1
-    P = 1 << L
-    t = 2 * L * a + 2 * (P - 1) / P * b * beta + (P - 1) / P * b * gamma
-    return t if n == P else t + 2 * a + 2 * b * beta + b * gamma
+    return _dot(_rd_terms(n, b), a, beta, gamma)
 
 
 def cost(plan: AnyPlan | str, n_workers: int, nbytes: float, profile: Profile | None = None) -> float:
@@ -208,18 +251,12 @@ def cost(plan: AnyPlan | str, n_workers: int, nbytes: float, profile: Profile | 
         return 0.0
     if fam not in ("hier", "nccl_tree"):
         pr = pr.flat(n)
-    if fam == "ring":
-        return _ring(n, b, pr.alpha, pr.beta, pr.gamma)
-    if fam == "rd":
-        return _rd(n, b, pr.alpha, pr.beta, pr.gamma)
-    if fam == "rabenseifner":
-        return _rabenseifner(n, b, pr.alpha, pr.beta, pr.gamma)
+    if fam in _FLAT_TERMS or fam in FOLDS:
+        return _dot(terms(p, n, b), pr.alpha, pr.beta, pr.gamma)
     if fam == "hier":
         g = _gpus(p)
         intra = _ring(g, b, pr.alpha_intra, pr.beta_intra, pr.gamma) if g > 1 else 0.0
         return intra + (_rd(n // g, b / g, pr.alpha, pr.beta, pr.gamma) if n // g > 1 else 0.0)
-    if fam in FOLDS:
-        return 2 * (n - 1) * pr.alpha + 2 * (n - 1) * b * pr.beta + (n - 1) * b * pr.gamma
     return float(timeline(p, n, b, pr).end)  # tree:nccl: the event timeline
 
 
