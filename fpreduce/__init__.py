@@ -51,6 +51,7 @@ __all__ = [
     "reduce_reference",
     "round_to",
     "run_experiment",
+    "timing",
     "to_bits",
     "ulp",
 ]
@@ -67,6 +68,8 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "timing":  # the cost model and event timeline: fr.timing.cost(plan, n, nbytes, profile)
+        return importlib.import_module("fpreduce.core.timing")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value

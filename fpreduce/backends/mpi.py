@@ -140,13 +140,20 @@ def contrast_plans(n: int) -> dict[str, AnyPlan]:
 
 
 def mpirun_argv(
-    n: int, algorithm: str, workdir: Path, *, segment_bytes: int = SEGMENT_BYTES, adapt: bool = False
+    n: int,
+    algorithm: str,
+    workdir: Path,
+    *,
+    segment_bytes: int = SEGMENT_BYTES,
+    adapt: bool = False,
+    module: str = "fpreduce.backends._mpi_worker",
 ) -> list[str]:
     """The mpirun command line (loopback and shared memory only).
 
     ``adapt``: MPI_Reduce goes to coll/adapt with its linear tree (``coll_adapt_priority
     100``, ``coll_adapt_reduce_algorithm 6``, one segment up to 1 MiB), whose root adds
-    the children's buffers in the order they arrive.
+    the children's buffers in the order they arrive. ``module``: the Python module
+    each rank runs (``python -m module workdir``).
     """
     mca = {
         "pml": "ob1",
@@ -170,7 +177,7 @@ def mpirun_argv(
     argv = ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
     for k, v in mca.items():
         argv += ["--mca", k, v]
-    return [*_netns(), *argv, python(), "-m", "fpreduce.backends._mpi_worker", str(workdir)]
+    return [*_netns(), *argv, python(), "-m", module, str(workdir)]
 
 
 @functools.cache

@@ -1,0 +1,196 @@
+"""Speed-up curves of data-parallel training: compute split N ways plus one all-reduce per step.
+
+A step on N workers takes ``compute / N`` (the global batch's gradient, split evenly) plus
+the time of the all-reduce of the gradient (:func:`fpreduce.core.timing.cost`), with no
+overlap of the two (the pessimistic case; DDP overlaps part of the all-reduce with the
+backward pass). Speed-up is ``step(1) / step(N)``, efficiency ``speed-up / N``.
+
+Why "8 workers gave nearly 8x, 16 only 10x": with 8 GPUs in one node the ring runs over
+NVLink and costs little next to the compute; at 16 it crosses the slower network between
+nodes, and its ``2 (N-1)/N n beta`` no longer shrinks as N grows while the compute does.
+``examples/scaling.toml`` states a profile that shows it.
+
+>>> from fpreduce.core.timing import Profile
+>>> pr = Profile(alpha=5e-6, beta=1 / 12.5e9, gamma=0.0, alpha_intra=1e-6, beta_intra=1 / 150e9, gpus_per_node=8)
+>>> rows = scaling([1, 8, 16], ["ring"], compute=0.4, nbytes=1e8, profile=pr)
+>>> [round(r.speedup, 1) for r in rows]
+[1.0, 7.8, 10.0]
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.core.timing import Profile, bus_bandwidth, cost
+from fpreduce.plans import FAMILIES, parse
+
+__all__ = [
+    "ScaleConfig",
+    "ScaleRow",
+    "format_table",
+    "load_scale_config",
+    "rows_as_dicts",
+    "scale_config_from_dict",
+    "scaling",
+]
+
+
+@dataclass(frozen=True)
+class ScaleRow:
+    """One point of a speed-up curve.
+
+    Attributes:
+        plan: the all-reduce's plan text.
+        workers: N.
+        compute_s: compute time per step on each worker (``compute / N``).
+        comm_s: the all-reduce's time.
+        step_s: ``compute_s + comm_s``.
+        speedup: ``step(1) / step(N)``.
+        efficiency: ``speedup / N``.
+        algbw: nccl-tests' algorithm bandwidth of the all-reduce (B/s; inf for N = 1).
+        busbw: its bus bandwidth ``algbw * 2 (N-1) / N``.
+    """
+
+    plan: str
+    workers: int
+    compute_s: float
+    comm_s: float
+    step_s: float
+    speedup: float
+    efficiency: float
+    algbw: float
+    busbw: float
+
+
+def _supported(plan: str, n: int) -> bool:
+    try:
+        parse(plan, n)
+    except InvalidArgument:
+        return False
+    return True
+
+
+def scaling(
+    workers: Sequence[int], plans: Sequence[str], *, compute: float, nbytes: float, profile: Profile | None = None
+) -> list[ScaleRow]:
+    """The speed-up curve of each plan over ``workers``; points a plan cannot run (G not dividing N) are left out.
+
+    Args:
+        workers: the N to evaluate (each >= 1).
+        plans: plan texts (``ring``, ``rd``, ``hier:8``, ...).
+        compute: seconds to compute the gradient of the whole global batch on one worker.
+        nbytes: the gradient's size in bytes.
+        profile: the cluster.
+
+    Raises:
+        InvalidArgument: non-positive compute time, negative size, N < 1, an unknown plan.
+    """
+    if isinstance(compute, bool) or not isinstance(compute, int | float) or not compute > 0 or math.isinf(compute):
+        raise InvalidArgument(f"compute must be a positive number of seconds, got {compute!r}")
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in workers):
+        raise InvalidArgument(f"workers must be integers >= 1, got {list(workers)!r}")
+    for p in plans:
+        if not isinstance(p, str) or p.strip().startswith("("):
+            raise InvalidArgument(f"scale plans are plan names such as 'ring' or 'hier:8', got {p!r}")
+        family = p.split(":")[0]
+        if family not in FAMILIES:
+            raise unknown_name("plan", p, FAMILIES)
+    out = []
+    for plan in plans:
+        for n in sorted(set(workers)):
+            if not _supported(plan, n):
+                continue
+            comm = cost(plan, n, nbytes, profile)
+            step = compute / n + comm
+            alg, bus = bus_bandwidth(nbytes, comm, n)
+            speed = compute / step
+            out.append(ScaleRow(plan, n, compute / n, comm, step, speed, speed / n, alg, bus))
+    return out
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    """A ``fpreduce scale`` file: a ``[scale]`` table and a ``[cluster]`` table (:class:`Profile`).
+
+    Attributes:
+        workers: the N to evaluate.
+        plans: the plans to compare.
+        compute: seconds per step for the whole global batch on one worker.
+        nbytes: the gradient's size in bytes (or ``elements`` x ``bytes_per_element``).
+        profile: the cluster.
+        name: a label.
+    """
+
+    workers: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    plans: tuple[str, ...] = ("ring", "rd", "rabenseifner", "linear")
+    compute: float = 0.4
+    nbytes: float = 1e8
+    profile: Profile = field(default_factory=Profile)
+    name: str = "scaling"
+
+
+_SCALE_KEYS = ("name", "workers", "plans", "compute", "bytes", "elements", "bytes_per_element")
+
+
+def load_scale_config(path: str | Path) -> ScaleConfig:
+    """Read a scale config (TOML); every key is optional, unknown keys are errors with a hint."""
+    p = Path(path)
+    try:
+        d = tomllib.loads(p.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise InvalidArgument(f"{p}: cannot read the scale config: {e}") from None
+    return scale_config_from_dict(d, where=str(p))
+
+
+def scale_config_from_dict(d: Mapping[str, Any], *, where: str = "config") -> ScaleConfig:
+    """A :class:`ScaleConfig` from parsed TOML: tables ``scale`` and ``cluster``."""
+    for k in d:
+        if k not in ("scale", "cluster"):
+            raise unknown_name(f"{where}: table", k, ("scale", "cluster"))
+    s = dict(d.get("scale", {}))
+    for k in s:
+        if k not in _SCALE_KEYS:
+            raise unknown_name(f"{where}: scale key", k, _SCALE_KEYS)
+    base = ScaleConfig()
+    nbytes = s.get("bytes", base.nbytes)
+    if "elements" in s:
+        nbytes = s["elements"] * s.get("bytes_per_element", 4)
+    workers = s.get("workers", list(base.workers))
+    plans = s.get("plans", list(base.plans))
+    if not isinstance(workers, list) or not isinstance(plans, list) or not all(isinstance(x, str) for x in plans):
+        raise InvalidArgument(f"{where}: scale.workers must be a list of integers and scale.plans a list of strings")
+    cfg = ScaleConfig(
+        workers=tuple(workers),
+        plans=tuple(plans),
+        compute=s.get("compute", base.compute),
+        nbytes=nbytes,
+        profile=Profile.from_dict(d.get("cluster", {})),
+        name=str(s.get("name", base.name)),
+    )
+    scaling(cfg.workers, cfg.plans, compute=cfg.compute, nbytes=cfg.nbytes, profile=cfg.profile)  # validates
+    return cfg
+
+
+def format_table(rows: Sequence[ScaleRow]) -> str:
+    """The rows as an aligned text table (times in ms, bandwidths in GB/s)."""
+    head = f"{'plan':<14}{'N':>5}{'compute ms':>12}{'comm ms':>10}{'step ms':>10}{'speed-up':>10}{'effic.':>8}"
+    head += f"{'busbw GB/s':>12}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        bus = "-" if math.isinf(r.busbw) else f"{r.busbw / 1e9:.1f}"
+        lines.append(
+            f"{r.plan:<14}{r.workers:>5}{r.compute_s * 1e3:>12.2f}{r.comm_s * 1e3:>10.2f}{r.step_s * 1e3:>10.2f}"
+            f"{r.speedup:>10.2f}{r.efficiency:>8.0%}{bus:>12}"
+        )
+    return "\n".join(lines)
+
+
+def rows_as_dicts(rows: Sequence[ScaleRow]) -> list[dict[str, Any]]:
+    """JSON-ready rows (infinite bandwidths as None)."""
+    return [{k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in asdict(r).items()} for r in rows]

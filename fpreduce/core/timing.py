@@ -1,0 +1,499 @@
+"""What a reduction costs in time: the alpha-beta-gamma model and an event timeline of its messages.
+
+One all-reduce of ``nbytes`` over N workers is a schedule of messages. Each message of
+``b`` bytes costs ``alpha + b * beta`` (latency, transfer); when the receiver adds it to its
+own data it costs ``b * gamma`` more (reduction). A :class:`Profile` holds these constants,
+for links between nodes and (for hierarchical plans) within a node.
+
+Two ways to the time of a plan, and the tests prove them equal when every worker starts
+together:
+
+* :func:`cost`: the closed forms of Thakur, Rabenseifner & Gropp (2005), for N workers
+  and ``n`` bytes, ``L = floor(log2 N)``, ``P = 2**L``:
+
+  - ring (every convention): ``2(N-1) alpha + 2 (N-1)/N n beta + (N-1)/N n gamma``;
+  - recursive doubling ``rd``: ``L (alpha + n beta + n gamma)`` for N a power of two,
+    else ``(L+2) alpha + (L+2) n beta + (L+1) n gamma`` (the N - P extra ranks first hand
+    their vector to a partner and get the result back at the end);
+  - Rabenseifner (reduce-scatter by recursive halving, allgather by recursive doubling):
+    ``2L alpha + 2 (P-1)/P n beta + (P-1)/P n gamma``, plus ``2 alpha + 2 n beta + n gamma``
+    when N is not a power of two (the same extra steps);
+  - ``linear`` (Open MPI basic_linear: reduce to rank 0, then broadcast), and every plan
+    that is a fold in one place (``sequential``, ``reverse``, ``pairwise``, ``kary``,
+    ``blocked``, ``numpy``, an explicit tree, ``atomic``: a parameter server that receives
+    every gradient, adds them in its tree and sends the sum back):
+    ``2(N-1) alpha + 2(N-1) n beta + (N-1) n gamma``;
+  - ``hier:G`` (Horovod: ring reduce-scatter in each node of G, recursive doubling of the
+    n/G shards across the N/G nodes, ring allgather in the node): the intra-node ring
+    terms with the intra-node constants plus the ``rd`` form on ``n/G`` bytes;
+  - ``tree:nccl:G`` has no closed form here: its cost is the timeline's with equal starts.
+
+* :func:`timeline`: a discrete-event simulation of the same messages, each worker starting
+  when its compute ends (``ready[i]``). A message can start when both its sender and its
+  receiver are free (``max`` of their clocks); a worker sends and receives at once (full
+  duplex) but receives one message at a time. With unequal starts it shows what waiting
+  for the slowest costs, and for the parameter-server plans with ``order="arrival"`` the
+  server adds the gradients in the order they arrive: the order and the time come from the
+  same model.
+
+What is not modelled: NCCL's pipelining of chunks through the tree and its channels (the
+tree time here is unpipelined: an upper bound), network contention between messages that
+share a link, and the size-dependent algorithm switches of the libraries.
+
+Bandwidths as nccl-tests reports them (``PERFORMANCE.md``): ``algbw = nbytes / t`` and, for
+an all-reduce, ``busbw = algbw * 2 (N-1) / N``.
+
+>>> p = Profile(alpha=1e-5, beta=1e-9, gamma=1e-10)
+>>> round(cost("ring", 8, 1_000_000, p), 9)  # 14 alpha + 1.75 ms + 0.0875 ms
+0.0019775
+>>> round(cost("rd", 8, 1_000_000, p), 9)  # 3 (alpha + n beta + n gamma)
+0.00333
+>>> tl = timeline("sequential", 3, 0, p, ready=[0.0, 2e-5, 1e-5], order="arrival")
+>>> tl.order.tolist()  # the server adds worker 2 (ready first) before worker 1
+[0, 2, 1]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.plans import AnyPlan, parse
+from fpreduce.plans._collectives import dtree_children as _dtree_children
+
+__all__ = ["FOLDS", "Profile", "Timeline", "bus_bandwidth", "cost", "terms", "timeline"]
+
+# Plans that are a fold in one place: gathered by a server, added there, sent back.
+FOLDS = ("linear", "sequential", "reverse", "pairwise", "kary", "blocked", "numpy", "tree", "atomic")
+Order = Literal["rank", "arrival"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The constants of a cluster: seconds per message, per byte moved, per byte added.
+
+    The defaults are a plausible GPU cluster: 5 us and 100 Gb/s (12.5 GB/s) between
+    nodes, 1 us and 150 GB/s within a node, reductions at 100 GB/s, one worker per
+    node. A flat plan (ring, rd, Rabenseifner, a server) uses the intra-node constants
+    when all N workers fit in one node (N <= ``gpus_per_node``), else the inter-node
+    ones for every message: it runs at the speed of its slowest link.
+
+    Attributes:
+        alpha: latency of one message between nodes (s).
+        beta: transfer time per byte between nodes (s/B): 1 / bandwidth.
+        gamma: reduction time per byte (s/B).
+        alpha_intra: latency within a node (s), for ``hier`` and ``tree:nccl``.
+        beta_intra: transfer time per byte within a node (s/B).
+        gpus_per_node: workers per node, for the flat plans (``hier:G`` and
+            ``tree:nccl:G`` take G from the plan).
+        name: a label.
+    """
+
+    alpha: float = 5e-6
+    beta: float = 1 / 12.5e9
+    gamma: float = 1 / 100e9
+    alpha_intra: float = 1e-6
+    beta_intra: float = 1 / 150e9
+    gpus_per_node: int = 1
+    name: str = "default"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "name":
+                continue
+            if f.name == "gpus_per_node":
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise InvalidArgument(f"cluster.gpus_per_node must be an integer >= 1, got {v!r}")
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise InvalidArgument(f"cluster.{f.name} must be a finite number >= 0 seconds, got {v!r}")
+        if self.beta <= 0 or self.beta_intra <= 0:
+            raise InvalidArgument("cluster.beta and cluster.beta_intra must be > 0 (1 / bandwidth in s/B)")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Profile:
+        """A profile from a ``[cluster]`` TOML table; unknown keys are errors with a hint.
+
+        Bandwidths may be given instead of per-byte times: ``bandwidth`` (B/s) for
+        ``beta``, ``bandwidth_intra`` for ``beta_intra``, ``reduce_bandwidth`` for ``gamma``.
+        """
+        names = {f.name for f in fields(cls)}
+        alias = {"bandwidth": "beta", "bandwidth_intra": "beta_intra", "reduce_bandwidth": "gamma"}
+        kw: dict[str, Any] = {}
+        for k, v in d.items():
+            if k in alias:
+                if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 or not math.isfinite(v):
+                    raise InvalidArgument(f"cluster.{k} must be a positive number of bytes per second, got {v!r}")
+                kw[alias[k]] = 1.0 / v
+            elif k in names:
+                kw[k] = v
+            else:
+                raise unknown_name("cluster key", k, sorted(names | set(alias)))
+        return cls(**kw)
+
+    def flat(self, n: int) -> Profile:
+        """The constants a flat plan over ``n`` workers sees: intra-node ones if they share a node."""
+        if n <= self.gpus_per_node:
+            return replace(self, alpha=self.alpha_intra, beta=self.beta_intra)
+        return self
+
+
+def _plan(plan: AnyPlan | str, n: int) -> AnyPlan:
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise InvalidArgument(f"number of workers must be a positive int, got {n!r}")
+    p = parse(plan, int(n)) if isinstance(plan, str) else plan
+    if p.n != n:
+        raise InvalidArgument(f"plan {p.name!r} is for {p.n} workers, not {n}")
+    return p
+
+
+def _family(p: AnyPlan) -> str:
+    """The cost family of a plan: ``nccl_tree`` for ``tree:nccl:G``, else the plan name's first part."""
+    return "nccl_tree" if p.name.startswith("tree:nccl") else p.name.split(":")[0]
+
+
+def _gpus(p: AnyPlan) -> int:
+    return int(p.name.split(":")[-1])
+
+
+def _check_bytes(nbytes: float) -> float:
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int | float | np.integer | np.floating) or not nbytes >= 0:
+        raise InvalidArgument(f"nbytes must be a number >= 0, got {nbytes!r}")
+    return float(nbytes)
+
+
+Terms = tuple[float, float, float]  # (messages, bytes moved, bytes added) on the critical path
+
+
+def _ring_terms(n: int, b: float) -> Terms:
+    return 2 * (n - 1), 2 * (n - 1) / n * b, (n - 1) / n * b
+
+
+def _rd_terms(n: int, b: float) -> Terms:
+    L = n.bit_length() - 1
+    if n == 1 << L:
+        return L, L * b, L * b
+    return L + 2, (L + 2) * b, (L + 1) * b
+
+
+def _rabenseifner_terms(n: int, b: float) -> Terms:
+    L = n.bit_length() - 1
+    P = 1 << L
+    a, m, g = 2 * L, 2 * (P - 1) / P * b, (P - 1) / P * b
+    return (a, m, g) if n == P else (a + 2, m + 2 * b, g + b)
+
+
+def _server_terms(n: int, b: float) -> Terms:
+    return 2 * (n - 1), 2 * (n - 1) * b, (n - 1) * b
+
+
+_FLAT_TERMS = {"ring": _ring_terms, "rd": _rd_terms, "rabenseifner": _rabenseifner_terms}
+
+
+def terms(plan: AnyPlan | str, n_workers: int, nbytes: float) -> Terms:
+    """The closed form's coefficients ``(a, m, g)``: ``cost = a alpha + m beta + g gamma`` on one kind of link.
+
+    For the flat plans (ring, rd, Rabenseifner and the parameter-server folds); what
+    :mod:`fpreduce.backends.calibrate` fits measured times with.
+
+    Raises:
+        InvalidArgument: a hierarchical or tree plan (two kinds of link, or no closed form).
+    """
+    p = _plan(plan, n_workers)
+    b = _check_bytes(nbytes)
+    fam = _family(p)
+    if p.n == 1:
+        return 0.0, 0.0, 0.0
+    if fam in _FLAT_TERMS:
+        return _FLAT_TERMS[fam](p.n, b)
+    if fam in FOLDS:
+        return _server_terms(p.n, b)
+    raise InvalidArgument(f"plan {p.name!r} has no one-link closed form (hierarchical or tree)")
+
+
+def _dot(t: Terms, a: float, beta: float, gamma: float) -> float:
+    return t[0] * a + t[1] * beta + t[2] * gamma
+
+
+def _ring(n: int, b: float, a: float, beta: float, gamma: float) -> float:
+    return _dot(_ring_terms(n, b), a, beta, gamma)
+
+
+def _rd(n: int, b: float, a: float, beta: float, gamma: float) -> float:
+    return _dot(_rd_terms(n, b), a, beta, gamma)
+
+
+def cost(plan: AnyPlan | str, n_workers: int, nbytes: float, profile: Profile | None = None) -> float:
+    """Seconds for one all-reduce of ``nbytes`` over ``n_workers`` with ``plan``, all starting together.
+
+    Args:
+        plan: a plan or its text (``"ring"``, ``"rd"``, ``"hier:8"``, ...).
+        n_workers: N.
+        nbytes: the size of each worker's gradient in bytes (elements x bytes per element).
+        profile: the cluster's constants (default :class:`Profile`).
+
+    Raises:
+        InvalidArgument: unknown plan, N not matching the plan, negative size.
+    """
+    pr = profile or Profile()
+    p = _plan(plan, n_workers)
+    b = _check_bytes(nbytes)
+    n = p.n
+    fam = _family(p)
+    if n == 1:
+        return 0.0
+    if fam not in ("hier", "nccl_tree"):
+        pr = pr.flat(n)
+    if fam in _FLAT_TERMS or fam in FOLDS:
+        return _dot(terms(p, n, b), pr.alpha, pr.beta, pr.gamma)
+    if fam == "hier":
+        g = _gpus(p)
+        intra = _ring(g, b, pr.alpha_intra, pr.beta_intra, pr.gamma) if g > 1 else 0.0
+        return intra + (_rd(n // g, b / g, pr.alpha, pr.beta, pr.gamma) if n // g > 1 else 0.0)
+    return float(timeline(p, n, b, pr).end)  # tree:nccl: the event timeline
+
+
+def bus_bandwidth(nbytes: float, seconds: float, n_workers: int) -> tuple[float, float]:
+    """nccl-tests' ``(algbw, busbw)`` of an all-reduce in bytes per second (inf for zero time)."""
+    if seconds <= 0:
+        return math.inf, math.inf
+    alg = nbytes / seconds
+    return alg, alg * 2 * (n_workers - 1) / n_workers
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The simulated messages of one all-reduce.
+
+    Attributes:
+        ready: when each worker's compute ended (its start), seconds.
+        done: when each worker holds the result.
+        order: the order in which the server added the workers' gradients (parameter-server
+            plans), else ``range(N)``.
+        messages: (sender, receiver, start, end) of every message, in program order.
+    """
+
+    ready: NDArray[np.float64]
+    done: NDArray[np.float64]
+    order: NDArray[np.intp]
+    messages: list[tuple[int, int, float, float]] = field(repr=False)
+
+    @property
+    def end(self) -> float:
+        """When the last worker holds the result."""
+        return float(self.done.max()) if self.done.size else 0.0
+
+    @property
+    def wait(self) -> NDArray[np.float64]:
+        """Per worker, time between its own start and the end: communication plus waiting for the others."""
+        return self.end - self.ready
+
+
+class _Sim:
+    """Worker clocks and the message rule: start when sender and receiver are free."""
+
+    def __init__(self, ready: NDArray[np.float64]) -> None:
+        self.t = ready.astype(np.float64).copy()
+        self.messages: list[tuple[int, int, float, float]] = []
+
+    def send(self, s: int, d: int, b: float, a: float, beta: float, gamma: float = 0.0) -> None:
+        t0 = max(self.t[s], self.t[d])
+        t1 = t0 + a + b * beta
+        self.t[s] = max(self.t[s], t1)
+        self.t[d] = t1 + b * gamma
+        self.messages.append((s, d, float(t0), float(t1)))
+
+    def round(self, pairs: Sequence[tuple[int, int]], b: float, a: float, beta: float, gamma: float = 0.0) -> None:
+        """Messages that happen at once: all start from the clocks before the round."""
+        t = self.t.copy()
+        new = t.copy()
+        for s, d in pairs:
+            t0 = max(t[s], t[d])
+            t1 = t0 + a + b * beta
+            new[s] = max(new[s], t1)
+            new[d] = max(new[d], t1 + b * gamma)
+            self.messages.append((s, d, float(t0), float(t1)))
+        self.t = new
+
+
+def _sim_ring(sim: _Sim, ranks: Sequence[int], b: float, a: float, beta: float, gamma: float, gather: bool) -> None:
+    k = len(ranks)
+    pairs = [(ranks[i], ranks[(i + 1) % k]) for i in range(k)]
+    for _ in range(k - 1):  # reduce-scatter: chunks of b / k, added on arrival
+        sim.round(pairs, b / k, a, beta, gamma)
+    if gather:
+        for _ in range(k - 1):
+            sim.round(pairs, b / k, a, beta)
+
+
+def _extra(n: int) -> tuple[int, int]:
+    L = n.bit_length() - 1
+    return 1 << L, n - (1 << L)
+
+
+def _sim_rd(sim: _Sim, ranks: Sequence[int], b: float, a: float, beta: float, gamma: float) -> None:
+    P, r = _extra(len(ranks))
+    if r:  # odd ranks 2i+1 (i < r) hand their vector to 2i
+        sim.round([(ranks[2 * i + 1], ranks[2 * i]) for i in range(r)], b, a, beta, gamma)
+    virt = [ranks[2 * i] if i < r else ranks[i + r] for i in range(P)]
+    dist = 1
+    while dist < P:
+        pairs = [(virt[v], virt[v ^ dist]) for v in range(P)]
+        sim.round(pairs, b, a, beta, gamma)
+        dist <<= 1
+    if r:
+        sim.round([(ranks[2 * i], ranks[2 * i + 1]) for i in range(r)], b, a, beta)
+
+
+def _sim_rabenseifner(sim: _Sim, n: int, b: float, a: float, beta: float, gamma: float) -> None:
+    P, r = _extra(n)
+    if r:
+        sim.round([(2 * i + 1, 2 * i) for i in range(r)], b, a, beta, gamma)
+    virt = [2 * i if i < r else i + r for i in range(P)]
+    L = P.bit_length() - 1
+    for j in range(L):  # recursive halving: exchange half of what is left, add it
+        sim.round([(virt[v], virt[v ^ (P >> (j + 1))]) for v in range(P)], b / (2 << j), a, beta, gamma)
+    for j in range(L):  # recursive doubling of the pieces
+        sim.round([(virt[v], virt[v ^ (1 << j)]) for v in range(P)], b * (1 << j) / P, a, beta)
+    if r:
+        sim.round([(2 * i, 2 * i + 1) for i in range(r)], b, a, beta)
+
+
+def _sim_server(sim: _Sim, n: int, b: float, pr: Profile, order: Order) -> NDArray[np.intp]:
+    others = np.arange(1, n)
+    if order == "arrival":  # who is ready first is added first (ties: lower rank)
+        others = others[np.argsort(sim.t[1:], kind="stable")]
+    for w in others.tolist():
+        sim.send(w, 0, b, pr.alpha, pr.beta, pr.gamma)
+    for w in range(1, n):
+        sim.send(0, w, b, pr.alpha, pr.beta)
+    return np.concatenate([[0], others]).astype(np.intp)
+
+
+def _tree_down(n: int, g: int, which: int) -> tuple[list[list[int]], int]:
+    """Children of every rank in NCCL tree ``which`` (chain in a node, binary tree across nodes) and its root."""
+    nnodes = n // g
+    kids = _dtree_children(nnodes, which)
+    down: list[list[int]] = [[] for _ in range(n)]
+    for x in range(nnodes):
+        for i in range(g - 1):
+            down[x * g + i].append(x * g + i + 1)
+        at0, at1 = (x * g, x * g) if g == 1 else (x * g + 1, x * g)
+        d0, d1 = kids[x]
+        if d0 >= 0:
+            down[at0].append(d0 * g)
+        if d1 >= 0:
+            down[at1].append(d1 * g)
+    has_parent = {c for cs in down for c in cs}
+    return down, next(x * g for x in range(nnodes) if x * g not in has_parent)
+
+
+def _sim_tree(sim: _Sim, n: int, g: int, b: float, pr: Profile) -> None:
+    """NCCL's two trees, each carrying half the data, unpipelined; the slower one ends the step.
+
+    Each rank adds its children's partial sums in its ``down`` order (up the tree), then
+    the root sends the sum back down in the same order.
+    """
+    start = sim.t.copy()
+    ends = []
+    for which in (0, 1):
+        sub = _Sim(start)
+        down, root = _tree_down(n, g, which)
+
+        def link(s: int, d: int) -> tuple[float, float]:
+            return (pr.alpha_intra, pr.beta_intra) if s // g == d // g else (pr.alpha, pr.beta)
+
+        post: list[int] = []  # ranks in post order: children before parents
+        stack = [(root, False)]
+        while stack:
+            v, seen = stack.pop()
+            if seen:
+                post.append(v)
+                continue
+            stack.append((v, True))
+            stack.extend((c, False) for c in reversed(down[v]))
+        for v in post:
+            for c in down[v]:
+                sub.send(c, v, b / 2, *link(c, v), pr.gamma)
+        for v in reversed(post):  # parents before children
+            for c in down[v]:
+                sub.send(v, c, b / 2, *link(v, c))
+        sim.messages.extend(sub.messages)
+        ends.append(sub.t)
+    sim.t = np.maximum(ends[0], ends[1])
+
+
+def timeline(
+    plan: AnyPlan | str,
+    n_workers: int,
+    nbytes: float,
+    profile: Profile | None = None,
+    *,
+    ready: ArrayLike | None = None,
+    order: Order = "rank",
+) -> Timeline:
+    """Simulate one all-reduce message by message, each worker starting at ``ready[i]``.
+
+    Args:
+        plan: a plan or its text.
+        n_workers: N.
+        nbytes: each worker's gradient size in bytes.
+        profile: the cluster's constants.
+        ready: when each worker's compute ends (default: all at 0).
+        order: for the parameter-server plans (see :data:`FOLDS`): ``rank`` adds the
+            workers in rank order, ``arrival`` in the order they are ready.
+
+    Returns:
+        The :class:`Timeline`; with equal ``ready`` its ``end`` equals :func:`cost`
+        (up to rounding of the float sums).
+    """
+    pr = profile or Profile()
+    p = _plan(plan, n_workers)
+    b = _check_bytes(nbytes)
+    n = p.n
+    r0 = np.zeros(n) if ready is None else np.asarray(ready, dtype=np.float64)
+    if r0.shape != (n,) or not np.isfinite(r0).all():
+        raise InvalidArgument(f"ready must be {n} finite start times, got shape {r0.shape}")
+    if order not in ("rank", "arrival"):
+        raise unknown_name("order", order, ("rank", "arrival"))
+    sim = _Sim(r0)
+    fam = _family(p)
+    if fam not in ("hier", "nccl_tree"):
+        pr = pr.flat(n)
+    used = np.arange(n, dtype=np.intp)
+    if n == 1:
+        pass
+    elif fam == "ring":
+        _sim_ring(sim, range(n), b, pr.alpha, pr.beta, pr.gamma, gather=True)
+    elif fam == "rd":
+        _sim_rd(sim, range(n), b, pr.alpha, pr.beta, pr.gamma)
+    elif fam == "rabenseifner":
+        _sim_rabenseifner(sim, n, b, pr.alpha, pr.beta, pr.gamma)
+    elif fam == "hier":
+        g = _gpus(p)
+        nodes = [list(range(x * g, x * g + g)) for x in range(n // g)]
+        if g > 1:
+            for ranks in nodes:
+                _sim_ring(sim, ranks, b, pr.alpha_intra, pr.beta_intra, pr.gamma, gather=False)
+        if n // g > 1:
+            for s in range(g):  # shard s crosses the nodes between their local ranks s
+                _sim_rd(sim, [node[s] for node in nodes], b / g, pr.alpha, pr.beta, pr.gamma)
+        if g > 1:
+            for ranks in nodes:
+                pairs = [(ranks[i], ranks[(i + 1) % g]) for i in range(g)]
+                for _ in range(g - 1):
+                    sim.round(pairs, b / g, pr.alpha_intra, pr.beta_intra)
+    elif fam in FOLDS:
+        used = _sim_server(sim, n, b, pr, order)
+    elif fam == "nccl_tree":
+        _sim_tree(sim, n, _gpus(p), b, pr)
+    else:  # pragma: no cover - every family of plans.FAMILIES is handled above
+        raise InvalidArgument(f"no time model for plan {p.name!r}")
+    return Timeline(ready=r0.copy(), done=sim.t, order=used, messages=sim.messages)

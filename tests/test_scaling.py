@@ -1,0 +1,66 @@
+"""Speed-up curves (fpreduce.analysis.scaling): laws of the model and the scale config."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fpreduce as fr
+from fpreduce.analysis.scaling import format_table, load_scale_config, rows_as_dicts, scaling
+from fpreduce.core.timing import Profile
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "scaling.toml"
+NODE = Profile(alpha=5e-6, beta=1 / 12.5e9, gamma=0.0, alpha_intra=1e-6, beta_intra=1 / 150e9, gpus_per_node=8)
+
+
+@given(
+    st.sampled_from(["ring", "rd", "rabenseifner", "linear", "hier:2"]),
+    st.sampled_from([2, 4, 6, 8, 16, 24]),
+    st.floats(1e-3, 10.0),
+    st.floats(1.01, 100.0),
+)
+def test_speedup_grows_with_the_compute_share(plan: str, n: int, compute: float, factor: float) -> None:
+    """More compute per byte communicated: closer to the ideal N, never above it."""
+    lo = scaling([n], [plan], compute=compute, nbytes=1e7, profile=NODE)[0]
+    hi = scaling([n], [plan], compute=compute * factor, nbytes=1e7, profile=NODE)[0]
+    assert lo.speedup <= hi.speedup <= n
+    assert math.isclose(hi.efficiency, hi.speedup / n)
+    assert math.isclose(hi.step_s, hi.compute_s + hi.comm_s)
+
+
+def test_example_reproduces_eight_and_ten() -> None:
+    cfg = load_scale_config(EXAMPLE)
+    rows = scaling(cfg.workers, cfg.plans, compute=cfg.compute, nbytes=cfg.nbytes, profile=cfg.profile)
+    ring = {r.workers: r.speedup for r in rows if r.plan == "ring"}
+    assert 7.5 < ring[8] < 8.0
+    assert 9.5 < ring[16] < 10.5
+    hier = {r.workers: r.speedup for r in rows if r.plan == "hier:8"}
+    assert set(hier) == {8, 16, 32, 64}  # hier:8 needs N divisible by 8
+    assert hier[64] > ring[64]
+    table = format_table(rows)
+    assert table.count("\n") == len(rows) + 1
+    assert rows_as_dicts(rows[:1])[0]["busbw"] is None  # N = 1: no communication
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("[scale]\nworkrs = [1]\n", "did you mean 'workers'"),
+        ("[scael]\n", "did you mean 'scale'"),
+        ("[scale]\ncompute = 0\n", "compute"),
+        ("[scale]\nplans = ['rign']\n", "did you mean 'ring'"),
+        ("[cluster]\nbandwidth = -1\n", "bandwidth"),
+        ("[scale]\nworkers = [0]\n", "workers"),
+        ("[scale\n", "cannot read"),
+    ],
+    ids=["key-typo", "table-typo", "zero-compute", "plan-typo", "negative-bandwidth", "zero-workers", "bad-toml"],
+)
+def test_bad_scale_config(tmp_path: Path, text: str, match: str) -> None:
+    p = tmp_path / "s.toml"
+    p.write_text(text)
+    with pytest.raises(fr.InvalidArgument, match=match):
+        load_scale_config(p)
