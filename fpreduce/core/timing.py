@@ -65,7 +65,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.plans import AnyPlan, parse
-from fpreduce.plans._collectives import dtree_children as _dtree_children
+from fpreduce.plans.collectives import dtree_children as _dtree_children
 
 __all__ = ["FOLDS", "Profile", "Timeline", "bus_bandwidth", "cost", "terms", "timeline"]
 
