@@ -41,16 +41,23 @@ def test_fit_rejects_bad_times() -> None:
         cal.calibrate(1)
 
 
-def test_real_calibration_runs_and_its_profile_loads() -> None:
-    """A small real run: the fit completes and its [cluster] table reads back (no timing is asserted)."""
+def test_real_calibration_runs_and_its_profile_loads(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A small real run through the command: the fit completes, its [cluster] table reads back (no timing asserted)."""
     try:
         mpi.check_available()
     except fr.InvalidArgument as e:
         if os.environ.get("CI"):
             pytest.fail(f"CI is set but Open MPI is missing: {e}")
         pytest.skip(str(e))
-    c = cal.calibrate(2, algorithms=("ring", "recursive_doubling", "basic_linear"), sizes=(1, 1024, 65536), reps=2)
-    assert [f.algorithm for f in c.fits] == ["ring", "recursive_doubling", "basic_linear"]
-    assert all(f.measured.shape == (3,) and (f.measured > 0).all() for f in c.fits)
-    loaded = Profile.from_dict(tomllib.loads(c.to_toml())["cluster"])
-    assert loaded == c.profile
+    from fpreduce.cli import main
+
+    out = tmp_path / "profile.toml"
+    args = ["calibrate", "--np", "2", "--algorithms", "ring,recursive_doubling,basic_linear"]
+    assert main([*args, "--sizes", "1,1024,65536", "--reps", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in printed[:3]] == ["ring", "recursive_doubling", "basic_linear"]
+    table = tomllib.loads(out.read_text())["cluster"]
+    loaded = Profile.from_dict(table)
+    assert loaded.gpus_per_node == 2
+    assert loaded.name == "openmpi-shm-np2"
+    assert set(table) == {"name", "alpha", "beta", "gamma", "alpha_intra", "beta_intra", "gpus_per_node"}

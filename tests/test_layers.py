@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "core": {"base", "plans"},
     "analysis": {"base", "plans", "core"},
     "run": {"base", "plans", "core", "analysis"},
-    "report": {"base", "plans", "core", "run"},
+    "report": {"base", "plans", "core", "analysis", "run"},
     "backends": {"base", "plans", "core", "run"},
     "cli": {"base", "plans", "core", "analysis", "run", "report", "backends"},
 }

@@ -64,3 +64,44 @@ def test_bad_scale_config(tmp_path: Path, text: str, match: str) -> None:
     p.write_text(text)
     with pytest.raises(fr.InvalidArgument, match=match):
         load_scale_config(p)
+
+
+def test_scale_command_writes_table_json_figures_and_report(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "s"
+    r = subprocess.run(
+        [sys.executable, "-m", "fpreduce.cli", "scale", str(EXAMPLE), "--out", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)  # one JSON object, nothing else on stdout
+    ring = {row["workers"]: row["speedup"] for row in doc["rows"] if row["plan"] == "ring"}
+    assert 9.5 < ring[16] < 10.5
+    assert {p.name for p in (out / "figures").iterdir()} == {"speedup.png", "speedup.pdf"}
+    assert (out / "report.pdf").read_bytes().startswith(b"%PDF")
+    assert json.loads((out / "scale.json").read_text())["rows"] == doc["rows"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "fpreduce.cli", "scale", str(tmp_path / "missing.toml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("fpreduce: error:")
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_findings_follow_the_numbers() -> None:
+    from fpreduce.report.scaling import findings
+
+    rows = scaling([1, 8, 16], ["ring"], compute=0.4, nbytes=1e8, profile=NODE)
+    text = findings(rows)[0]
+    assert "10.0x on 16 workers" in text
+    assert "falls below 80% at N = 16" in text
+    fast = scaling([1, 8, 16], ["ring"], compute=400.0, nbytes=1e8, profile=NODE)  # compute dominates
+    assert "stays at or above 80% up to N = 16" in findings(fast)[0]

@@ -18,6 +18,7 @@ from typing import Any
 from matplotlib import rc_context, rcdefaults, rcParams
 from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
+from matplotlib.image import imread
 
 from fpreduce._version import __version__
 from fpreduce.run.rundir import atomic_write
@@ -164,3 +165,17 @@ def render(out: Path, title: str, body: Callable[[Doc], None]) -> Path:
             doc.flush()
     atomic_write(out, buf.getvalue())
     return out
+
+
+def draw_png(path: Path) -> Draw:
+    """Draw a PNG into a rect at its own aspect, top aligned, without resampling."""
+
+    def draw(fig: Figure, rect: Rect) -> float:
+        img = imread(path)
+        h = min(rect[3], rect[2] * _W * img.shape[0] / img.shape[1] / _H)  # keep the aspect, top aligned
+        ax = fig.add_axes((rect[0], rect[1] + rect[3] - h, rect[2], h))
+        ax.imshow(img, interpolation="none")  # embedded as is, no resampling
+        ax.set_axis_off()
+        return (1 - rect[1] - rect[3] + h) * _H
+
+    return draw

@@ -20,14 +20,13 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.image import imread
 
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.formats import get_format
 from fpreduce.plans import parse
 from fpreduce.report._findings import paragraphs, status
 from fpreduce.report._sweep_report import write_sweep_report
-from fpreduce.report.pdf import _H, _W, Doc, Draw, Rect, cell, render
+from fpreduce.report.pdf import _H, Doc, Draw, Rect, cell, draw_png, render
 from fpreduce.run.config import OrderPolicy, PolicyKind
 from fpreduce.run.rundir import Results, load_run
 
@@ -131,26 +130,12 @@ def _draw_panels(run: Results, stem: str) -> Draw:
     return draw
 
 
-def _draw_png(path: Path) -> Draw:
-    def draw(fig: Figure, rect: Rect) -> float:
-        img = imread(path)
-        h = min(rect[3], rect[2] * _W * img.shape[0] / img.shape[1] / _H)  # keep the aspect, top aligned
-        ax = fig.add_axes((rect[0], rect[1] + rect[3] - h, rect[2], h))
-        ax.imshow(img, interpolation="none")  # embedded as is, no resampling
-        ax.set_axis_off()
-        return (1 - rect[1] - rect[3] + h) * _H
-
-    return draw
-
-
 def _figures(run: Results) -> list[tuple[Draw, str]]:
     pngs = sorted((run.dir / "figures").glob("*.png")) if (run.dir / "figures").is_dir() else []
     if pngs:
         order = list(CAPTIONS)
         pngs.sort(key=lambda p: (order.index(p.stem) if p.stem in order else len(order), p.name))
-        return [
-            (_draw_png(p), CAPTIONS.get(p.stem, f"Figure {p.name} from the run's figures directory.")) for p in pngs
-        ]
+        return [(draw_png(p), CAPTIONS.get(p.stem, f"Figure {p.name} from the run's figures directory.")) for p in pngs]
     if not run.metrics:
         return []  # interrupted before the first step: nothing to draw
     stems = ["error", "divergence"][: 1 + (len(run.arms) > 1)] + ["training"] * bool(
