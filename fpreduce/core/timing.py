@@ -276,7 +276,7 @@ class Timeline:
         ready: when each worker's compute ended (its start), seconds.
         done: when each worker holds the result.
         order: the order in which the server added the workers' gradients (parameter-server
-            plans), else ``range(N)``.
+            plans: by readiness with ``order="arrival"``, ties to the lower rank), else ``range(N)``.
         messages: (sender, receiver, start, end) of every message, in program order.
     """
 
@@ -367,14 +367,18 @@ def _sim_rabenseifner(sim: _Sim, n: int, b: float, a: float, beta: float, gamma:
 
 
 def _sim_server(sim: _Sim, n: int, b: float, pr: Profile, order: Order) -> NDArray[np.intp]:
-    others = np.arange(1, n)
-    if order == "arrival":  # who is ready first is added first (ties: lower rank)
-        others = others[np.argsort(sim.t[1:], kind="stable")]
-    for w in others.tolist():
-        sim.send(w, 0, b, pr.alpha, pr.beta, pr.gamma)
+    """Rank 0 gathers, adds and broadcasts; with ``arrival`` it adds in the order the workers are ready.
+
+    Its own gradient needs no message: it takes its place in the order at its own ready
+    time (the server cannot add anything before it has finished computing itself).
+    """
+    used = np.argsort(sim.t, kind="stable").astype(np.intp) if order == "arrival" else np.arange(n, dtype=np.intp)
+    for w in used.tolist():
+        if w:
+            sim.send(w, 0, b, pr.alpha, pr.beta, pr.gamma)
     for w in range(1, n):
         sim.send(0, w, b, pr.alpha, pr.beta)
-    return np.concatenate([[0], others]).astype(np.intp)
+    return used
 
 
 def _tree_down(n: int, g: int, which: int) -> tuple[list[list[int]], int]:

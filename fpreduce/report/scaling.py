@@ -1,24 +1,26 @@
 """Figures and a one-page report of speed-up curves (``fpreduce scale``).
 
-Every sentence is computed from the rows it describes (:func:`findings`); the figure
-draws speed-up against N with the ideal line, and per plan the step time split into
-compute and all-reduce.
+A pure function of a study directory (its ``scale.json``, read through
+:func:`fpreduce.run.rundir.read_study`). Every sentence is computed from the rows it
+describes (:func:`findings`); the figure draws speed-up against N with the ideal line,
+and per plan the all-reduce's time against the compute per worker.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
-from fpreduce.analysis.scaling import ScaleConfig, ScaleRow, format_table, rows_as_dicts
+from fpreduce.analysis.scaling import ScaleRow, format_table
 from fpreduce.report._figure import legend, new_figure, save_figures
 from fpreduce.report.pdf import Doc, draw_png, render
-from fpreduce.run.rundir import atomic_write
+from fpreduce.run import rundir
 
-__all__ = ["findings", "plot_scaling", "write_scale_dir"]
+__all__ = ["findings", "plot_scaling", "write_scale_report"]
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 
@@ -93,27 +95,27 @@ def plot_scaling(rows: Sequence[ScaleRow], out_dir: Path, *, title: str = "Speed
     return save_figures(out_dir, {"speedup": build}, ("png", "pdf"))
 
 
-def write_scale_dir(cfg: ScaleConfig, rows: Sequence[ScaleRow], out: Path) -> list[Path]:
-    """Write ``scale.json``, ``figures/speedup.png|pdf`` and ``report.pdf`` into ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    p = cfg.profile
-    doc = {
-        "name": cfg.name,
-        "compute_s": cfg.compute,
-        "nbytes": cfg.nbytes,
-        "profile": {k: getattr(p, k) for k in ("alpha", "beta", "gamma", "alpha_intra", "beta_intra", "gpus_per_node")},
-        "rows": rows_as_dicts(rows),
-    }
-    atomic_write(out / "scale.json", json.dumps(doc, indent=1) + "\n")
-    figs = plot_scaling(rows, out / "figures", title=f"Speed-up: {cfg.name}")
+def _rows(doc: Mapping[str, Any]) -> list[ScaleRow]:
+    inf = float("inf")
+    fields: list[dict[str, Any]] = [{k: (inf if v is None else v) for k, v in r.items()} for r in doc["rows"]]
+    return [ScaleRow(**f) for f in fields]
+
+
+def write_scale_report(study_dir: str | Path) -> list[Path]:
+    """``figures/speedup.png|pdf`` and ``report.pdf`` of a scale study directory, from its ``scale.json``."""
+    out = Path(study_dir)
+    doc = rundir.read_study(out, "scale")
+    rows, name = _rows(doc), doc["name"]
+    p = SimpleNamespace(**doc["profile"])
+    figs = plot_scaling(rows, out / "figures", title=f"Speed-up: {name}")
     png = next(f for f in figs if f.suffix == ".png")
 
     def body(d: Doc) -> None:
         d.new_page()
-        d.heading(f"Speed-up of data-parallel training: {cfg.name}")
+        d.heading(f"Speed-up of data-parallel training: {name}")
         d.text(
-            f"A step computes the gradient of the global batch split over N workers ({cfg.compute * 1e3:g} ms on "
-            f"one worker) and then all-reduces it ({cfg.nbytes / 1e6:g} MB), with no overlap. Cluster: "
+            f"A step computes the gradient of the global batch split over N workers ({doc['compute_s'] * 1e3:g} ms "
+            f"on one worker) and then all-reduces it ({doc['nbytes'] / 1e6:g} MB), with no overlap. Cluster: "
             f"alpha {p.alpha * 1e6:g} us and {1 / p.beta / 1e9:g} GB/s between nodes, {p.alpha_intra * 1e6:g} us "
             f"and {1 / p.beta_intra / 1e9:g} GB/s inside a node of {p.gpus_per_node}, reduction "
             + (f"{1 / p.gamma / 1e9:g} GB/s." if p.gamma > 0 else "free.")
@@ -123,9 +125,9 @@ def write_scale_dir(cfg: ScaleConfig, rows: Sequence[ScaleRow], out: Path) -> li
         d.text(format_table(rows), mono=True, size=7)
         d.figure_page(
             draw_png(png),
-            "Left: speed-up against N (dashed: ideal). Right: the all-reduce's time per step "
-            "against the compute per worker; above the dotted line, communication takes more of the step than compute.",
+            "Left: speed-up against N (dashed: ideal). Right: the all-reduce's time per step against the compute "
+            "per worker; above the dotted line, communication takes more of the step than compute.",
         )
 
-    render(out / "report.pdf", f"fpreduce scale: {cfg.name}", body)
-    return [out / "scale.json", *figs, out / "report.pdf"]
+    render(out / "report.pdf", f"fpreduce scale: {name}", body)
+    return [*figs, out / "report.pdf"]

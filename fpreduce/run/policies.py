@@ -3,7 +3,9 @@
 An arm's :class:`~fpreduce.run.config.OrderPolicy` (its ``order``) gives ``fixed:<plan>``
 the same plan every step, ``shuffle:<plan>`` the plan re-ranked by a fresh random
 permutation, ``arrival`` a sequential fold in the arrival order of the latency model
-(``[arrival]``), ``atomic`` every element its own random order, ``random_tree`` a
+(``[arrival]``: each worker's compute ends at ``base + mean[w] + jitter``; a parameter
+server adds the gradients as they come, the order of
+:func:`fpreduce.core.timing.timeline`'s server), ``atomic`` every element its own random order, ``random_tree`` a
 random tree shape and leaf order.
 
 Randomness: the draws of step ``t`` come from ``default_rng([seed, t, crc32(order),
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from fpreduce import plans
+from fpreduce.core.timing import timeline
 from fpreduce.run.config import ArmSpec, Config
 
 __all__ = ["arrival_means", "plan_for", "shuffle_permutation"]
@@ -51,8 +54,8 @@ def plan_for(cfg: Config, arm: ArmSpec, step: int, *, salt: int = 0) -> Any:
             "normal": lambda: rng.normal(0.0, a.scale, n),
             "lognormal": lambda: rng.lognormal(0.0, a.scale, n),
         }[a.jitter]()
-        t = a.base + arrival_means(cfg) + jitter
-        return plans.sequential(n, np.argsort(t, kind="stable"))
+        ready = a.base + arrival_means(cfg) + jitter
+        return plans.sequential(n, timeline("sequential", n, 0, ready=ready, order="arrival").order)
     if policy.kind == "atomic":
         return plans.parse("atomic", n, seed=int(rng.integers(0, 2**31)))
     return plans.random_tree(n, rng)

@@ -41,6 +41,7 @@ __all__ = [
     "STATE_NPZ",
     "SUMMARY_JSON",
     "SWEEP_CSV",
+    "STUDIES",
     "SWEEP_COLUMNS",
     "Results",
     "atomic_write",
@@ -52,12 +53,14 @@ __all__ = [
     "read_real",
     "read_rows",
     "read_state",
+    "read_study",
     "read_summary",
     "read_sweep",
     "remove_outputs",
     "write_config",
     "write_metrics",
     "write_real",
+    "write_study",
     "write_state",
     "write_summary",
     "write_sweep",
@@ -188,6 +191,18 @@ def write_real(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
     for r in rows:
         w.writerow([r["step"], r["arm"], repr(float(r["real_agree"])), repr(float(r["ranks_agree"]))])
     atomic_write(run_dir / REAL_CSV, buf.getvalue())
+
+
+STUDIES = ("price", "scale")  # studies without steps or arms: one JSON document each
+
+
+def write_study(out_dir: Path, kind: str, doc: dict[str, Any]) -> Path:
+    """Write a study's document ``<kind>.json`` (``price``: fpreduce price, ``scale``: fpreduce scale)."""
+    if kind not in STUDIES:
+        raise InvalidArgument(f"unknown study kind {kind!r} (choices: {', '.join(STUDIES)})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(out_dir / f"{kind}.json", json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    return out_dir / f"{kind}.json"
 
 
 # ----------------------------------------------------------------------------- reading
@@ -363,6 +378,23 @@ def read_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
         required,
         lambda r: {**r, "workers": int(r["workers"]), **{c: _number(r[c]) for c in _SWEEP_MEASURES}},
     )[1]
+
+
+def read_study(study_dir: str | Path, kind: str) -> dict[str, Any]:
+    """The document of a study directory (see :func:`write_study`).
+
+    Raises:
+        InvalidArgument: no such file, not JSON, or not an object with ``rows``.
+    """
+    path = Path(study_dir) / f"{kind}.json"
+    _require(path, f"{kind} study")
+    try:
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidArgument(f"{path}: not a readable {kind} study ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+        raise InvalidArgument(f"{path}: not a {kind} study (an object with 'rows' expected)")
+    return doc
 
 
 def point_dir(sweep_dir: Path, name: str) -> Path:

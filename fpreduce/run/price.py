@@ -1,0 +1,215 @@
+"""The price of determinism: time and numerics of each training mode, side by side.
+
+``fpreduce price CONFIG`` trains the model source in every mode of the config on one
+simulated clock (:mod:`fpreduce.run.clock`), relaunches each with another timing seed,
+and tabulates per mode: time per step, time to a target loss, final loss, how many bits
+of the final weights differ from the deterministic reference (``sync`` with a fixed
+order, the first mode) and from the mode's own relaunch.
+
+A config is TOML with tables ``[price]`` (:class:`PriceSpec`: name, workers, seed, steps,
+modes, formats), ``[source]`` (the model's keys, see ``ModelSpec``), ``[cluster]``
+(``fpreduce.core.timing.Profile``) and ``[compute]`` (:class:`~fpreduce.run.clock.ComputeModel`).
+Every key is optional (``examples/price.toml``).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.core.timing import Profile
+from fpreduce.run import rundir
+from fpreduce.run._tables import build, in_range
+from fpreduce.run.clock import ComputeModel, Trace, parse_mode, simulate
+from fpreduce.run.model import ModelSource, ModelSpec
+
+__all__ = [
+    "PriceConfig",
+    "PriceRow",
+    "PriceSpec",
+    "load_price_config",
+    "price",
+    "price_config_from_dict",
+    "save_price",
+    "target_of",
+]
+
+
+@dataclass(frozen=True)
+class PriceSpec:
+    """The ``[price]`` table.
+
+    Attributes:
+        name: label of the study (default output ``runs/<name>``).
+        workers: N.
+        seed: seeds the model, the data and (with the mode's relaunch salt) the timing.
+        steps: step-equivalents per mode (N gradients each).
+        modes: the modes; the first is the reference (should be ``sync``: deterministic).
+        plan: the all-reduce's plan (``sync``, ``local``).
+        input: the gradients' format.
+        accumulate: the reduction's accumulator format.
+        master: the master weights' format (``fp32`` or ``bf16``).
+        target_loss: the loss whose first crossing is timed (0: 1.2 x the reference's final loss).
+    """
+
+    name: str = "price"
+    workers: int = 16
+    seed: int = 0
+    steps: int = 60
+    modes: tuple[str, ...] = ("sync", "sync:arrival", "async", "local:4")
+    plan: str = "ring"
+    input: str = "bf16"
+    accumulate: str = "bf16"
+    master: str = "fp32"
+    target_loss: float = 0.0
+
+
+@dataclass(frozen=True)
+class PriceConfig:
+    spec: PriceSpec = field(default_factory=PriceSpec)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    compute: ComputeModel = field(default_factory=ComputeModel)
+    profile: Profile = field(default_factory=Profile)
+
+
+@dataclass(frozen=True)
+class PriceRow:
+    """One mode's time and numerics.
+
+    Attributes:
+        mode: the mode's text.
+        step_s: mean simulated seconds per step-equivalent.
+        time_to_target_s: simulated seconds until the loss first reaches the target (NaN: never).
+        final_loss: loss after the last step-equivalent.
+        bits_vs_reference: fraction of the final weights whose bits differ from the reference mode's.
+        distance_vs_reference: ||w - w_ref|| / ||w_ref|| of the final weights.
+        rerun_bits: fraction of the final weights whose bits differ from a relaunch with another timing seed.
+        staleness_mean: mean staleness of the applied gradients.
+        staleness_max: largest staleness.
+    """
+
+    mode: str
+    step_s: float
+    time_to_target_s: float
+    final_loss: float
+    bits_vs_reference: float
+    distance_vs_reference: float
+    rerun_bits: float
+    staleness_mean: float
+    staleness_max: int
+
+
+def load_price_config(path: str | Path) -> PriceConfig:
+    """Read a price config; unknown tables and keys are errors with a close-match hint."""
+    p = Path(path)
+    try:
+        d = tomllib.loads(p.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise InvalidArgument(f"{p}: cannot read the price config: {e}") from None
+    return price_config_from_dict(d)
+
+
+def price_config_from_dict(d: dict[str, Any]) -> PriceConfig:
+    """A :class:`PriceConfig` from parsed TOML (tables price, source, compute, cluster)."""
+    tables = ("price", "source", "compute", "cluster")
+    for k in d:
+        if k not in tables:
+            raise unknown_name("table", k, tables)
+    pr = dict(d.get("price", {}))
+    if "modes" in pr:
+        if not isinstance(pr["modes"], list) or not pr["modes"] or not all(isinstance(m, str) for m in pr["modes"]):
+            raise InvalidArgument("price.modes: must be a non-empty list of mode strings")
+        pr["modes"] = tuple(pr["modes"])
+    modes = pr.pop("modes", PriceSpec.modes)
+    spec = build(PriceSpec, "price", pr)
+    spec = PriceSpec(**{**asdict(spec), "modes": modes})
+    in_range("price.workers", spec.workers, 1, integer=True)
+    in_range("price.steps", spec.steps, 1, integer=True)
+    in_range("price.target_loss", spec.target_loss, 0)
+    for m in spec.modes:
+        parse_mode(m, spec.workers)
+    src = dict(d.get("source", {}))
+    src.setdefault("kind", "model")
+    compute = build(ComputeModel, "compute", d.get("compute", {}))
+    return PriceConfig(spec, ModelSpec.from_dict(src), compute, Profile.from_dict(d.get("cluster", {})))
+
+
+def _first_below(tr: Trace, target: float) -> float:
+    hit = [t for t, loss in zip(tr.time, tr.loss, strict=True) if loss <= target]
+    return hit[0] if hit else float("nan")
+
+
+def _bits_differ(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.mean(a.view(np.uint32) != b.view(np.uint32))) if a.size else 0.0
+
+
+def price(cfg: PriceConfig) -> tuple[list[PriceRow], dict[str, Trace]]:
+    """Train every mode (and a relaunch of each); the rows and the traces (reference first)."""
+    sp = cfg.spec
+    src = ModelSource(cfg.model, workers=sp.workers, seed=sp.seed)
+    kw = {
+        "steps": sp.steps,
+        "plan": sp.plan,
+        "input": sp.input,
+        "accumulate": sp.accumulate,
+        "master": sp.master,
+        "compute": cfg.compute,
+        "profile": cfg.profile,
+    }
+    traces: dict[str, Trace] = {}
+    reruns: dict[str, Trace] = {}
+    for m in sp.modes:
+        mode = parse_mode(m, sp.workers)
+        traces[m] = simulate(src, mode, seed=sp.seed, **kw)  # type: ignore[arg-type]
+        reruns[m] = simulate(src, mode, seed=sp.seed + 7919, **kw)  # type: ignore[arg-type]
+    ref = traces[sp.modes[0]]
+    target = sp.target_loss or 1.2 * ref.loss[-1]
+    rows = []
+    w_ref = ref.params.astype(np.float64)
+    for m, tr in traces.items():
+        w = tr.params.astype(np.float64)
+        rows.append(
+            PriceRow(
+                m,
+                tr.time[-1] / len(tr.time),
+                _first_below(tr, target),
+                tr.loss[-1],
+                _bits_differ(tr.params, ref.params),
+                float(np.linalg.norm(w - w_ref)) / max(float(np.linalg.norm(w_ref)), 1e-300),
+                _bits_differ(tr.params, reruns[m].params),
+                float(np.mean(tr.staleness)) if tr.staleness else 0.0,
+                int(max(tr.staleness, default=0)),
+            )
+        )
+    return rows, traces
+
+
+def target_of(cfg: PriceConfig, traces: dict[str, Trace]) -> float:
+    """The target loss used: the config's, else 1.2 x the reference mode's final loss."""
+    return cfg.spec.target_loss or 1.2 * traces[cfg.spec.modes[0]].loss[-1]
+
+
+def _plain(v: object) -> object:
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def save_price(out: Path, cfg: PriceConfig, rows: list[PriceRow], traces: dict[str, Trace]) -> Path:
+    """Write the study's ``price.json`` (config, target, rows, traces) through :mod:`fpreduce.run.rundir`."""
+    doc = {
+        "config": {
+            "price": asdict(cfg.spec),
+            "source": asdict(cfg.model),
+            "compute": asdict(cfg.compute),
+            "cluster": asdict(cfg.profile),
+        },
+        "target_loss": target_of(cfg, traces),
+        "rows": [{k: _plain(v) for k, v in asdict(r).items()} for r in rows],
+        "traces": {m: {"time": tr.time, "loss": tr.loss, "staleness": tr.staleness} for m, tr in traces.items()},
+    }
+    return rundir.write_study(out, "price", doc)
