@@ -1,7 +1,24 @@
+"""Hypothesis settings profiles, one per use; ``HYPOTHESIS_PROFILE`` picks one by name.
+
+* ``dev`` (the default locally): few examples per property, random each run, with the
+  example database, so repeated local runs keep exploring and replay past failures.
+* ``ci`` (the default when ``CI`` is set, as ``.ci/run`` does): Hypothesis's own ``ci``
+  profile (derandomized, no database, failure blobs printed, no too-slow health check)
+  with 60 examples per property (3x ``dev``; what CI has always run).
+* ``quick``: a smoke run of every property (a handful of examples each).
+
+Tests that need more (or fewer) examples than the profile scale ``max_examples`` from
+``settings.default.max_examples`` (the profile loaded here), so each profile keeps their ratio.
+No profile has a deadline: the compiled kernels' first call compiles.
+"""
+
 import os
 
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("dev", max_examples=60, deadline=None)
-settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+settings.register_profile("quick", max_examples=5, deadline=None)
+settings.register_profile("dev", max_examples=20, deadline=None)
+settings.register_profile(
+    "ci", settings.get_profile("ci"), max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))

@@ -99,7 +99,9 @@ def test_mpi_fallbacks_are_what_the_source_says() -> None:
     assert mpi._segcount(11, 4, 100) == 3  # remainder 3 B > 2 B rounds up
 
 
-@pytest.mark.parametrize("n", GLOO_NS, ids=[f"N{n}" for n in GLOO_NS])
+@pytest.mark.parametrize(
+    "n", [pytest.param(n, marks=pytest.mark.slow) if n == 8 else n for n in GLOO_NS], ids=[f"N{n}" for n in GLOO_NS]
+)  # N = 8 (one launch of 8 torch processes, the slowest cell) is CI-only; N = 2, 3, 5 check the same ring
 @pytest.mark.parametrize("dtype", GLOO_DTYPES)
 def test_gloo_allreduce_is_bit_exact(n: int, dtype: str) -> None:
     _require("gloo")

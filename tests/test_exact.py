@@ -14,7 +14,7 @@ from fpreduce.core._reference import round_fraction
 from fpreduce.core.exact import exact_sum, exact_sum_fraction, exact_sum_mpmath
 from fpreduce.core.formats import get_format
 
-SETTINGS = settings(max_examples=200, deadline=None)
+SETTINGS = settings(max_examples=settings.default.max_examples * 10 // 3, deadline=None)  # ci: 200, dev: 66
 MODES = ("nearest_even", "toward_zero", "up", "down")
 
 

@@ -355,6 +355,7 @@ def test_outputs_are_byte_identical(training_run):
     assert b"<dc:date>" not in first["error.svg"]
 
 
+@pytest.mark.slow  # a second process; test_outputs_are_byte_identical checks reruns in-process
 def test_outputs_identical_across_processes(training_run, tmp_path):
     """Another interpreter, hash seed, working directory, run directory and MPLBACKEND."""
     _, here = training_run

@@ -180,6 +180,7 @@ def test_report_is_byte_identical_on_rerun(synth, tmp_path):
     ]  # no temp file left
 
 
+@pytest.mark.slow  # a second process; test_report_is_byte_identical_on_rerun checks reruns in-process
 def test_report_ignores_the_callers_matplotlib_settings_and_hash_seed(synth, tmp_path):
     import matplotlib
 

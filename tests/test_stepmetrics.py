@@ -128,7 +128,7 @@ def _state(err: sm.ErrorStats, cmp: sm.CompareStats) -> list[object]:
 
 
 @needs_kernels
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=settings.default.max_examples * 10 // 3, deadline=None)  # ci: 200, dev: 66
 @given(
     st.integers(0, 2**32 - 1),
     st.integers(0, 4000),
@@ -180,7 +180,7 @@ def test_chunked_equals_whole(seed: int, n: int, out: str, cuts: list[int]) -> N
 
 
 @needs_kernels
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=settings.default.max_examples * 10 // 3, deadline=None)  # ci: 200, dev: 66
 @given(
     st.integers(0, 2**32 - 1),
     st.integers(1, 5000),
