@@ -58,6 +58,7 @@ def test_notebooks_exist() -> None:
         "03_collectives.ipynb",
         "04_training_divergence.ipynb",
         "05_remedies.ipynb",
+        "06_price_of_determinism.ipynb",
     ]
 
 
@@ -157,3 +158,16 @@ def test_05_remedies(run) -> None:  # type: ignore[no-untyped-def]
         assert t[name]["correct"] == 1.0, name
         assert t[name]["max_ulp"] <= 0.5
     assert r["fp32_binned_changed"] == 0.0 < r["fp32_plain_changed"]
+
+
+def test_06_price_of_determinism(run) -> None:  # type: ignore[no-untyped-def]
+    _, r = run("06_price_of_determinism.ipynb")
+    ms = r["allreduce_ms"]
+    assert ms["ring"] < ms["rd"] < ms["linear"]
+    assert r["ring_late_ms"] > 50.0 + ms["ring"] / 2
+    s8, s16 = r["ring_speedup_8_16"]
+    assert 7.5 < s8 < 8.0
+    assert 9.5 < s16 < 10.5
+    assert r["rerun_bits"]["sync"] == 0.0
+    assert r["rerun_bits"]["sync:arrival"] > 0.5
+    assert r["step_ms"]["async"] < r["step_ms"]["sync"]
