@@ -3,6 +3,8 @@ import numpy as np
 import pytest
 
 import fpreduce as fr
+from fpreduce import InvalidArgument
+from fpreduce.core.formats import FORMATS, format_name, get_format
 
 SMALL = {
     "fp16": np.float16,
@@ -116,3 +118,50 @@ def test_one_float_dtype_guard_for_every_entry_point():
     ):
         with pytest.raises(fr.InvalidArgument, match="float array"):
             call()
+
+
+@pytest.mark.parametrize(
+    ("given", "name"),
+    [
+        ("bfloat16", "bf16"),
+        ("BF16", "bf16"),
+        ("float16", "fp16"),
+        ("half", "fp16"),
+        ("float32", "fp32"),
+        ("double", "fp64"),
+        ("float8_e4m3fn", "fp8_e4m3"),
+        ("float8_e5m2", "fp8_e5m2"),
+        (np.float16, "fp16"),
+        (np.dtype("float32"), "fp32"),
+        (np.float64, "fp64"),
+    ],
+    ids=lambda v: str(v),
+)
+def test_format_names_as_people_write_them(given: object, name: str) -> None:
+    assert format_name(given) == name
+    assert get_format(given) is FORMATS[name]
+
+
+def test_format_names_of_ml_dtypes_and_torch_dtypes() -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    assert [format_name(t) for t in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)] == [
+        "bf16",
+        "fp8_e4m3",
+        "fp8_e5m2",
+    ]
+    torch = pytest.importorskip("torch")
+    assert [format_name(t) for t in (torch.bfloat16, torch.float16, torch.float32, torch.float64)] == [
+        "bf16",
+        "fp16",
+        "fp32",
+        "fp64",
+    ]
+
+
+def test_unknown_format_names() -> None:
+    with pytest.raises(InvalidArgument, match=r"unknown format 'bfloat61'; did you mean 'bf16'\?"):
+        get_format("bfloat61")
+    with pytest.raises(InvalidArgument, match="floating-point format, got dtype int32"):
+        get_format(np.int32)
+    with pytest.raises(InvalidArgument, match="unknown format"):
+        get_format(None)

@@ -11,6 +11,7 @@ every pattern, NaN patterns to ``nan``.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,7 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 from fpreduce.base.dtypes import is_float_dtype
 from fpreduce.base.errors import InvalidArgument, unknown_name
 
-__all__ = ["FORMATS", "Format", "from_bits", "get_format", "to_bits", "ulp"]
+__all__ = ["ALIASES", "FORMATS", "Format", "format_name", "from_bits", "get_format", "to_bits", "ulp"]
 
 Overflow = Literal["inf", "nan"]
 
@@ -122,21 +123,84 @@ FORMATS: dict[str, Format] = {
 }
 
 
-def get_format(fmt: str | Format) -> Format:
-    """Look up a format by name.
+#: other spellings of the format names: numpy's, ml_dtypes', torch's and the common words
+ALIASES: dict[str, str] = {
+    "float64": "fp64",
+    "double": "fp64",
+    "f8": "fp64",
+    "float32": "fp32",
+    "float": "fp32",
+    "single": "fp32",
+    "f4": "fp32",
+    "tensorfloat32": "tf32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "f2": "fp16",
+    "float8_e4m3fn": "fp8_e4m3",
+    "float8_e4m3": "fp8_e4m3",
+    "e4m3": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2",
+    "e5m2": "fp8_e5m2",
+}
+
+
+def format_name(fmt: object) -> str:
+    """The canonical name (a key of :data:`FORMATS`) of a format given as people write it.
+
+    Accepts the names (``bf16``), their aliases (``bfloat16``, ``float16``, ``half``,
+    ``float8_e4m3fn``, ...; any case), a :class:`Format`, and dtypes: numpy's
+    (``np.float16``, ``np.dtype("float32")``), ml_dtypes' (``ml_dtypes.bfloat16``) and
+    torch's (``torch.bfloat16``), without importing either library.
+
+    >>> format_name("bfloat16"), format_name(np.float16), format_name("FP32")
+    ('bf16', 'fp16', 'fp32')
+
+    Raises:
+        InvalidArgument: unknown name or dtype, with a close-match hint.
+    """
+    if isinstance(fmt, Format):
+        return fmt.name
+    if fmt is None:  # np.dtype(None) would say float64
+        raise InvalidArgument(f"unknown format None (choices: {', '.join(FORMATS)})")
+    text = fmt if isinstance(fmt, str) else None
+    if text is None:
+        mod = type(fmt).__module__.split(".")[0]
+        if mod == "torch":  # torch.bfloat16 prints as "torch.bfloat16"
+            text = str(fmt).removeprefix("torch.")
+        else:
+            try:
+                dt = np.dtype(fmt)  # type: ignore[call-overload]
+            except TypeError:
+                text = str(fmt)
+            else:
+                if dt.kind in "iub":
+                    raise InvalidArgument(f"expected a floating-point format, got dtype {dt.name}")
+                text = dt.name
+    key = text.strip().lower()
+    if key in FORMATS:
+        return key
+    if key in ALIASES:
+        return ALIASES[key]
+    close = difflib.get_close_matches(key, [*FORMATS, *ALIASES], n=1)
+    hint = {key: ALIASES[close[0]] if close[0] in ALIASES else close[0]} if close else None
+    raise unknown_name("format", text, FORMATS, aliases=hint)
+
+
+def get_format(fmt: object) -> Format:
+    """Look up a format by name, alias or dtype (see :func:`format_name`).
 
     >>> get_format("bf16").precision
     8
+    >>> get_format("bfloat16") is get_format("bf16")
+    True
 
     Raises:
         InvalidArgument: unknown name, with a close-match hint.
     """
     if isinstance(fmt, Format):
         return fmt
-    try:
-        return FORMATS[fmt]
-    except (KeyError, TypeError):
-        raise unknown_name("format", fmt, FORMATS) from None
+    return FORMATS[format_name(fmt)]
 
 
 def _as_float64(x: ArrayLike) -> NDArray[np.float64]:
