@@ -72,16 +72,38 @@ def rel_error(y: ArrayLike, ex: ExactSum) -> NDArray[np.float64]:
 
 
 def ulp_error(y: ArrayLike, ex: ExactSum, fmt: str | Format) -> NDArray[np.float64]:
-    """Error in units of the last place of the exact sum in ``fmt``.
+    """Error ``|y - s|`` in ulps of ``fmt`` at ``max(|s|, |y|)``, defined for every element.
 
-    ``|y - s| / ulp(s, fmt)`` with ``s`` the exact sum rounded to float64. A zero
-    sum uses the smallest subnormal of ``fmt`` as its ulp. A non-finite sum or
-    ``y`` gives NaN or Inf (ulp of ±Inf/NaN is NaN).
+    The ulp is the quantum of the binade of the larger magnitude in ``fmt`` (the
+    subnormal quantum below ``2**emin``): a power of two, so the division is exact and
+    ``|y - s|`` is the exact error rounded once to float64. Measuring at the larger of
+    the two keeps the value meaningful where the exact sum cancels to (near) zero: a
+    finite ``y`` against a finite ``s`` is never more than ``2**(p + 1)`` ulps away
+    (``|y - s| <= 2 max(|s|, |y|) < 2 * 2**p * ulp``), while a correctly rounded ``y``
+    stays within 0.5 ulp. ``s`` is the exact sum rounded once to float64 where a
+    magnitude is needed (its binade differs from the exact one only within 2**-53 of a
+    power of two).
+
+    Special values: 0 where ``y`` and ``s`` are both zero (either sign); NaN where
+    ``y`` or ``s`` is NaN; where ``y`` or ``s`` is infinite, 0 if both are the same
+    infinity and ``inf`` otherwise.
+
+    >>> import numpy as np
+    >>> from fpreduce.core.exact import exact_sum
+    >>> float(ulp_error(np.array([2.0**-8]), exact_sum(np.array([[1.0], [-1.0]])), "bf16")[0])
+    128.0
     """
+    f = get_format(fmt)
+    s = np.asarray(ex.to_float64(), dtype=np.float64)
+    yy = np.broadcast_to(np.asarray(y, dtype=np.float64), s.shape)
     err = abs_error(y, ex)
-    u = ulp(ex.to_float64(), fmt)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return err / u
+    with np.errstate(invalid="ignore", over="ignore"):
+        big = np.maximum(np.abs(s), np.abs(yy))
+        q = quantum_bits(np.where(np.isfinite(big), big, 0.0), f).view(np.float64)
+        out = err / q
+    fin = np.isfinite(s) & np.isfinite(yy)
+    nan = np.isnan(s) | np.isnan(yy)
+    return np.where(fin, out, np.where(nan, np.nan, np.where(s == yy, 0.0, np.inf)))
 
 
 def correct_bits(y: ArrayLike, ex: ExactSum) -> NDArray[np.float64]:
