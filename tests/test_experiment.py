@@ -256,9 +256,7 @@ def test_runner_chunks_give_the_bits_of_whole_vector_reductions(tmp_path):
         assert m["A"]["err_mean_rel"][step] == pytest.approx(rel.mean(), rel=1e-12)
         assert m["A"]["err_median_rel"][step] == pytest.approx(np.median(rel), rel=1e-6)
         assert m["A"]["frac_correct"][step] == np.mean(ys["A"] == ex.round("bf16"))
-        assert m["A"]["err_norm"][step] == pytest.approx(
-            np.linalg.norm((y - s) - ex.lo) / np.linalg.norm(s), rel=1e-12
-        )
+        assert m["A"]["err_norm"][step] == pytest.approx(np.linalg.norm((y - s) - ex.lo) / np.linalg.norm(s), rel=1e-12)
         assert m["A"]["err_backward"][step] == pytest.approx(
             np.max(np.abs((y - s) - ex.lo) / np.abs(Xin.astype(np.float64)).sum(axis=0)), rel=1e-12
         )
@@ -335,7 +333,9 @@ def test_ulp_histogram_bins_every_distance_once(ds):
 
 # --- compare_to: like with like -------------------------------------------------------------------
 
-TWINS = BASE + """[[arms]]
+TWINS = (
+    BASE
+    + """[[arms]]
 name = "A32"
 order = "fixed:pairwise"
 input = "bf16"
@@ -351,6 +351,7 @@ order = "arrival"
 input = "fp32"
 accumulate = "fp32"
 """
+)
 
 
 def test_compare_to_defaults_to_the_fixed_order_twin():
@@ -388,7 +389,9 @@ def test_divergence_is_measured_against_compare_to(tmp_path):
         y, twin = got[(step, "B32")], got[(step, "A32")]
         assert m["B32"]["diff_frac"][step] == np.mean(y.view(np.uint32) != twin.view(np.uint32))
         assert m["B32"]["ulp_max"][step] == np.max(ulp_gap(y, twin, "fp32"))
-        assert m["T"]["diff_frac"][step] == np.mean(got[(step, "T")].view(np.uint32) != got[(step, "A")].view(np.uint32))
+        assert m["T"]["diff_frac"][step] == np.mean(
+            got[(step, "T")].view(np.uint32) != got[(step, "A")].view(np.uint32)
+        )
         assert m["F"]["ulp_max"][step] == np.max(ulp_gap(got[(step, "F")], got[(step, "A")], "fp32"))
     assert np.all(m["A32"]["diff_frac"] == 0)  # its own twin
 
@@ -401,7 +404,8 @@ def test_rerun_columns_and_reproducible_survive_resume(tmp_path):
     m = full.metrics
     for name in ("A", "A32", "T"):
         assert cfg.arms[[a.name for a in cfg.arms].index(name)].policy.kind == "fixed"
-        assert np.all(m[name]["rerun_diff_frac"] == 0) and np.all(m[name]["rerun_ulp_max"] == 0)
+        assert np.all(m[name]["rerun_diff_frac"] == 0)
+        assert np.all(m[name]["rerun_ulp_max"] == 0)
     assert np.all(m["B"]["rerun_diff_frac"] > 0.05)
     assert np.all(m["B"]["rerun_ulp_max"] >= 1)
     want = {a["name"]: a["reproducible"] for a in full.summary["arms"]}

@@ -82,7 +82,9 @@ def _data(seed: int, n: int, out: str, ref: str, p_special: float) -> dict[str, 
     yref = np.where(rng.random(n) < 0.5, round_to(y.astype(np.float64), ref), alt)
     # sum |x|: at least |s| (often far more: cancellation), sometimes 0, inf or NaN
     with np.errstate(over="ignore", invalid="ignore"):
-        absum = np.abs(hi) * rng.choice([1.0, 1.0, 3.0, 1e6, 0.0, np.inf, np.nan], n, p=[0.3, 0.2, 0.2, 0.2, 0.05, 0.03, 0.02])
+        absum = np.abs(hi) * rng.choice(
+            [1.0, 1.0, 3.0, 1e6, 0.0, np.inf, np.nan], n, p=[0.3, 0.2, 0.2, 0.2, 0.05, 0.03, 0.02]
+        )
     return {
         "hi": hi,
         "lo": lo,

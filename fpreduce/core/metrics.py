@@ -15,7 +15,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.exact import ExactSum, exact_sum
-from fpreduce.core.formats import Format, get_format, to_bits, ulp
+from fpreduce.core.formats import Format, get_format, to_bits
 from fpreduce.core.rounding import quantum_bits
 from fpreduce.plans import PerElementPlan, Plan, SegmentedPlan
 

@@ -207,7 +207,9 @@ class Config:
         for a in self.arms:
             if a.compare_to and a.compare_to not in names:
                 raise unknown_name(f"arms.{a.name}.compare_to arm", a.compare_to, tuple(names))
-        resolved = tuple(a if a.compare_to else replace(a, compare_to=default_compare_to(self.arms, a)) for a in self.arms)
+        resolved = tuple(
+            a if a.compare_to else replace(a, compare_to=default_compare_to(self.arms, a)) for a in self.arms
+        )
         object.__setattr__(self, "arms", resolved)  # every arm names its comparison (written to config.toml)
         n = self.experiment.workers
         for a in self.arms:

@@ -30,12 +30,12 @@ from fpreduce.core.exact import exact_sum_counting_zeros
 from fpreduce.core.formats import get_format
 from fpreduce.core.rounding import round_to
 from fpreduce.run import rundir
+from fpreduce.run._summary import arm_summary
+from fpreduce.run._summary import wider as _wider
 from fpreduce.run.config import ArmSpec, Config, load_config, to_toml
 from fpreduce.run.policies import plan_for
 from fpreduce.run.rundir import Results, columns, load_run
 from fpreduce.run.sources import Source, open_source
-from fpreduce.run._summary import arm_summary
-from fpreduce.run._summary import wider as _wider
 from fpreduce.run.stepmetrics import ULP_EDGES, CompareStats, ErrorStats
 
 __all__ = ["run_experiment"]
@@ -451,8 +451,7 @@ def _write_summary(
         "metrics_time_s": round(times[1]["metrics"], 3),
         "versions": {"fpreduce": __version__, "numpy": np.__version__, "python": platform.python_version()},
         "arms": [
-            arm_summary(a.spec, cfg, cols.get(a.spec.name, {}), a.hist, (a.first_div, a.first_param_div))
-            for a in arms
+            arm_summary(a.spec, cfg, cols.get(a.spec.name, {}), a.hist, (a.first_div, a.first_param_div)) for a in arms
         ],
     }
     if extra is not None:
