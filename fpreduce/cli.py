@@ -43,24 +43,9 @@ def _artifacts(run_dir: Path) -> list[Path]:
 
 
 def _summary_table(results: Results) -> str:
-    s = results.summary
-    head = (
-        f"{'arm':<12} {'order':<20} {'formats':<16} {'bits differ':>11} {'max ulp':>8} "
-        f"{'mean rel err':>13} {'repro':>6}"
-    )
-    lines = [head, "-" * len(head)]
-    for a in s["arms"]:
-        fmts = f"{a['input']}->{a['accumulate']}" + (f"->{a['output']}" if a["output"] != a["accumulate"] else "")
-        if a["algorithm"] != "plain":
-            fmts += f" {a['algorithm']}"
-        diff = "ref" if a["name"] == s["reference"] else f"{100 * (a['mean_diff_frac'] or 0):.1f}%"
-        mx = "" if a["name"] == s["reference"] else f"{a['max_ulp'] or 0:.0f}"
-        err = a["mean_err_rel"]
-        lines.append(
-            f"{a['name']:<12} {a['order']:<20} {fmts:<16} {diff:>11} {mx:>8} "
-            f"{'n/a' if err is None else f'{err:.2e}':>13} {str(a['reproducible']):>6}"
-        )
-    return "\n".join(lines)
+    from fpreduce.report.tables import summary_table
+
+    return summary_table(results)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

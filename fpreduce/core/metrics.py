@@ -22,6 +22,7 @@ from fpreduce.plans import PerElementPlan, Plan, SegmentedPlan
 __all__ = [
     "abs_error",
     "apriori_bound",
+    "backward_bounds",
     "bits_equal",
     "condition_number",
     "correct_bits",
@@ -363,3 +364,48 @@ def probabilistic_bound(
     fail = min(1.0, 2.0 * k * float(np.exp(-(lam**2) * (1 - u) ** 2 / 2)))
     with np.errstate(invalid="ignore"):
         return gt * np.sum(a, axis=0), fail
+
+
+def backward_bounds(depth: int, fmt: str | Format, *, lam: float = 5.0) -> dict[str, float | None]:
+    """Bounds on the backward error ``max_j |y_j - s_j| / sum_i |x_ij|`` of a plain sum to nearest.
+
+    With ``d`` the largest number of additions on a leaf's path (``n - 1`` for a chain,
+    ``ceil(log2 n)`` for a balanced tree) and ``u`` the unit roundoff of ``fmt``:
+
+    * ``deterministic``: Higham's ``gamma_d = d u / (1 - d u)`` (Accuracy and Stability,
+      Lemma 3.1), a worst case that always holds; None where ``d u >= 1`` (the bound
+      says nothing: "not informative").
+    * ``probabilistic``: ``lam * sqrt(d) * u`` to first order (Higham & Mary 2019,
+      Theorem 4.2; exactly ``exp(lam sqrt(d) u + d u^2 / (1 - u)) - 1``), which holds
+      with probability at least ``probability`` = ``1 - 2 d exp(-lam^2 (1 - u)^2 / 2)``
+      when the rounding errors are independent and mean zero; None where that
+      probability is not positive or the bound is not below 1.
+
+    ``d = 0`` (one term) gives 0 for both (nothing is rounded).
+
+    >>> b = backward_bounds(15, "bf16")
+    >>> round(b["deterministic"], 4), round(b["probabilistic"], 4), round(b["probability"], 5)
+    (0.0622, 0.0788, 0.99988)
+    >>> backward_bounds(10**5, "fp16")["deterministic"] is None
+    True
+    """
+    if depth < 0:
+        raise InvalidArgument(f"depth must be >= 0, got {depth}")
+    if not lam > 0:
+        raise InvalidArgument(f"lam must be > 0, got {lam}")
+    u = get_format(fmt).unit_roundoff
+    if depth == 0:
+        return {"depth": 0, "u": u, "deterministic": 0.0, "probabilistic": 0.0, "probability": 1.0, "lam": lam}
+    du = depth * u
+    det = du / (1 - du) if du < 1 else None
+    prob = 1.0 - 2.0 * depth * float(np.exp(-(lam**2) * (1 - u) ** 2 / 2))
+    pb = float(np.expm1(lam * np.sqrt(depth) * u + depth * u * u / (1 - u)))
+    ok = prob > 0 and pb < 1
+    return {
+        "depth": depth,
+        "u": u,
+        "deterministic": det,
+        "probabilistic": pb if ok else None,
+        "probability": prob if ok else None,
+        "lam": lam,
+    }

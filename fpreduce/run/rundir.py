@@ -106,6 +106,7 @@ SWEEP_COLUMNS = (
     "input",
     "accumulate",
     "arm",
+    "compare_to",
     "mean_err_norm",
     "mean_err_rel",
     "max_err_rel",
@@ -113,9 +114,9 @@ SWEEP_COLUMNS = (
     "max_ulp",
     "mean_rerun_diff_frac",
 )
-_SWEEP_MEASURES = SWEEP_COLUMNS[SWEEP_COLUMNS.index("arm") + 1 :]
+_SWEEP_MEASURES = SWEEP_COLUMNS[SWEEP_COLUMNS.index("compare_to") + 1 :]
 #: columns older sweep.csv files lack (no data dimension; before normwise errors and re-runs): NaN when read
-_SWEEP_OPTIONAL = ("dist", "mean_err_norm", "mean_rerun_diff_frac")
+_SWEEP_OPTIONAL = ("dist", "compare_to", "mean_err_norm", "mean_rerun_diff_frac")
 #: the columns of real.csv (``--backend mpi``), one row per step and arm
 REAL_COLUMNS = ("step", "arm", "real_agree", "ranks_agree")
 
@@ -356,7 +357,7 @@ def _number(v: str) -> float:
 def read_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
     """Rows of ``SWEEP/sweep.csv``, keys in the file's column order: ``workers`` int, the
     measures float (NaN for an empty field or a measure older files lack), the rest strings
-    (``dist`` only if the file has it).
+    (``dist`` and ``compare_to`` only if the file has them).
 
     A truncated last row is ignored.
 

@@ -113,6 +113,7 @@ def _one(args: tuple[Config, str]) -> list[dict[str, Any]]:
                 "input": a["input"],
                 "accumulate": a["accumulate"],
                 "arm": a["name"],
+                "compare_to": a["compare_to"],
                 "mean_err_norm": a["mean_err_norm"],
                 "mean_err_rel": a["mean_err_rel"],
                 "max_err_rel": a["max_err_rel"],
