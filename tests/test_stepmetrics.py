@@ -393,3 +393,25 @@ def test_error_ulps_are_metrics_ulp_error(fmt: str) -> None:
     want = float(np.max(ulp_error(y, ex, fmt)))
     assert 0 < want < 2.0 ** (get_format(fmt).precision + 1)
     assert _both(run) == [want] * len(_both(run))
+
+
+def test_runner_errors_equal_the_metrics_functions() -> None:
+    """err_norm, err_backward of a step are core.metrics.norm_error / backward_error of the whole vector."""
+    import fpreduce as fr
+    from fpreduce.core.metrics import backward_error, norm_error
+
+    rng = np.random.default_rng(5)
+    X = round_to(rng.standard_normal((12, 3000)), "bf16").astype(np.float64)
+    ex = fr.exact_sum(X)
+    y = fr.reduce(X, "sequential", input="bf16", accumulate="bf16")
+    hi, lo = np.asarray(ex.hi, dtype=np.float64), np.asarray(ex.lo, dtype=np.float64)
+    for row in _both(lambda: _one_row(y, hi, lo, ex.round("bf16"), np.abs(X).sum(axis=0))):
+        assert row["err_norm"] == pytest.approx(norm_error(y, ex), rel=1e-12)
+        assert row["err_backward"] == backward_error(y, ex, X)
+
+
+def _one_row(y, hi, lo, cr, absum):  # type: ignore[no-untyped-def]
+    e = sm.ErrorStats()
+    for s in (slice(0, 1000), slice(1000, 3000)):
+        e.add(y[s], hi[s], lo[s], cr[s], get_format("bf16"), absum[s])
+    return e.row()

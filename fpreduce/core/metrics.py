@@ -23,12 +23,14 @@ __all__ = [
     "abs_error",
     "apriori_bound",
     "backward_bounds",
+    "backward_error",
     "bits_equal",
     "condition_number",
     "correct_bits",
     "correctly_rounded",
     "divergence",
     "gamma",
+    "norm_error",
     "probabilistic_bound",
     "rel_error",
     "ulp_error",
@@ -105,6 +107,54 @@ def ulp_error(y: ArrayLike, ex: ExactSum, fmt: str | Format) -> NDArray[np.float
     fin = np.isfinite(s) & np.isfinite(yy)
     nan = np.isnan(s) | np.isnan(yy)
     return np.where(fin, out, np.where(nan, np.nan, np.where(s == yy, 0.0, np.inf)))
+
+
+def norm_error(y: ArrayLike, ex: ExactSum) -> float:
+    """Normwise relative error ``||y - s||_2 / ||s||_2`` over the elements where ``y`` and ``s`` are finite.
+
+    The errors are exact differences rounded once to float64; the norms are float64.
+    0 when every such ``y`` equals its ``s``; ``inf`` when ``s`` is zero there but ``y``
+    is not; NaN when no element has a finite ``y`` and ``s``. The headline error of
+    a run (metrics.csv's ``err_norm``, which the runner accumulates chunk by chunk).
+
+    >>> import numpy as np
+    >>> from fpreduce.core.exact import exact_sum
+    >>> norm_error(np.array([3.0, 4.5]), exact_sum(np.array([[3.0, 4.0], [0.0, 0.0]])))  # 0.5 / 5
+    0.1
+    """
+    s = np.asarray(ex.to_float64(), dtype=np.float64).ravel()
+    yy = np.broadcast_to(np.asarray(y, dtype=np.float64), ex.to_float64().shape).ravel()
+    ok = np.isfinite(s) & np.isfinite(yy)
+    if not ok.any():
+        return float("nan")
+    e = np.abs(np.asarray(ex.error_of(y), dtype=np.float64)).ravel()[ok]
+    num, den = float(np.sqrt(np.sum(e * e))), float(np.sqrt(np.sum(s[ok] * s[ok])))
+    return (0.0 if num == 0 else float("inf")) if den == 0 else num / den
+
+
+def backward_error(y: ArrayLike, ex: ExactSum, X: ArrayLike) -> float:
+    """Backward error ``max_j |y_j - s_j| / sum_i |x_ij|`` over the elements where ``y`` and ``s`` are finite.
+
+    ``X`` holds the terms (as the reduction saw them), reduced along axis 0. A column of
+    zeros counts 0 when its ``y`` is 0 and ``inf`` otherwise; NaN when no element
+    qualifies. Compare it with :func:`backward_bounds` (metrics.csv's ``err_backward``).
+
+    >>> import numpy as np
+    >>> from fpreduce.core.exact import exact_sum
+    >>> X = np.array([[1.0, 3.0], [-1.0, 1.0]])
+    >>> backward_error(np.array([0.5, 4.0]), exact_sum(X), X)
+    0.25
+    """
+    s = np.asarray(ex.to_float64(), dtype=np.float64).ravel()
+    yy = np.broadcast_to(np.asarray(y, dtype=np.float64), ex.to_float64().shape).ravel()
+    ok = np.isfinite(s) & np.isfinite(yy)
+    if not ok.any():
+        return float("nan")
+    a = np.abs(np.asarray(X, dtype=np.float64)).sum(axis=0).ravel()[ok]
+    e = np.abs(np.asarray(ex.error_of(y), dtype=np.float64)).ravel()[ok]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b = np.where(a != 0, e / a, np.where(e == 0, 0.0, np.inf))
+    return float(b.max())
 
 
 def correct_bits(y: ArrayLike, ex: ExactSum) -> NDArray[np.float64]:

@@ -82,7 +82,8 @@ def legend(fig: Figure, entries: Sequence[tuple[Any, str]]) -> None:
     if entries:
         longest = max(len(label) for _, label in entries)
         ncols = min(len(entries), 1 if longest > 60 else 2 if longest > 30 else 3)
-        fig.legend(*zip(*entries, strict=True), loc="outside lower center", ncols=ncols)
+        labels = [textwrap.fill(label, 110, subsequent_indent="    ") for _, label in entries]  # never wider than the figure
+        fig.legend([h for h, _ in entries], labels, loc="outside lower center", ncols=ncols)
 
 
 def note(ax: Axes, text: str, *, corner: bool = False) -> None:

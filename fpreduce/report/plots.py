@@ -345,7 +345,7 @@ def _fig_training(run: _Run) -> Figure:
     else:
         note(a2, "every arm is compared with itself")
     a2.set(
-        title=r"parameter distance to the compare_to arm (B vs A): $\|\theta_B - \theta_A\|_2\,/\,\|\theta_A\|_2$",
+        title=r"distance to compare_to (B vs A): $\|\theta_B - \theta_A\| \,/\, \|\theta_A\|$",
         ylabel="relative parameter distance",
     )
     suffix, marked, xmax = {}, 0, max(int(m["step"][-1]) for m in run.metrics.values())

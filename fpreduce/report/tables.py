@@ -16,7 +16,10 @@ __all__ = ["summary_table"]
 
 
 def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{100 * v:.1f}%"
+    """A fraction as a percentage; a small nonzero one as ``<0.1%``, never as a misleading ``0.0%``."""
+    if v is None:
+        return "n/a"
+    return "<0.1%" if 0 < v < 0.0005 else f"{100 * v:.1f}%"
 
 
 def _vs(arm: dict[str, Any], arms: dict[str, dict[str, Any]], reference: str) -> str:
