@@ -61,10 +61,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"fpreduce: warning: {w}", file=sys.stderr)
     runner, root = run_experiment, True
     if args.backend == "mpi":  # one rank of `mpirun -np N python -m fpreduce.cli run ... --backend mpi`
-        from fpreduce.backends.mpi_run import MpiRunner
+        from fpreduce.backends.mpi_run import MpiRunner, describe, require_real
 
         mr = MpiRunner(cfg, algorithm=args.mpi_algorithm)
         runner, root = mr.run, mr.root  # type: ignore[assignment]
+        modes = list(mr.modes.values())
+        if root:  # say, per arm, whether the real library runs it
+            for line in describe(modes, mr.algorithm):
+                print(f"fpreduce: --backend mpi: {line}", file=sys.stderr)
+        require_real(modes, allow_emulated=args.allow_emulated)  # on every rank alike
     e = cfg.experiment
     out = Path(args.out) if args.out else Path("runs") / e.name
     if root:
@@ -255,6 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="emulate",
         help="mpi: run under `mpirun -np N` (N = experiment.workers); real MPI_Allreduce for the arms "
         "Open MPI can do, RUN/real.csv compares its bits (docs/verification.md)",
+    )
+    r.add_argument(
+        "--allow-emulated",
+        action="store_true",
+        help="with --backend mpi: run even when no arm can run on the real library (else an error)",
     )
     r.add_argument(
         "--mpi-algorithm",

@@ -10,9 +10,9 @@ the tests read back. Needs nbformat, nbclient and ipykernel (skipped without the
 from __future__ import annotations
 
 import ast
-import re
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 

@@ -82,7 +82,7 @@ def legend(fig: Figure, entries: Sequence[tuple[Any, str]]) -> None:
     if entries:
         longest = max(len(label) for _, label in entries)
         ncols = min(len(entries), 1 if longest > 60 else 2 if longest > 30 else 3)
-        labels = [textwrap.fill(label, 110, subsequent_indent="    ") for _, label in entries]  # never wider than the figure
+        labels = [textwrap.fill(label, 110, subsequent_indent="    ") for _, label in entries]  # within the figure
         fig.legend([h for h, _ in entries], labels, loc="outside lower center", ncols=ncols)
 
 
