@@ -173,7 +173,7 @@ def _cmd_sum(args: argparse.Namespace) -> int:
     from fpreduce.analysis.outcomes import order_outcomes
     from fpreduce.core.engine import reduce
     from fpreduce.core.exact import exact_sum
-    from fpreduce.core.metrics import apriori_bound, ulp_error
+    from fpreduce.core.metrics import apriori_bound, backward_bounds, ulp_error
     from fpreduce.core.rounding import round_to
 
     x = _load_values(args.values)
@@ -211,10 +211,11 @@ def _cmd_sum(args: argparse.Namespace) -> int:
         )
         ue = ulp_error(y, ex, out_fmt)
         bound = apriori_bound(Xi, p, args.accumulate)
+        informative = backward_bounds(int(np.max(p.depths())), args.accumulate)["deterministic"] is not None
         if d == 1:
             print(
                 f"{name:>14}: {float(y[0])!r:<24} {float(y[0]).hex():<24} error {float(ue[0]):6.2f} ulp   "
-                f"bound {float(bound[0]):.3g}"
+                + (f"bound {float(bound[0]):.3g}" if informative else "bound not informative (d u >= 1)")
             )
         else:
             cr = np.mean(y.astype(np.float64) == ex.round(out_fmt).astype(np.float64))
