@@ -49,6 +49,11 @@ def median(run: Results, arm: str, col: str) -> float:
     return float(np.median(v)) if v.size else math.nan
 
 
+def mean(run: Results, arm: str, col: str) -> float:
+    v = fin(run.column(arm, col))
+    return float(np.mean(v)) if v.size else math.nan
+
+
 def arm_of(run: Results, name: str) -> dict[str, Any]:
     return next(a for a in run.arms if a["name"] == name)
 
@@ -145,9 +150,9 @@ def _reproducibility(run: Results) -> list[str]:
             u = fin(run.column(name, "rerun_ulp_max"))
             most = num(float(u.max()) if u.size else math.nan)
             out.append(
-                f"{name} ({a.get('order')}): a relaunch with an independently seeded order changed the bits of "
-                f"a median {pct(float(np.median(v)))} of elements per step (worst {pct(float(v[w]))} at step "
-                f"{step}; {int(np.sum(v > 0))} of {v.size} steps), by up to {most}"
+                f"{name} ({a.get('order')}): a relaunch with an independently seeded order changed bits at "
+                f"{int(np.sum(v > 0))} of {v.size} steps, a mean {pct(float(np.mean(v)))} of elements per step "
+                f"(median {pct(float(np.median(v)))}, worst {pct(float(v[w]))} at step {step}), by up to {most}"
                 f" ulps of {out_format(a)}: not reproducible run to run."
             )
     steps = max((fin(run.column(a["name"], "rerun_diff_frac")).size for a in run.arms), default=0)
@@ -188,9 +193,9 @@ def _divergence(run: Results) -> list[str]:
             else ""
         )
         out.append(
-            f"{label}: a median {pct(float(np.median(d)))} of elements differed per step, worst "
-            f"{pct(float(d[w]))} at step {step}; {int(np.sum(d > 0))} of {d.size} steps differed, the first at "
-            f"step {int(st[np.argmax(d > 0)])}{ulps}."
+            f"{label}: bits differed at {int(np.sum(d > 0))} of {d.size} steps, the first at step "
+            f"{int(st[np.argmax(d > 0)])}: a mean {pct(float(np.mean(d)))} of elements per step (median "
+            f"{pct(float(np.median(d)))}, worst {pct(float(d[w]))} at step {step}){ulps}."
         )
     return out
 
@@ -337,17 +342,17 @@ def _pair(run: Results, a: dict[str, Any], b: dict[str, Any], key: str) -> str:
     pa, pb = partner(run, a), partner(run, b)
     if key != "order":
         if is_twin(a, pa) and is_twin(b, pb):
-            da, db = median(run, a["name"], "diff_frac"), median(run, b["name"], "diff_frac")
+            da, db = mean(run, a["name"], "diff_frac"), mean(run, b["name"], "diff_frac")
             text += (
-                f"; median fraction of elements differing from the fixed-order twin {pct(da)} ({a['name']} vs "
+                f"; mean fraction of elements differing from the fixed-order twin {pct(da)} ({a['name']} vs "
                 f"{pa['name']}) -> {pct(db)} ({b['name']} vs {pb['name']}), {_compare(da, db)}"
             )
         elif not (is_fixed(a) and is_fixed(b)):
             lacking = [x["name"] for x, p in ((a, pa), (b, pb)) if not is_twin(x, p)]
             text += f"; divergence not compared: {', '.join(lacking)} not compared with a fixed-order twin"
         if not (is_fixed(a) or is_fixed(b)):
-            ra, rb = median(run, a["name"], "rerun_diff_frac"), median(run, b["name"], "rerun_diff_frac")
-            text += f"; median fraction changed by a relaunch {pct(ra)} -> {pct(rb)}, {_compare(ra, rb)}"
+            ra, rb = mean(run, a["name"], "rerun_diff_frac"), mean(run, b["name"], "rerun_diff_frac")
+            text += f"; mean fraction changed by a relaunch {pct(ra)} -> {pct(rb)}, {_compare(ra, rb)}"
     return text + "."
 
 
