@@ -36,8 +36,18 @@ def num(v: float) -> str:
 
 
 def pct(v: float) -> str:
-    """A fraction as a percentage with three significant digits."""
-    return "n/a" if v is None or math.isnan(v) else f"{100 * v:.3g}%"
+    """A fraction as a percentage with three significant digits; never "100%" for less than all.
+
+    >>> pct(0.6284), pct(1.0), pct(0.99996), pct(0.0)
+    ('62.8%', '100%', '99.996%', '0%')
+    """
+    if v is None or math.isnan(v):
+        return "n/a"
+    for digits in (3, 4, 5, 6):
+        text = f"{100 * v:.{digits}g}"
+        if v == 1 or text != "100":
+            return f"{text}%"
+    return ">99.9999%"
 
 
 def fin(a: NDArray[np.float64]) -> NDArray[np.float64]:

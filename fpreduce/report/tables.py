@@ -16,9 +16,11 @@ __all__ = ["summary_table"]
 
 
 def _pct(v: float | None) -> str:
-    """A fraction as a percentage; a small nonzero one as ``<0.1%``, never as a misleading ``0.0%``."""
+    """A fraction as a percentage; ``<0.1%`` / ``>99.9%`` rather than a misleading ``0.0%`` / ``100.0%``."""
     if v is None:
         return "n/a"
+    if 0.9995 <= v < 1:
+        return ">99.9%"
     return "<0.1%" if 0 < v < 0.0005 else f"{100 * v:.1f}%"
 
 
