@@ -219,3 +219,35 @@ def test_mpi_adapt_reduce_sums_in_arrival_order() -> None:
     r = experiment_b.arrival_order(4, steps=6, elements=128, seed=5)
     assert r.possible > 1  # the orders are distinguishable
     assert r.explained, r.orders
+
+
+# --- PyTorch DDP's gradient averaging ----------------------------------------------------------
+
+DDP_NS = (3, 5)
+
+
+@functools.cache
+def _ddp_cell(n: int) -> tuple[tuple[str, object, list[object]], ...]:
+    cases = [(dt, make_inputs(n, m, dt, 13)) for dt in GLOO_DTYPES for m in (7, 1000)]
+    res = gloo.run_allreduce([X for _, X in cases], [dt for dt, _ in cases], timeout=120, ddp=True)
+    return tuple((dt, X, outs) for (dt, X), outs in zip(cases, res, strict=True))
+
+
+@pytest.mark.parametrize("n", DDP_NS, ids=[f"N{n}" for n in DDP_NS])
+def test_average_ddp_is_what_real_ddp_gives(n: int) -> None:
+    """Real DistributedDataParallel (no comm hook) on gloo: its averaged gradients are, bit for bit,
+    ``average="ddp"`` summed along gloo's ring; ``predivide`` (x / N, one rounding) is not, for fp32."""
+    _require("gloo")
+    from fpreduce.backends._common import differing
+
+    seen = set()
+    for dt, X, outs in _ddp_cell(n):
+        plan = gloo.expected_plan("ring", n, X.shape[1], dt)[1]
+        want = fr.reduce(X, plan, input=dt, accumulate=dt, average="ddp")
+        for r, out in enumerate(outs):
+            assert differing(out, want) == 0, f"{dt}, M={X.shape[1]}, rank {r}"
+        pre = fr.reduce(X, plan, input=dt, accumulate=dt, average="predivide")
+        if dt == "fp32" and X.shape[1] == 1000:
+            assert differing(outs[0], pre) > 0  # N = 3, 5 are not powers of two: 1/N is rounded
+        seen.add(dt)
+    assert seen == set(GLOO_DTYPES)

@@ -174,7 +174,7 @@ def test_ring_chunks_differ_from_sequential_and_relabel():
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("average", ["none", "after", "premultiply", "predivide"])
+@pytest.mark.parametrize("average", ["none", "after", "premultiply", "predivide", "ddp"])
 @given(
     prob=problems(),
     pair=st.sampled_from(
@@ -197,6 +197,29 @@ def test_accumulate_wide_round_once_beats_narrow_accumulator():
     wide = fr.reduce(X, "sequential", input="bf16", accumulate="fp32", output="bf16")
     assert narrow[0] == 1.0
     assert wide[0] == 1.5
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16", "fp64"])
+def test_ddp_scaling_is_torchs_float32_multiply(fmt):
+    """average="ddp" scales each input as ``grad * (1. / N)`` does in torch: the factor rounded to float32
+    (float64 for fp64), the product in float32 (numpy's float32 multiply: one IEEE rounding), then rounded to
+    the input format. Checked column by column with one nonzero row, so the sum adds nothing (but turns a
+    -0.0 into +0.0: values are compared, not bits)."""
+    rng = np.random.default_rng(7)
+    for n in (3, 5, 6, 7, 12):
+        x = fr.round_to(rng.standard_normal(3000) * 2.0 ** rng.integers(-20, 20, 3000), fmt).astype(np.float64)
+        X = np.zeros((n, x.size))
+        X[1] = x
+        got = fr.reduce(X, "sequential", input=fmt, accumulate=fmt, average="ddp")
+        if fmt == "fp64":
+            want = x * (1.0 / n)
+        else:
+            want = fr.round_to((x.astype(np.float32) * np.float32(1.0 / n)).astype(np.float64), fmt)
+        assert np.array_equal(got.astype(np.float64), np.asarray(want, dtype=np.float64), equal_nan=True), (fmt, n)
+        if fmt == "fp32":  # ddp is NCCL-style premultiply for fp32, and not predivide
+            assert same(got, fr.reduce(X, "sequential", input=fmt, accumulate=fmt, average="premultiply"))
+            pre = fr.reduce(X, "sequential", input=fmt, accumulate=fmt, average="predivide")
+            assert (n & (n - 1) == 0) or not same(got, pre)
 
 
 def test_premultiply_differs_from_sum_then_divide():
@@ -354,7 +377,7 @@ def test_algorithm_and_average_are_parsed_once_with_a_hint():
     from fpreduce.core.options import ALGORITHMS, AVERAGES, get_algorithm, get_average
 
     assert ALGORITHMS == ("plain", "kahan", "neumaier", "binned", "exact")
-    assert AVERAGES == ("none", "after", "premultiply", "predivide")
+    assert AVERAGES == ("none", "after", "premultiply", "predivide", "ddp")
     assert [get_algorithm(a) for a in ALGORITHMS] == list(ALGORITHMS)
     assert [get_average(a) for a in AVERAGES] == list(AVERAGES)
     X = np.ones((3, 2), dtype=np.float32)

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fpreduce as fr
+from fpreduce.core.metrics import ulp_gap
 from fpreduce.run import config as cf
 from fpreduce.run.policies import plan_for
 from fpreduce.run.rundir import load_run
@@ -206,7 +207,6 @@ name = "chunked"
 steps = 2
 workers = 128
 seed = 4
-check_steps = 1
 [source]
 kind = "synthetic"
 elements = 70001
@@ -256,8 +256,17 @@ def test_runner_chunks_give_the_bits_of_whole_vector_reductions(tmp_path):
         assert m["A"]["err_mean_rel"][step] == pytest.approx(rel.mean(), rel=1e-12)
         assert m["A"]["err_median_rel"][step] == pytest.approx(np.median(rel), rel=1e-6)
         assert m["A"]["frac_correct"][step] == np.mean(ys["A"] == ex.round("bf16"))
+        assert m["A"]["err_norm"][step] == pytest.approx(np.linalg.norm((y - s) - ex.lo) / np.linalg.norm(s), rel=1e-12)
+        assert m["A"]["err_backward"][step] == pytest.approx(
+            np.max(np.abs((y - s) - ex.lo) / np.abs(Xin.astype(np.float64)).sum(axis=0)), rel=1e-12
+        )
         assert m["B"]["diff_frac"][step] == np.mean(ys["B"].view(np.uint32) != ys["A"].view(np.uint32))
         assert 0.1 < m["B"]["diff_frac"][step] < 1
+        # another launch of the same job: the re-seeded order policy, over the whole vector
+        y2 = fr.reduce(Xin, plan_for(cfg, cfg.arms[1], step, salt=1), input="bf16", accumulate="bf16")
+        assert m["B"]["rerun_diff_frac"][step] == np.mean(y2.view(np.uint32) != ys["B"].view(np.uint32))
+        assert m["B"]["rerun_ulp_max"][step] == np.max(ulp_gap(y2, ys["B"], "bf16"))
+        assert m["A"]["rerun_diff_frac"][step] == m["A"]["rerun_ulp_max"][step] == 0
     arms = {a["name"]: a for a in res.summary["arms"]}
     assert arms["A"]["reproducible"] is True
     assert arms["B"]["reproducible"] is False
@@ -320,3 +329,105 @@ def test_ulp_histogram_bins_every_distance_once(ds):
     d = np.array(ds, dtype=np.float64)
     want = np.bincount(np.searchsorted(ULP_EDGES, np.ceil(d), side="right") - 1, minlength=len(ULP_EDGES))
     assert np.array_equal(ulp_histogram(d), want)
+
+
+# --- compare_to: like with like -------------------------------------------------------------------
+
+TWINS = (
+    BASE
+    + """[[arms]]
+name = "A32"
+order = "fixed:pairwise"
+input = "bf16"
+accumulate = "fp32"
+[[arms]]
+name = "T"
+order = "fixed:pairwise"
+input = "bf16"
+accumulate = "bf16"
+[[arms]]
+name = "F"
+order = "arrival"
+input = "fp32"
+accumulate = "fp32"
+"""
+)
+
+
+def test_compare_to_defaults_to_the_fixed_order_twin():
+    c = cfg_from(TWINS)
+    got = {a.name: a.compare_to for a in c.arms}
+    # B32 has a fixed twin only further down (A32); T is fixed with A's arithmetic: A is its twin;
+    # F has no fixed twin: the first arm
+    assert got == {"A": "A", "B": "A", "B32": "A32", "A32": "A32", "T": "A", "F": "A"}
+    assert cf.from_dict(tomllib.loads(cf.to_toml(c))) == c  # written out, parsed back the same
+    assert 'compare_to = "A32"' in cf.to_toml(c)
+    explicit = cfg_from(TWINS.replace('name = "F"\n', 'name = "F"\ncompare_to = "B32"\n'))
+    assert explicit.arms[-1].compare_to == "B32"
+
+
+def test_compare_to_an_unknown_arm_is_a_clear_error():
+    with pytest.raises(fr.InvalidArgument, match=r"arms.B.compare_to arm 'AA'; did you mean 'A'"):
+        cfg_from(BASE.replace('name = "B"\n', 'name = "B"\ncompare_to = "AA"\n'))
+
+
+def test_divergence_is_measured_against_compare_to(tmp_path):
+    cfg = cfg_from(TWINS, experiment__steps=2)
+    got = {}
+    res = run_experiment(cfg, tmp_path / "r", on_step=lambda step, arm, y: got.__setitem__((step, arm.name), y))
+    arms = {a["name"]: a for a in res.summary["arms"]}
+    assert {k: (a["compare_to"], a["compared_in"]) for k, a in arms.items()} == {
+        "A": ("A", "bf16"),
+        "B": ("A", "bf16"),
+        "B32": ("A32", "fp32"),
+        "A32": ("A32", "fp32"),
+        "T": ("A", "bf16"),
+        "F": ("A", "fp32"),  # fp32 against bf16: measured in the wider format
+    }
+    m = res.metrics
+    for step in range(2):
+        y, twin = got[(step, "B32")], got[(step, "A32")]
+        assert m["B32"]["diff_frac"][step] == np.mean(y.view(np.uint32) != twin.view(np.uint32))
+        assert m["B32"]["ulp_max"][step] == np.max(ulp_gap(y, twin, "fp32"))
+        assert m["T"]["diff_frac"][step] == np.mean(
+            got[(step, "T")].view(np.uint32) != got[(step, "A")].view(np.uint32)
+        )
+        assert m["F"]["ulp_max"][step] == np.max(ulp_gap(got[(step, "F")], got[(step, "A")], "fp32"))
+    assert np.all(m["A32"]["diff_frac"] == 0)  # its own twin
+
+
+def test_rerun_columns_and_reproducible_survive_resume(tmp_path):
+    """rerun_* is 0 for fixed orders by construction, > 0 for a changing order; `reproducible` derives from
+    it over all steps, so an interrupted run resumed (and a complete run resumed) keeps it."""
+    cfg = cfg_from(TWINS)
+    full = run_experiment(cfg, tmp_path / "full")
+    m = full.metrics
+    for name in ("A", "A32", "T"):
+        assert cfg.arms[[a.name for a in cfg.arms].index(name)].policy.kind == "fixed"
+        assert np.all(m[name]["rerun_diff_frac"] == 0)
+        assert np.all(m[name]["rerun_ulp_max"] == 0)
+    assert np.all(m["B"]["rerun_diff_frac"] > 0.05)
+    assert np.all(m["B"]["rerun_ulp_max"] >= 1)
+    want = {a["name"]: a["reproducible"] for a in full.summary["arms"]}
+    assert want == {"A": True, "B": False, "B32": True, "A32": True, "T": True, "F": False}
+
+    def stop(done, total, eta):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, tmp_path / "part", progress=stop)
+    assert {a["name"]: a["reproducible"] for a in load_run(tmp_path / "part").summary["arms"]} == want
+    for _ in range(2):  # resume the interrupted run, then resume the complete run
+        res = run_experiment(cfg, tmp_path / "part", resume=True)
+        assert {a["name"]: a["reproducible"] for a in res.summary["arms"]} == want
+        assert (res.dir / "metrics.csv").read_bytes() == (full.dir / "metrics.csv").read_bytes()
+
+
+def test_a_fixed_order_is_the_same_plan_when_re_seeded():
+    """Why the re-run of a fixed-order arm is not computed: its policy ignores the seed."""
+    cfg = cfg_from(TWINS)
+    for arm in cfg.arms:
+        if arm.policy.kind == "fixed":
+            for step in range(3):
+                assert plan_for(cfg, arm, step, salt=1) == plan_for(cfg, arm, step)

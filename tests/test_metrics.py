@@ -182,3 +182,55 @@ def test_float32_fast_path_equals_bit_pattern_path(fmt):
     assert np.array_equal(fast_d, slow_d)
     assert fast_eq.any()
     assert not fast_eq.all()
+
+
+# --- ulp_error: defined for every element ---------------------------------------------------------
+
+
+def _ulp_at(a: np.ndarray, fmt: str) -> np.ndarray:
+    """The quantum of |a|'s binade in fmt, from first principles (Fraction-free: exponents by frexp)."""
+    f = get_format(fmt)
+    _, e = np.frexp(np.abs(a))
+    e = np.where(a == 0, f.emin, np.maximum(e.astype(np.int64) - 1, f.emin))
+    return np.ldexp(1.0, (e - f.precision + 1).astype(np.int32))
+
+
+@pytest.mark.parametrize("s", [0.0, -0.0, 2.0**-140, 1.0, -3.0, 2.0**100, 1e-30])
+def test_ulp_error_every_bf16_value_against_one_exact_sum(s: float) -> None:
+    """All 65,536 bf16 results against an exact sum: |y - s| / ulp(max(|s|, |y|)), by first principles;
+    never above 2**(p + 1) for a finite result (the nb05 bug: s = 0 gave 2.4e38)."""
+    ex = fr.exact_sum(np.full((1, _ALL.size), s))
+    got = m.ulp_error(_ALL, ex, "bf16")
+    fin = np.isfinite(_ALL)
+    want = np.abs(_ALL[fin] - s) / _ulp_at(np.maximum(np.abs(_ALL[fin]), abs(s)), "bf16")
+    assert np.array_equal(got[fin], want)
+    assert got[fin].max() < 2.0 ** (BF16.precision + 1)
+    assert np.isnan(got[np.isnan(_ALL)]).all()
+    assert (got[np.isinf(_ALL)] == np.inf).all()
+    if s == 0:
+        assert (got[_ALL == 0] == 0).all()  # 0 against 0, either sign
+        assert got[fin].max() < 2.0**BF16.precision  # |y| / ulp(y) < 2**p
+
+
+def test_ulp_error_special_values() -> None:
+    X = np.array([[np.inf, np.inf, np.nan, 1.0, 0.0, -0.0], [1.0, -np.inf, 0.0, -1.0, 0.0, -0.0]])
+    ex = fr.exact_sum(X)
+    got = m.ulp_error(np.array([np.inf, np.nan, 1.0, np.inf, -0.0, 0.0]), ex, "fp32")
+    assert got[0] == 0  # the same infinity
+    assert np.isnan(got[1])
+    assert np.isnan(got[2])
+    assert got[3] == np.inf  # an infinite result for a finite sum
+    assert got[4] == got[5] == 0
+
+
+@given(st.lists(st.lists(finite, min_size=4, max_size=4), min_size=2, max_size=40), st.sampled_from(["bf16", "fp16"]))
+def test_ulp_error_of_any_sum_order_is_bounded(rows, fmt):
+    """Whatever the order and however the sum cancels: at most 2**(p + 1) ulps, 0.5 when correctly rounded."""
+    X = round_to(np.array(rows), fmt).astype(np.float64)
+    ex = fr.exact_sum(X)
+    for plan in ("sequential", "pairwise"):
+        y = fr.reduce(X, plan, input=fmt, accumulate=fmt)
+        e = m.ulp_error(y, ex, fmt)
+        ok = np.isfinite(y)
+        assert (e[ok] < 2.0 ** (get_format(fmt).precision + 1)).all()
+    assert (m.ulp_error(ex.round(fmt), ex, fmt)[np.isfinite(ex.round(fmt))] <= 0.5).all()

@@ -222,11 +222,54 @@ def _by_arm(rows: list[dict[str, object]]) -> dict[str, list[dict[str, object]]]
     return out
 
 
+def test_every_arm_says_whether_it_runs_for_real() -> None:
+    """`--backend mpi` is loud: a line per arm, and an error when no arm touches the real library."""
+    cfg = load_config(None)  # the default: bf16 arms and arrival orders, none of them Open MPI's
+    modes = mpi_run.classify(cfg, "ring", 16384)
+    assert not any(m.real for m in modes)
+    lines = mpi_run.describe(modes, "ring")
+    assert len(lines) == len(cfg.arms)
+    assert all(ln.startswith(f"arm {a.name}: emulated only: ") for ln, a in zip(lines, cfg.arms, strict=True))
+    with pytest.raises(fr.InvalidArgument, match=r"no arm can run on the real library \(A: formats bf16->bf16->bf16"):
+        mpi_run.require_real(modes, allow_emulated=False)
+    mpi_run.require_real(modes, allow_emulated=True)  # the explicit opt-out
+    mpi_run.require_real([*modes, mpi_run.ArmMode("R", True, "ring:ompi", "fp32", "")], allow_emulated=False)
+
+
+BF16_ONLY = """
+[experiment]
+name = "mpi-bf16"
+steps = 2
+workers = 2
+[source]
+kind = "synthetic"
+elements = 64
+[[arms]]
+name = "A"
+order = "fixed:ring:ompi"
+input = "bf16"
+accumulate = "bf16"
+"""
+
+
+def test_no_real_arm_is_an_error_under_mpirun(tmp_path: Path) -> None:
+    _require()
+    cfg = _write(tmp_path, BF16_ONLY)
+    with pytest.raises(BackendError, match="no arm can run on the real library"):
+        mpi_run.launch(cfg, tmp_path / "run", timeout=120)
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+    text = mpi_run.launch(cfg, tmp_path / "run", args=["--allow-emulated", "--no-report"], timeout=120)
+    assert "fpreduce: --backend mpi: arm A: emulated only: formats bf16->bf16->bf16" in text
+    assert fr.load_run(tmp_path / "run").summary["mpi"]["arms"]["A"]["real"] is False
+
+
 def test_ring_run_is_bit_exact(tmp_path: Path) -> None:
     _require()
     cfg_path = _write(tmp_path, RING)
     out = tmp_path / "run"
-    mpi_run.launch(cfg_path, out, algorithm="ring:ompi", args=["--no-report"], timeout=120)
+    text = mpi_run.launch(cfg_path, out, algorithm="ring:ompi", args=["--no-report"], timeout=120)
+    assert "fpreduce: --backend mpi: arm A: real MPI_Allreduce (ring, plan ring:ompi, fp32)" in text
+    assert "fpreduce: --backend mpi: arm C: emulated only: formats bf16->bf16->bf16" in text
     res = fr.load_run(out)
     assert res.complete
     assert res.summary["backend"] == "mpi"

@@ -418,3 +418,104 @@ def test_sweep_single_n_and_truncated(tmp_path):
     with open(d / "sweep.csv", "a") as f:
         f.write("16,ring,bf16")
     assert plot_sweep(d, formats=("png",)) == [d / "figures" / "sweep.png"]
+
+
+# ----------------------------------------------------------------------------- pairs, fractions, many series
+
+MANY = """
+[experiment]
+name = "many"
+steps = 2
+workers = 8
+seed = 2
+[source]
+kind = "synthetic"
+elements = 600
+"""
+_ORDERS = ("fixed:sequential", "arrival", "shuffle:pairwise", "atomic", "random_tree", "fixed:pairwise")
+
+
+@pytest.fixture(scope="module")
+def many_run(tmp_path_factory):
+    """A real run with 13 arms: bf16 and fp16 arms with every order policy, and an fp32 arm compared across formats."""
+    import tomllib
+
+    from fpreduce.run import config as cf
+    from fpreduce.run.runner import run_experiment
+
+    text = MANY + "".join(
+        f'[[arms]]\nname = "{f}-{i}"\norder = "{o}"\ninput = "{f}"\naccumulate = "{f}"\n'
+        for f in ("bf16", "fp16")
+        for i, o in enumerate(_ORDERS)
+    )
+    text += '[[arms]]\nname = "F"\norder = "arrival"\ninput = "fp32"\naccumulate = "fp32"\ncompare_to = "bf16-0"\n'
+    d = tmp_path_factory.mktemp("many") / "run"
+    run_experiment(cf.from_dict(tomllib.loads(text)), d)
+    return d
+
+
+def test_series_styles_tell_70_series_apart():
+    from fpreduce.report._figure import series_style
+
+    styles = {(s["color"], s["marker"]) for s in map(series_style, range(70))}
+    assert len(styles) == 70
+
+
+def test_divergence_figure_is_per_pair_on_linear_percent_axes(many_run):
+    from matplotlib.ticker import PercentFormatter
+
+    from fpreduce.report import plots
+
+    run = plots._read_run(many_run)
+    fig = plots._fig_divergence(run)
+    a1, a2 = fig.axes
+    for ax in (a1, a2):
+        assert ax.get_yscale() == "linear"
+        lo, hi = ax.get_ylim()
+        assert -0.05 <= lo <= 0
+        assert 1 <= hi <= 1.05
+        assert isinstance(ax.yaxis.get_major_formatter(), PercentFormatter)
+    # the pair panel draws the arms compared with another arm, not those compared with themselves
+    assert len(a1.get_lines()) == len(run.pairs()) == 13 - 2  # bf16-0 and fp16-0 are their groups' references
+    styles = [(ln.get_color(), ln.get_marker()) for ln in a2.get_lines()]
+    assert len(set(styles)) == len(styles) == 13  # every series distinguishable: colour and marker
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any(t.startswith("bf16-1 vs bf16-0:") for t in texts)
+    assert any(t.startswith("fp16-5 vs fp16-0:") for t in texts)  # a tree against its chain twin
+    assert any(t.startswith("F vs bf16-0 (in fp32):") for t in texts)  # across output formats: said so
+
+
+def test_ulp_histogram_is_per_pair_with_shares_in_words(many_run, tmp_path):
+    from fpreduce.report import plots
+
+    run = plots._read_run(many_run)
+    (ax,) = (fig := plots._fig_ulp_hist(run)).axes
+    assert ax.get_yscale() == "linear"
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(texts) == len(run.pairs())
+    assert all(" vs " in t for t in texts)
+    assert not [t for t in ax.texts if t.get_text().endswith("%")]  # 11 pairs: too many bars to label
+    few = plots._read_run(write_run(tmp_path / "few"))  # two pairs (an older run: both against A)
+    (ax,) = (fig := plots._fig_ulp_hist(few)).axes
+    labels = [t.get_text() for t in ax.texts if t.get_text()]
+    assert "49%" in labels  # 2000 of 4096 elements at distance 0: the share of every non-empty bin in words
+    assert "0.15%" in labels  # 6 of 4096, readable however small on a linear axis
+    assert [t.get_text().split(":")[0] for t in fig.legends[0].get_texts()] == ["B vs A", "B-fp32 vs A (in fp32)"]
+
+
+def test_sweep_slopes_only_on_the_error_panel_and_fractions_linear(tmp_path):
+    from fpreduce.report import plots
+    from fpreduce.report._sweep_plot import fig_sweep
+
+    d = write_sweep(tmp_path / "sw")
+    rows = read_sweep(d)
+    fig = fig_sweep(rows, "sw", "")
+    err, ulp, diff, rerun = fig.axes[:4]
+    grey = [ln for ln in err.get_lines() if ln.get_color() == "0.5"]
+    assert len(grey) == 2  # sqrt(N) and N reference slopes
+    for ax in (ulp, diff, rerun):
+        assert not [ln for ln in ax.get_lines() if ln.get_color() == "0.5"]
+    for ax in (diff, rerun):
+        assert ax.get_yscale() == "linear"
+        assert ax.get_ylim()[1] <= 1.05
+    assert plots.plot_sweep(d)

@@ -14,7 +14,7 @@ from fpreduce.base import jit
 from fpreduce.core.formats import get_format
 from fpreduce.core.rounding import round_to
 from fpreduce.run import stepmetrics as sm
-from fpreduce.run.runner import _wider
+from fpreduce.run._summary import wider as _wider
 
 FORMATS = ["fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
 SPECIALS = np.array(
@@ -80,7 +80,19 @@ def _data(seed: int, n: int, out: str, ref: str, p_special: float) -> dict[str, 
     y = np.where(pick == 3, -cr, y).astype(cr.dtype)
     alt = round_to(np.where(rng.random(n) < 0.5, y.astype(np.float64), _values(rng, n, ref, p_special)), ref)
     yref = np.where(rng.random(n) < 0.5, round_to(y.astype(np.float64), ref), alt)
-    return {"hi": hi, "lo": lo, "cr": cr, "y": y, "yref": yref.astype(get_format(ref).value_dtype)}
+    # sum |x|: at least |s| (often far more: cancellation), sometimes 0, inf or NaN
+    with np.errstate(over="ignore", invalid="ignore"):
+        absum = np.abs(hi) * rng.choice(
+            [1.0, 1.0, 3.0, 1e6, 0.0, np.inf, np.nan], n, p=[0.3, 0.2, 0.2, 0.2, 0.05, 0.03, 0.02]
+        )
+    return {
+        "hi": hi,
+        "lo": lo,
+        "cr": cr,
+        "y": y,
+        "yref": yref.astype(get_format(ref).value_dtype),
+        "absum": absum,
+    }
 
 
 def _chunks(n: int, cuts: list[int]) -> list[slice]:
@@ -92,7 +104,7 @@ def _run(d: dict[str, np.ndarray], out: str, ref: str, chunks: list[slice]) -> t
     err, cmp = sm.ErrorStats(), sm.CompareStats()
     fo, fc = get_format(out), get_format(_wider(out, ref))
     for s in chunks:
-        err.add(d["y"][s], d["hi"][s], d["lo"][s], d["cr"][s], fo)
+        err.add(d["y"][s], d["hi"][s], d["lo"][s], d["cr"][s], fo, d["absum"][s])
         cmp.add(d["y"][s], d["yref"][s], fc)
     return err, cmp
 
@@ -112,6 +124,10 @@ def _state(err: sm.ErrorStats, cmp: sm.CompareStats) -> list[object]:
         err.rel_sum,
         err.rel_max,
         err.ulp_max,
+        err.bwd_max,
+        err.sq_err,
+        err.sq_exact,
+        err.finite,
         cmp.total,
         cmp.differ,
         cmp.d_sum,
@@ -167,7 +183,7 @@ def test_chunked_equals_whole(seed: int, n: int, out: str, cuts: list[int]) -> N
             parts = _run(d, out, out, _chunks(n, cuts))
         for a, b in ((whole[0].row(), parts[0].row()), (whole[1].row(), parts[1].row())):
             for k in a:
-                if k in ("err_mean_rel", "ulp_mean", "rel_l2"):
+                if k in ("err_mean_rel", "ulp_mean", "rel_l2", "err_norm"):
                     assert a[k] == pytest.approx(b[k], rel=1e-12, nan_ok=True), k
                 else:
                     assert (a[k] == b[k]) or (math.isnan(a[k]) and math.isnan(b[k])), k
@@ -333,3 +349,69 @@ def test_a_nan_error_makes_the_maximum_nan_whatever_the_chunking() -> None:
     assert math.isnan(sm._max(1.0, math.nan))
     assert math.isnan(sm._max(math.nan, 2.0))
     assert sm._max(-math.inf, 3.0) == 3.0
+
+
+def test_normwise_and_backward_errors_by_hand() -> None:
+    """err_norm = ||y - s|| / ||s||, err_backward = max |y - s| / sum|x|; a zero exact sum counts in both."""
+    y = np.array([1.0, 3.0, 2.0**-8, 0.0, np.inf], dtype=np.float32)
+    hi = np.array([1.0, 4.0, 0.0, 0.0, 1.0])
+    lo = np.zeros(5)
+    cr = np.array([1.0, 4.0, 0.0, 0.0, 1.0], dtype=np.float32)
+    absum = np.array([1.0, 8.0, 2.0, 0.0, 1.0])
+
+    def run() -> dict[str, float]:
+        e = sm.ErrorStats()
+        e.add(y, hi, lo, cr, get_format("bf16"), absum)
+        return e.row()
+
+    for row in _both(run):
+        assert row["err_norm"] == math.sqrt(1 + 2.0**-16) / math.sqrt(17)  # errors 0, 1, 2**-8, 0
+        assert row["err_backward"] == 1 / 8  # 1/8 > 2**-8 / 2; 0 / 0 counts as 0
+        assert row["err_max_ulp"] == 2.0**-8 / 2.0**-15  # 2**-8 against 0: ulp of 2**-8 in bf16
+        assert row["err_max_rel"] == 0.25  # the zero sums have no relative error
+        assert row["nonfinite"] == 1
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp32"])
+def test_error_ulps_are_metrics_ulp_error(fmt: str) -> None:
+    """The step's err_max_ulp is the largest metrics.ulp_error of the step, zero and cancelling sums included."""
+    import fpreduce as fr
+    from fpreduce.core.metrics import ulp_error
+
+    rng = np.random.default_rng(3)
+    X = round_to(rng.standard_normal((16, 4000)) * 2.0 ** rng.integers(-10, 10, (16, 1)), fmt).astype(np.float64)
+    X[:, :50] = np.vstack([X[:8, :50], -X[:8, :50]])  # exact sums 0
+    ex = fr.exact_sum(X)
+    y = fr.reduce(X, "sequential", input=fmt, accumulate=fmt)
+    hi, lo = np.asarray(ex.hi, dtype=np.float64), np.asarray(ex.lo, dtype=np.float64)
+
+    def run() -> float:
+        e = sm.ErrorStats()
+        e.add(y, hi, lo, ex.round(fmt), get_format(fmt), np.abs(X).sum(axis=0))
+        return e.row()["err_max_ulp"]
+
+    want = float(np.max(ulp_error(y, ex, fmt)))
+    assert 0 < want < 2.0 ** (get_format(fmt).precision + 1)
+    assert _both(run) == [want] * len(_both(run))
+
+
+def test_runner_errors_equal_the_metrics_functions() -> None:
+    """err_norm, err_backward of a step are core.metrics.norm_error / backward_error of the whole vector."""
+    import fpreduce as fr
+    from fpreduce.core.metrics import backward_error, norm_error
+
+    rng = np.random.default_rng(5)
+    X = round_to(rng.standard_normal((12, 3000)), "bf16").astype(np.float64)
+    ex = fr.exact_sum(X)
+    y = fr.reduce(X, "sequential", input="bf16", accumulate="bf16")
+    hi, lo = np.asarray(ex.hi, dtype=np.float64), np.asarray(ex.lo, dtype=np.float64)
+    for row in _both(lambda: _one_row(y, hi, lo, ex.round("bf16"), np.abs(X).sum(axis=0))):
+        assert row["err_norm"] == pytest.approx(norm_error(y, ex), rel=1e-12)
+        assert row["err_backward"] == backward_error(y, ex, X)
+
+
+def _one_row(y, hi, lo, cr, absum):  # type: ignore[no-untyped-def]
+    e = sm.ErrorStats()
+    for s in (slice(0, 1000), slice(1000, 3000)):
+        e.add(y[s], hi[s], lo[s], cr[s], get_format("bf16"), absum[s])
+    return e.row()

@@ -66,9 +66,10 @@ class OrderOutcomes:
         distinct: the distinct results by bit pattern (-0.0 and +0.0 are distinct,
             NaNs are one), sorted by value (-0.0 before +0.0, NaN last).
         counts: how many samples gave each distinct result.
-        errors_ulps: signed error ``(v - exact) / ulp(exact)`` of each distinct result
-            in ulps of ``output`` (float64; NaN where ``v`` or the sum is not
-            finite, ±inf for an overflowed result).
+        errors_ulps: signed error ``(v - exact) / ulp(max(|exact|, |v|))`` of each
+            distinct result in ulps of ``output`` (:func:`fpreduce.core.metrics.ulp_error`
+            with a sign; float64; NaN where ``v`` or the sum is not finite, ±inf for an
+            overflowed result).
         steps: signed number of representable ``output`` values between each
             distinct result and the exact sum rounded to nearest-even (0: correctly
             rounded; ``ulp_steps`` with a sign); 0 where not finite.
@@ -199,8 +200,9 @@ def order_outcomes(
     Returns:
         OrderOutcomes. NaN in ``x`` gives NaN results, ±Inf propagates as in IEEE;
         overflow in the accumulator gives ±Inf (NaN for fp8_e4m3); subnormals are
-        kept (no flush to zero). A zero exact sum measures errors against the
-        smallest subnormal as ulp; -0.0 and +0.0 results count as distinct.
+        kept (no flush to zero). Errors are in ulps at the larger of |exact| and
+        |result|, so a zero exact sum gives finite errors (at most 2**p ulps);
+        -0.0 and +0.0 results count as distinct.
 
     Raises:
         InvalidArgument: ``x`` not 1-D, ``samples < 1``, unknown family or format.
@@ -337,11 +339,10 @@ def _summarize(
     errs = np.full(dv.shape, math.nan)
     steps = np.zeros(dv.shape, dtype=np.int64)
     if not ex.nonfinite[0]:
-        exf = ex.fraction(0)
-        u = float(ulp(ex.to_float64(), fa)[0])
+        exf, s0 = ex.fraction(0), abs(float(ex.to_float64()[0]))
         for j, v in enumerate(dv.tolist()):
-            if math.isfinite(v):
-                errs[j] = float(Fraction(v) - exf) / u
+            if math.isfinite(v):  # in ulps at max(|s|, |v|), as core.metrics.ulp_error (finite near a zero sum)
+                errs[j] = float(Fraction(v) - exf) / float(ulp(np.array([max(s0, abs(v))]), fa)[0])
             elif not math.isnan(v):
                 errs[j] = v
         rn = ex.round(fa)

@@ -6,6 +6,10 @@ asked for); joins ``torch.distributed`` with the gloo backend through a
 ``FileStore`` in DIR (gloo's connections bound to ``lo``), runs one
 ``all_reduce(SUM)`` per (case, dtype) on a CPU tensor of that dtype, and writes
 the results (as exact float32) to ``DIR/out.<RANK>.npy`` atomically.
+
+With ``"ddp": true`` in the job, each case is instead the gradient of one parameter of
+a model wrapped in ``DistributedDataParallel`` (no comm hook, CPU, gloo): the
+parameter's ``.grad`` after one backward pass, averaged by DDP itself.
 """
 
 from __future__ import annotations
@@ -46,7 +50,10 @@ def main(argv: list[str]) -> int:
     lo = 0
     for m, dtype in zip(job["sizes"], job["dtypes"], strict=True):
         t = torch.from_numpy(row[lo : lo + m].copy()).to(types[dtype])
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        if job.get("ddp"):
+            t = _ddp_gradient(torch, t)
+        else:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
         outs.append(t.to(torch.float64 if dtype == "fp64" else torch.float32).numpy())
         lo += m
     dist.destroy_process_group()
@@ -56,6 +63,24 @@ def main(argv: list[str]) -> int:
         np.save(f, out)
     os.replace(tmp, workdir / f"out.{rank}.npy")
     return 0
+
+
+def _ddp_gradient(torch, g):  # type: ignore[no-untyped-def]
+    """The gradient DDP hands back for a parameter whose local gradient is ``g`` (exactly: the loss is
+    ``sum(p * g)``, whose gradient is ``1 * g``, exact in every dtype)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    class Dot(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.p = torch.nn.Parameter(torch.zeros_like(g))
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return (self.p * x).sum()
+
+    ddp = DistributedDataParallel(Dot())
+    ddp(g).backward()  # through DDP's forward, so that its reducer runs in the backward pass
+    return ddp.module.p.grad.detach()
 
 
 if __name__ == "__main__":

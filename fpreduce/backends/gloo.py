@@ -69,8 +69,12 @@ def run_allreduce(
     *,
     timeout: float = 120.0,
     fault: str | None = None,
+    ddp: bool = False,
 ) -> list[list[np.ndarray]]:
     """Run one real gloo all_reduce(SUM) per (case, dtype) on N processes; every rank's results.
+
+    With ``ddp=True`` each case is instead one parameter's gradient averaged by PyTorch's
+    ``DistributedDataParallel`` (no comm hook) over gloo: what ``average="ddp"`` emulates.
 
     Args:
         cases: (n, m_i) arrays of values exactly representable in ``dtypes[i]``.
@@ -95,12 +99,19 @@ def run_allreduce(
     with new_workdir() as d:
         workdir = Path(d)
         np.save(workdir / "inputs.npy", np.concatenate([c.astype(np.float64) for c in cases], axis=1))
-        job = {"sizes": [int(c.shape[1]) for c in cases], "dtypes": list(dtypes), "fault": fault, "timeout": timeout}
+        job = {
+            "sizes": [int(c.shape[1]) for c in cases],
+            "dtypes": list(dtypes),
+            "fault": fault,
+            "timeout": timeout,
+            "ddp": ddp,
+        }
         (workdir / "job.json").write_text(json.dumps(job))
         env = {"GLOO_SOCKET_IFNAME": "lo", "MASTER_ADDR": "127.0.0.1", "OMP_NUM_THREADS": "1"}
         worker = [python(), "-m", "fpreduce.backends._gloo_worker", str(workdir)]
         cmds = [([*worker, str(r), str(n)], env) for r in range(n)]
-        run_group(cmds, timeout=timeout, what=f"gloo all_reduce on {n} processes", workdir=workdir, n=n)
+        what = f"{'DDP gradient averaging' if ddp else 'gloo all_reduce'} on {n} processes"
+        run_group(cmds, timeout=timeout, what=what, workdir=workdir, n=n)
         outs, missing = collect(workdir, n)
         if missing:
             raise BackendError(f"gloo all_reduce on {n} processes: rank(s) {missing} wrote no result")

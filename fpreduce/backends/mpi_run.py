@@ -61,7 +61,17 @@ from fpreduce.run.rundir import Results, read_real, write_real
 from fpreduce.run.runner import Progress, run_experiment
 from fpreduce.run.sources import Source, open_source
 
-__all__ = ["PLAN_ALGORITHMS", "ArmMode", "MpiRunner", "classify", "launch", "load_real", "resolve_algorithm"]
+__all__ = [
+    "PLAN_ALGORITHMS",
+    "ArmMode",
+    "MpiRunner",
+    "classify",
+    "describe",
+    "launch",
+    "load_real",
+    "require_real",
+    "resolve_algorithm",
+]
 
 #: plan name -> the Open MPI algorithm (``mpi.ALGORITHMS`` key) that follows it
 PLAN_ALGORITHMS = {
@@ -174,6 +184,36 @@ def classify(cfg: Config, algorithm: str, elements: int) -> list[ArmMode]:
             continue
         out.append(ArmMode(a.name, True, plan, a.input, ""))
     return out
+
+
+def describe(modes: Sequence[ArmMode], algorithm: str) -> list[str]:
+    """One line per arm: whether it runs on the real library and, if not, why (printed by ``fpreduce run``).
+
+    >>> describe([ArmMode("A", True, "ring:ompi", "fp32", ""), ArmMode("B", False, "", "", "order policy 'arrival'")],
+    ...          "ring")
+    ['arm A: real MPI_Allreduce (ring, plan ring:ompi, fp32)', "arm B: emulated only: order policy 'arrival'"]
+    """
+    return [
+        f"arm {m.name}: real MPI_Allreduce ({algorithm}, plan {m.plan}, {m.dtype})"
+        if m.real
+        else f"arm {m.name}: emulated only: {m.note}"
+        for m in modes
+    ]
+
+
+def require_real(modes: Sequence[ArmMode], *, allow_emulated: bool) -> None:
+    """InvalidArgument when no arm can run on the real library, unless ``allow_emulated``.
+
+    A ``--backend mpi`` run in which nothing touches MPI would look like a verification
+    and be none: real.csv all NaN. The message lists each arm's reason.
+    """
+    if allow_emulated or any(m.real for m in modes):
+        return
+    why = "; ".join(f"{m.name}: {m.note}" for m in modes)
+    raise InvalidArgument(
+        f"--backend mpi: no arm can run on the real library ({why}); change the arms, or pass "
+        "--allow-emulated to run them all emulated"
+    )
 
 
 def _force_algorithm(algorithm: str | None, cfg: Config) -> str:

@@ -19,7 +19,7 @@ a float64 overflow follows :func:`~fpreduce.core.rounding.overflow_value`.
 * ``_Arith``: addition in one accumulator format and mode, on float32 when it can
   (nearest even, p <= 24) and on float64 otherwise, with the per-reduction buffers.
 * ``_Loader``: blocks of X made representable in the input format, then in the
-  accumulator's (and premultiplied or predivided when averaging).
+  accumulator's (and premultiplied, predivided or scaled as DDP does when averaging).
 * ``_scale``: one IEEE multiply or divide, correctly rounded (averaging).
 
 Used by :mod:`fpreduce.core.engine`, its fast path and :mod:`fpreduce.core.algorithms`;
@@ -175,7 +175,7 @@ class _Loader:
         self.A, self.fin, self.fa, self.mode, self.rng, self.dtype = A, fin, fa, mode, rng, dtype
         self.fits = fin.precision <= fa.precision and fin.emin >= fa.emin and fin.emax <= fa.emax
         self.native = A.dtype == np.float32 and fin.precision >= 24  # float32 values are fp32 values
-        self.premul: tuple[Average, float] | None = None  # (premultiply or predivide, N)
+        self.premul: tuple[Average, float] | None = None  # (premultiply, predivide or ddp, N)
 
     def _representable(self, a: np.ndarray) -> bool:
         """Cheap exact test that float32 ``a`` already holds values of a bf16/tf32 input format."""
@@ -219,9 +219,17 @@ def _two_product(a: NDArray[np.float64], b: float) -> tuple[NDArray[np.float64],
 
 
 def _scale(a: np.ndarray, how: tuple[Average, float], f: Format, mode: Mode, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """One IEEE multiply by round(1/n) (``premultiply``) or divide by n (otherwise), correctly rounded to f."""
+    """One IEEE multiply by round(1/n) (``premultiply``) or divide by n (``predivide``), correctly rounded
+    to f; ``ddp``: torch's ``grad * (1. / n)``, in float32 (float64 for fp64), to nearest even, then to f."""
     kind, n = how
     x = np.asarray(a, dtype=np.float64)
+    if kind == "ddp":
+        wide = f.precision == 53
+        with np.errstate(invalid="ignore", over="ignore"):
+            c = 1.0 / n if wide else float(np.float32(1.0 / n))
+            p = x * c  # exact in float64 for f up to fp32 (24 + 24 significant bits), one rounding for fp64
+            out = p if wide else round_to(round_to(p, "fp32"), f)
+        return np.asarray(out, dtype=f.value_dtype if a.dtype != np.float64 else np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         if kind == "premultiply":
             c = float(np.ravel(round_to(np.array([1.0 / n]), f))[0])

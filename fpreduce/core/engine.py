@@ -115,8 +115,14 @@ def reduce(
         average: ``none``; ``after`` (sum, then divide by N in the accumulator format,
             then round once to ``output``);
             ``premultiply`` (every input times 1/N, both rounded to ``input`` first:
-            NCCL's ncclAvg); ``predivide`` (every input divided by N in ``input``:
-            PyTorch DDP's default gradient averaging).
+            NCCL's ncclAvg); ``predivide`` (every input divided by N in ``input``, one
+            rounding); ``ddp`` (PyTorch DistributedDataParallel's default, no comm hook:
+            its reducer copies each gradient into the bucket as ``grad * (1. / N)``, the
+            factor rounded to float32 and the product computed in float32 (torch's
+            "opmath" for fp16, bf16 and fp32; float64 for fp64) then rounded to the
+            gradient's format, i.e. ``input``; always to nearest even, whatever
+            ``rounding`` says for the sum). For fp32 inputs ``ddp`` is ``premultiply``;
+            it differs from ``predivide`` whenever N is not a power of two.
         offset, total: ``X`` holds columns ``offset .. offset + X.shape[1] - 1`` of a
             vector of ``total`` elements (default: all of it). Plans whose trees vary
             over the elements (ring chunks, atomics) are laid out over ``total``, so
@@ -148,7 +154,7 @@ def reduce(
     total = _span(offset, nel, total)
     ar = _Arith(fa, m, rng)
     load = _Loader(A, fin, fa, m, rng, ar.dtype)
-    if avg == "premultiply" or avg == "predivide":
+    if avg == "premultiply" or avg == "predivide" or avg == "ddp":
         load.premul = (avg, float(n))
     if alg == "binned" or alg == "exact":
         load.fits = True  # the exact sum of the input values, rounded once
@@ -415,6 +421,19 @@ def reduce_reference(
             col = [v if not np.isfinite(v) else np.copysign(op(Fraction(v) * c, fin), v) for v in col]
         elif avg == "predivide":
             col = [v if not np.isfinite(v) else np.copysign(op(Fraction(v) / n, fin), v) for v in col]
+        elif avg == "ddp":  # float32(1/N), the product rounded to float32 (float64 for fp64), then to the input
+            fop = get_format("fp64" if fin.precision == 53 else "fp32")
+            c = Fraction(round_fraction(Fraction(1, n), fop, "nearest_even"))
+            col = [
+                v
+                if not np.isfinite(v)
+                else np.copysign(
+                    round_float(round_fraction(Fraction(v) * c, fop, "nearest_even"), fin, "nearest_even"), v
+                )
+                if v != 0
+                else v
+                for v in col
+            ]
         col = [round_float(v, fa, m.value) for v in col]
         y = fold(tree_of[j], col.__getitem__, add)
         if avg == "after" and np.isfinite(y):

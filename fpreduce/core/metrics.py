@@ -15,19 +15,22 @@ from numpy.typing import ArrayLike, NDArray
 
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.exact import ExactSum, exact_sum
-from fpreduce.core.formats import Format, get_format, to_bits, ulp
+from fpreduce.core.formats import Format, get_format, to_bits
 from fpreduce.core.rounding import quantum_bits
 from fpreduce.plans import PerElementPlan, Plan, SegmentedPlan
 
 __all__ = [
     "abs_error",
     "apriori_bound",
+    "backward_bounds",
+    "backward_error",
     "bits_equal",
     "condition_number",
     "correct_bits",
     "correctly_rounded",
     "divergence",
     "gamma",
+    "norm_error",
     "probabilistic_bound",
     "rel_error",
     "ulp_error",
@@ -72,16 +75,86 @@ def rel_error(y: ArrayLike, ex: ExactSum) -> NDArray[np.float64]:
 
 
 def ulp_error(y: ArrayLike, ex: ExactSum, fmt: str | Format) -> NDArray[np.float64]:
-    """Error in units of the last place of the exact sum in ``fmt``.
+    """Error ``|y - s|`` in ulps of ``fmt`` at ``max(|s|, |y|)``, defined for every element.
 
-    ``|y - s| / ulp(s, fmt)`` with ``s`` the exact sum rounded to float64. A zero
-    sum uses the smallest subnormal of ``fmt`` as its ulp. A non-finite sum or
-    ``y`` gives NaN or Inf (ulp of ±Inf/NaN is NaN).
+    The ulp is the quantum of the binade of the larger magnitude in ``fmt`` (the
+    subnormal quantum below ``2**emin``): a power of two, so the division is exact and
+    ``|y - s|`` is the exact error rounded once to float64. Measuring at the larger of
+    the two keeps the value meaningful where the exact sum cancels to (near) zero: a
+    finite ``y`` against a finite ``s`` is never more than ``2**(p + 1)`` ulps away
+    (``|y - s| <= 2 max(|s|, |y|) < 2 * 2**p * ulp``), while a correctly rounded ``y``
+    stays within 0.5 ulp. ``s`` is the exact sum rounded once to float64 where a
+    magnitude is needed (its binade differs from the exact one only within 2**-53 of a
+    power of two).
+
+    Special values: 0 where ``y`` and ``s`` are both zero (either sign); NaN where
+    ``y`` or ``s`` is NaN; where ``y`` or ``s`` is infinite, 0 if both are the same
+    infinity and ``inf`` otherwise.
+
+    >>> import numpy as np
+    >>> from fpreduce.core.exact import exact_sum
+    >>> float(ulp_error(np.array([2.0**-8]), exact_sum(np.array([[1.0], [-1.0]])), "bf16")[0])
+    128.0
     """
+    f = get_format(fmt)
+    s = np.asarray(ex.to_float64(), dtype=np.float64)
+    yy = np.broadcast_to(np.asarray(y, dtype=np.float64), s.shape)
     err = abs_error(y, ex)
-    u = ulp(ex.to_float64(), fmt)
+    with np.errstate(invalid="ignore", over="ignore"):
+        big = np.maximum(np.abs(s), np.abs(yy))
+        q = quantum_bits(np.where(np.isfinite(big), big, 0.0), f).view(np.float64)
+        out = err / q
+    fin = np.isfinite(s) & np.isfinite(yy)
+    nan = np.isnan(s) | np.isnan(yy)
+    return np.where(fin, out, np.where(nan, np.nan, np.where(s == yy, 0.0, np.inf)))
+
+
+def norm_error(y: ArrayLike, ex: ExactSum) -> float:
+    """Normwise relative error ``||y - s||_2 / ||s||_2`` over the elements where ``y`` and ``s`` are finite.
+
+    The errors are exact differences rounded once to float64; the norms are float64.
+    0 when every such ``y`` equals its ``s``; ``inf`` when ``s`` is zero there but ``y``
+    is not; NaN when no element has a finite ``y`` and ``s``. The headline error of
+    a run (metrics.csv's ``err_norm``, which the runner accumulates chunk by chunk).
+
+    >>> import numpy as np
+    >>> from fpreduce.core.exact import exact_sum
+    >>> norm_error(np.array([3.0, 4.5]), exact_sum(np.array([[3.0, 4.0], [0.0, 0.0]])))  # 0.5 / 5
+    0.1
+    """
+    s = np.asarray(ex.to_float64(), dtype=np.float64).ravel()
+    yy = np.broadcast_to(np.asarray(y, dtype=np.float64), ex.to_float64().shape).ravel()
+    ok = np.isfinite(s) & np.isfinite(yy)
+    if not ok.any():
+        return float("nan")
+    e = np.abs(np.asarray(ex.error_of(y), dtype=np.float64)).ravel()[ok]
+    num, den = float(np.sqrt(np.sum(e * e))), float(np.sqrt(np.sum(s[ok] * s[ok])))
+    return (0.0 if num == 0 else float("inf")) if den == 0 else num / den
+
+
+def backward_error(y: ArrayLike, ex: ExactSum, X: ArrayLike) -> float:
+    """Backward error ``max_j |y_j - s_j| / sum_i |x_ij|`` over the elements where ``y`` and ``s`` are finite.
+
+    ``X`` holds the terms (as the reduction saw them), reduced along axis 0. A column of
+    zeros counts 0 when its ``y`` is 0 and ``inf`` otherwise; NaN when no element
+    qualifies. Compare it with :func:`backward_bounds` (metrics.csv's ``err_backward``).
+
+    >>> import numpy as np
+    >>> from fpreduce.core.exact import exact_sum
+    >>> X = np.array([[1.0, 3.0], [-1.0, 1.0]])
+    >>> backward_error(np.array([0.5, 4.0]), exact_sum(X), X)
+    0.25
+    """
+    s = np.asarray(ex.to_float64(), dtype=np.float64).ravel()
+    yy = np.broadcast_to(np.asarray(y, dtype=np.float64), ex.to_float64().shape).ravel()
+    ok = np.isfinite(s) & np.isfinite(yy)
+    if not ok.any():
+        return float("nan")
+    a = np.abs(np.asarray(X, dtype=np.float64)).sum(axis=0).ravel()[ok]
+    e = np.abs(np.asarray(ex.error_of(y), dtype=np.float64)).ravel()[ok]
     with np.errstate(divide="ignore", invalid="ignore"):
-        return err / u
+        b = np.where(a != 0, e / a, np.where(e == 0, 0.0, np.inf))
+    return float(b.max())
 
 
 def correct_bits(y: ArrayLike, ex: ExactSum) -> NDArray[np.float64]:
@@ -341,3 +414,48 @@ def probabilistic_bound(
     fail = min(1.0, 2.0 * k * float(np.exp(-(lam**2) * (1 - u) ** 2 / 2)))
     with np.errstate(invalid="ignore"):
         return gt * np.sum(a, axis=0), fail
+
+
+def backward_bounds(depth: int, fmt: str | Format, *, lam: float = 5.0) -> dict[str, float | None]:
+    """Bounds on the backward error ``max_j |y_j - s_j| / sum_i |x_ij|`` of a plain sum to nearest.
+
+    With ``d`` the largest number of additions on a leaf's path (``n - 1`` for a chain,
+    ``ceil(log2 n)`` for a balanced tree) and ``u`` the unit roundoff of ``fmt``:
+
+    * ``deterministic``: Higham's ``gamma_d = d u / (1 - d u)`` (Accuracy and Stability,
+      Lemma 3.1), a worst case that always holds; None where ``d u >= 1`` (the bound
+      says nothing: "not informative").
+    * ``probabilistic``: ``lam * sqrt(d) * u`` to first order (Higham & Mary 2019,
+      Theorem 4.2; exactly ``exp(lam sqrt(d) u + d u^2 / (1 - u)) - 1``), which holds
+      with probability at least ``probability`` = ``1 - 2 d exp(-lam^2 (1 - u)^2 / 2)``
+      when the rounding errors are independent and mean zero; None where that
+      probability is not positive or the bound is not below 1.
+
+    ``d = 0`` (one term) gives 0 for both (nothing is rounded).
+
+    >>> b = backward_bounds(15, "bf16")
+    >>> round(b["deterministic"], 4), round(b["probabilistic"], 4), round(b["probability"], 5)
+    (0.0622, 0.0788, 0.99988)
+    >>> backward_bounds(10**5, "fp16")["deterministic"] is None
+    True
+    """
+    if depth < 0:
+        raise InvalidArgument(f"depth must be >= 0, got {depth}")
+    if not lam > 0:
+        raise InvalidArgument(f"lam must be > 0, got {lam}")
+    u = get_format(fmt).unit_roundoff
+    if depth == 0:
+        return {"depth": 0, "u": u, "deterministic": 0.0, "probabilistic": 0.0, "probability": 1.0, "lam": lam}
+    du = depth * u
+    det = du / (1 - du) if du < 1 else None
+    prob = 1.0 - 2.0 * depth * float(np.exp(-(lam**2) * (1 - u) ** 2 / 2))
+    pb = float(np.expm1(lam * np.sqrt(depth) * u + depth * u * u / (1 - u)))
+    ok = prob > 0 and pb < 1
+    return {
+        "depth": depth,
+        "u": u,
+        "deterministic": det,
+        "probabilistic": pb if ok else None,
+        "probability": prob if ok else None,
+        "lam": lam,
+    }

@@ -22,8 +22,10 @@ Algorithm = Literal["plain", "kahan", "neumaier", "binned", "exact"]
 ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
 
 #: ``none``; ``after`` (sum, then one division); ``premultiply`` (x * round(1/N) in the
-#: input format, NCCL's Avg); ``predivide`` (x / N in the input format, PyTorch DDP)
-Average = Literal["none", "after", "premultiply", "predivide"]
+#: input format, NCCL's Avg); ``predivide`` (x / N in the input format, as torch's
+#: ``allreduce_hook``: ``tensor.div_(N)``); ``ddp`` (what PyTorch DDP does without a comm
+#: hook: x * float32(1/N) computed in float32, rounded to the gradient's format)
+Average = Literal["none", "after", "premultiply", "predivide", "ddp"]
 AVERAGES: tuple[Average, ...] = get_args(Average)
 
 

@@ -28,6 +28,24 @@ FIGSIZE = (9.0, 5.4)  # inches, every figure
 DPI = 150
 FORMATS = ("png", "pdf", "svg")
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+#: one marker per series beside its colour: 10 colours x 7 markers (coprime) tell 70 series apart
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def series_style(i: int) -> dict[str, Any]:
+    """Colour and marker of the ``i``-th series: distinct for the first 70 (colour i mod 10, marker i mod 7)."""
+    return {"color": COLORS[i % len(COLORS)], "marker": MARKERS[i % len(MARKERS)]}
+
+
+def percent_axis(ax: Axes, label: str) -> None:
+    """A linear 0-100% y axis for fractions (the data stay fractions 0..1)."""
+    from matplotlib.ticker import PercentFormatter
+
+    ax.set_ylim(-0.03, 1.03)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylabel(label)
+
+
 STYLE: dict[str, Any] = {
     "font.size": 10,
     "axes.titlesize": 10.5,
@@ -64,7 +82,8 @@ def legend(fig: Figure, entries: Sequence[tuple[Any, str]]) -> None:
     if entries:
         longest = max(len(label) for _, label in entries)
         ncols = min(len(entries), 1 if longest > 60 else 2 if longest > 30 else 3)
-        fig.legend(*zip(*entries, strict=True), loc="outside lower center", ncols=ncols)
+        labels = [textwrap.fill(label, 110, subsequent_indent="    ") for _, label in entries]  # within the figure
+        fig.legend([h for h, _ in entries], labels, loc="outside lower center", ncols=ncols)
 
 
 def note(ax: Axes, text: str, *, corner: bool = False) -> None:

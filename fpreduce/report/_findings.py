@@ -1,7 +1,14 @@
 """The findings of a run in words: one paragraph each, every number computed from its files.
 
-Values that matter are also printed exactly (``float.hex``); NaN/Inf in the metrics
-are counted and left out of statistics.
+Every sentence compares like with like: an arm's divergence is measured against the arm
+it names in ``compare_to`` (its fixed-order twin by default), in the wider of the two
+output formats (said so when they differ); run-to-run variability is the arm against
+itself relaunched with an independently seeded order; errors are normwise and backward
+errors against the exact sum, which compare across formats; a claim that one setting
+beats another is made only for two arms that differ in that setting alone, and its verb
+follows the numbers. Numbers are decimal with three significant digits (exact values
+as ``float.hex`` are in the report's appendix). NaN/Inf in the metrics are counted
+and left out of statistics.
 """
 
 from __future__ import annotations
@@ -12,30 +19,96 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.formats import get_format
+from fpreduce.core.metrics import backward_bounds
+from fpreduce.plans import parse
+from fpreduce.run.config import OrderPolicy
 from fpreduce.run.rundir import Results
 
-
-def _x(v: float) -> str:
-    """A human value with its exact float.hex beside it."""
-    return f"{v:.3g} ({float(v).hex()})"
+#: what shapes an arm's sum, in summary.json's words (output: the format of the result)
+KEYS = ("order", "input", "accumulate", "output", "rounding", "algorithm", "average")
 
 
-def _pct(v: float) -> str:
-    return f"{100 * v:.3g}%"
+def num(v: float) -> str:
+    """A decimal with three significant digits (``n/a`` for NaN)."""
+    return "n/a" if v is None or math.isnan(v) else f"{v:.3g}"
 
 
-def _fin(a: NDArray[np.float64]) -> NDArray[np.float64]:
+def pct(v: float) -> str:
+    """A fraction as a percentage with three significant digits; never "100%" for less than all.
+
+    >>> pct(0.6284), pct(1.0), pct(0.99996), pct(0.0)
+    ('62.8%', '100%', '99.996%', '0%')
+    """
+    if v is None or math.isnan(v):
+        return "n/a"
+    for digits in (3, 4, 5, 6):
+        text = f"{100 * v:.{digits}g}"
+        if v == 1 or text != "100":
+            return f"{text}%"
+    return ">99.9999%"
+
+
+def fin(a: NDArray[np.float64]) -> NDArray[np.float64]:
     return a[np.isfinite(a)]
 
 
-def _acc(arm: dict[str, Any]) -> str:
-    return str(arm.get("accumulate", "?"))
+def median(run: Results, arm: str, col: str) -> float:
+    v = fin(run.column(arm, col))
+    return float(np.median(v)) if v.size else math.nan
 
 
-def _mean_err(run: Results, arm: str) -> float:
-    v = _fin(run.column(arm, "err_mean_rel"))
+def mean(run: Results, arm: str, col: str) -> float:
+    v = fin(run.column(arm, col))
     return float(np.mean(v)) if v.size else math.nan
+
+
+def arm_of(run: Results, name: str) -> dict[str, Any]:
+    return next(a for a in run.arms if a["name"] == name)
+
+
+def partner(run: Results, a: dict[str, Any]) -> dict[str, Any]:
+    """The arm ``a`` is compared with (runs before ``compare_to``: the reference arm)."""
+    name = a.get("compare_to") or run.reference
+    return next((b for b in run.arms if b["name"] == name), arm_of(run, run.reference))
+
+
+def out_format(a: dict[str, Any]) -> str:
+    return str(a.get("output") or a.get("accumulate") or "fp32")
+
+
+def is_fixed(a: dict[str, Any]) -> bool:
+    return str(a.get("order", "")).startswith("fixed:")
+
+
+def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The keys of :data:`KEYS` in which two arms differ (``output`` only when it differs)."""
+    return [k for k in KEYS if _val(a, k) != _val(b, k)]
+
+
+def _val(a: dict[str, Any], k: str) -> str:
+    return out_format(a) if k == "output" else str(a.get(k, ""))
+
+
+def is_twin(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """``b`` is a fixed-order arm with ``a``'s arithmetic (another arm than ``a``)."""
+    return a["name"] != b["name"] and is_fixed(b) and differences(a, b) in ([], ["order"])
+
+
+def pair_label(run: Results, a: dict[str, Any]) -> str:
+    """``B vs A (its fixed-order twin)``, ``F vs A (not its twin: input fp32 vs bf16; compared in fp32)``."""
+    b = partner(run, a)
+    if is_twin(a, b):
+        what = "its fixed-order twin"
+    else:
+        diff = [k for k in differences(a, b) if k != "order"]
+        what = "not its twin: " + ", ".join(f"{k} {_val(a, k)} vs {_val(b, k)}" for k in diff)
+    oa, ob = out_format(a), out_format(b)
+    if oa != ob:
+        wide = a.get("compared_in") or max((oa, ob), key=lambda f: get_format(f).precision)
+        what += f"; compared in {wide}, the wider output format"
+    return f"{a['name']} vs {b['name']} ({what})"
 
 
 def status(run: Results) -> str | None:
@@ -48,68 +121,91 @@ def status(run: Results) -> str | None:
 def paragraphs(run: Results) -> list[str]:
     """The findings of a loaded run (:func:`fpreduce.report.report.findings`), one paragraph each."""
     s, banner = run.summary, status(run)
-    rep = next((a.get("reproducible") for a in run.arms if a["name"] == run.reference), None)
-    verdict = (
-        "was bitwise reproducible: re-running its first steps gave identical bits"
-        if rep is True
-        else "was NOT bitwise reproducible: re-running its first steps gave different bits"
-        if rep is False
-        else "was not checked for run-to-run reproducibility"
-    )
     return [
         f"{banner}; every number below covers only the completed steps."
         if banner
         else f"The run completed all {s.get('steps_done', s.get('steps', '?'))} configured steps.",
-        f"Reference arm {run.reference} {verdict}.",
-        *_rerun(run),
         *([] if run.metrics else ["metrics.csv holds no step yet: there is nothing to measure."]),
+        *_reproducibility(run),
         *_divergence(run),
         *_errors(run),
+        *_bounds(run),
         *_pair_findings(run),
         *_training(run),
     ]
 
 
-def _rerun(run: Results) -> list[str]:
-    by = {
-        v: [a["name"] for a in run.arms if a["name"] != run.reference and a.get("reproducible") is v]
-        for v in (True, False)
-    }
-    return (
-        [
-            f"Re-running their first steps with a re-seeded order policy gave different bits for "
-            f"{', '.join(by[False])}" + (f" and identical bits for {', '.join(by[True])}" if by[True] else "") + "."
-        ]
-        if by[False]
-        else [f"Re-running their first steps gave identical bits for {', '.join(by[True])}."]
-        if by[True]
-        else []
-    )
+def _worst(run: Results, name: str, col: str) -> tuple[NDArray[np.float64], int, int]:
+    """(finite values, index of the largest, its step) of an arm's column."""
+    v, st = run.column(name, col), run.column(name, "step")
+    ok = np.isfinite(v)
+    v, st = v[ok], st[ok]
+    w = int(np.argmax(v)) if v.size else 0
+    return v, w, int(st[w]) if v.size else -1
+
+
+def _reproducibility(run: Results) -> list[str]:
+    fixed: list[str] = []
+    same: list[str] = []
+    out: list[str] = []
+    unknown: list[str] = []
+    for a in run.arms:
+        name = a["name"]
+        v, w, step = _worst(run, name, "rerun_diff_frac")
+        if not v.size:
+            unknown.append(name)
+        elif not np.any(v > 0):
+            (fixed if is_fixed(a) else same).append(name)
+        else:
+            u = fin(run.column(name, "rerun_ulp_max"))
+            most = num(float(u.max()) if u.size else math.nan)
+            out.append(
+                f"{name} ({a.get('order')}): a relaunch with an independently seeded order changed bits at "
+                f"{int(np.sum(v > 0))} of {v.size} steps, a mean {pct(float(np.mean(v)))} of elements per step "
+                f"(median {pct(float(np.median(v)))}, worst {pct(float(v[w]))} at step {step}), by up to {most}"
+                f" ulps of {out_format(a)}: not reproducible run to run."
+            )
+    steps = max((fin(run.column(a["name"], "rerun_diff_frac")).size for a in run.arms), default=0)
+    head = []
+    if fixed:
+        head.append(
+            f"Run-to-run: {', '.join(fixed)} {'has' if len(fixed) == 1 else 'have'} a fixed order, so a relaunch "
+            f"repeats {'its' if len(fixed) == 1 else 'their'} bits by construction (re-run columns 0)."
+        )
+    if same:
+        head.append(
+            f"{', '.join(same)}: the order changes every step, yet a relaunch with an independently seeded order "
+            f"gave identical bits at all {steps} steps: reproducible run to run."
+        )
+    if unknown:
+        head.append(f"{', '.join(unknown)}: run-to-run variability not measured (no re-run columns in this run).")
+    return head + out
 
 
 def _divergence(run: Results) -> list[str]:
     out = []
     for a in run.arms:
-        d, st = run.column(a["name"], "diff_frac"), run.column(a["name"], "step")
-        ok = np.isfinite(d)
-        if a["name"] == run.reference or not ok.any():
+        b = partner(run, a)
+        d, w, step = _worst(run, a["name"], "diff_frac")
+        if b["name"] == a["name"] or not d.size:
             continue
-        d, st, u = d[ok], st[ok], _fin(run.column(a["name"], "ulp_max"))
-        what = f"Arm {a['name']} (order {a.get('order')}, {a.get('input')} inputs, {_acc(a)} accumulator)"
+        label = pair_label(run, a)
         if not np.any(d > 0):
-            out.append(f"{what} gave bits identical to {run.reference}'s at all {d.size} steps.")
+            out.append(f"{label}: bits identical at all {d.size} steps.")
             continue
-        w, med = int(np.argmax(d)), float(np.median(d))
+        st = run.column(a["name"], "step")[np.isfinite(run.column(a["name"], "diff_frac"))]
+        u = fin(run.column(a["name"], "ulp_max"))
+        wide = a.get("compared_in") or out_format(a)
         ulps = (
-            f" The largest ulp distance per step had median {float(np.median(u)):g} and worst "
-            f"{float(np.max(u)):g} ulps of {a.get('output') or _acc(a)}."
+            f"; the largest distance per step had median {num(float(np.median(u)))} and worst "
+            f"{num(float(u.max()))} ulps of {wide}"
             if u.size
             else ""
         )
         out.append(
-            f"{what} differed from {run.reference} in a median {_pct(med)} of elements per step (fraction "
-            f"{_x(med)}), worst {_pct(float(d[w]))} at step {int(st[w])}; {int(np.sum(d > 0))} of "
-            f"{d.size} steps differed, the first at step {int(st[np.argmax(d > 0)])}.{ulps}"
+            f"{label}: bits differed at {int(np.sum(d > 0))} of {d.size} steps, the first at step "
+            f"{int(st[np.argmax(d > 0)])}: a mean {pct(float(np.mean(d)))} of elements per step (median "
+            f"{pct(float(np.median(d)))}, worst {pct(float(d[w]))} at step {step}){ulps}."
         )
     return out
 
@@ -117,95 +213,184 @@ def _divergence(run: Results) -> list[str]:
 def _errors(run: Results) -> list[str]:
     out = []
     for a in run.arms:
-        me, mx = _mean_err(run, a["name"]), _fin(run.column(a["name"], "err_max_rel"))
-        if not math.isnan(me):
-            o = a.get("output") or _acc(a)
+        name, o = a["name"], out_format(a)
+        norm = fin(run.column(name, "err_norm"))
+        if norm.size:
+            bwd, ulp = fin(run.column(name, "err_backward")), fin(run.column(name, "err_max_ulp"))
+            fc = fin(run.column(name, "frac_correct"))
             out.append(
-                f"Arm {a['name']}: mean relative error against the exact sum {_x(me)} = "
-                f"{me / get_format(o).unit_roundoff:.3g} u of its {o} output; "
-                f"worst element {_x(float(np.max(mx)) if mx.size else math.nan)}."
+                f"{name} ({a.get('input')} inputs, {a.get('accumulate')} accumulator, {o} output): normwise error "
+                f"||y - s|| / ||s|| median {num(float(np.median(norm)))} per step (range {num(float(norm.min()))} "
+                f"to {num(float(norm.max()))}); largest backward error max |y - s| / sum |x| "
+                f"{num(float(bwd.max()) if bwd.size else math.nan)}; "
+                f"{pct(float(np.mean(fc)) if fc.size else math.nan)} of elements correctly rounded; largest "
+                f"error {num(float(ulp.max()) if ulp.size else math.nan)} ulps of {o}."
             )
-        nf = _fin(run.column(a["name"], "nonfinite"))
+        nf = fin(run.column(name, "nonfinite"))
         if nf.size and nf.sum() > 0:
             out.append(
-                f"Arm {a['name']} produced NaN or Inf in {int(nf.sum())} element results "
-                f"({int(np.sum(nf > 0))} steps); they are left out of the error statistics."
+                f"{name} produced NaN or Inf in {int(nf.sum())} element results ({int(np.sum(nf > 0))} steps); "
+                "they are left out of the error statistics."
             )
+    return out
+
+
+def depth(order: str, n: int) -> int | None:
+    """Additions on the longest leaf-to-root path of an order policy with ``n`` workers (None if unknown)."""
+    try:
+        policy = OrderPolicy.parse(order)
+        if policy.kind in ("arrival", "atomic", "random_tree"):
+            return n - 1  # a chain; a random tree is at most as deep
+        return int(np.max(parse(policy.plan, n).depths()))
+    except (InvalidArgument, ValueError):
+        return None
+
+
+def _bounds(run: Results) -> list[str]:
+    """Measured backward errors against the deterministic and probabilistic bounds of plain sums to nearest."""
     n = run.summary.get("workers")
-    if isinstance(n, int) and n > 1 and out:
-        fmts = sorted({_acc(a) for a in run.arms}, key=lambda f: get_format(f).precision)
-        out.append(
-            f"For comparison, with N = {n} the worst-case error bound of a recursive sum, relative to "
-            f"sum |x_i|, is about (N-1)u, and random-sign rounding errors predict about sqrt(N)u: "
-            + "; ".join(
-                f"{f}: u = 2^-{get_format(f).precision}, (N-1)u = "
-                f"{(n - 1) * get_format(f).unit_roundoff:.3g}, sqrt(N)u = "
-                f"{math.sqrt(n) * get_format(f).unit_roundoff:.3g}"
-                for f in fmts
+    if not isinstance(n, int) or n < 2:
+        return []
+    groups: dict[tuple[int, str, str], list[str]] = {}
+    skipped = []
+    for a in run.arms:
+        bwd = fin(run.column(a["name"], "err_backward"))
+        d = depth(str(a.get("order")), n)
+        plain = (a.get("algorithm"), a.get("average"), a.get("rounding")) == ("plain", "none", "nearest_even")
+        if not bwd.size:
+            continue
+        if not plain or d is None:
+            skipped.append(a["name"])
+            continue
+        groups.setdefault((d, str(a.get("accumulate")), out_format(a)), []).append(a["name"])
+    out = []
+    for (d, acc, o), names in groups.items():
+        b = backward_bounds(d, acc)
+        extra = get_format(o).unit_roundoff if o != acc else 0.0  # one more rounding, to the output format
+        det = None if b["deterministic"] is None else extra + (1 + extra) * b["deterministic"]
+        pb = None if b["probabilistic"] is None else extra + (1 + extra) * b["probabilistic"]
+        last = f", then rounded once to {o} (+u of {o})" if extra else ""
+        parts = [
+            f"Bounds for d = {d} additions per term with {acc} accumulation{last}: "
+            + (
+                f"the backward error can never exceed gamma_d = {num(det)}"
+                if det is not None
+                else "the worst-case bound gamma_d is not informative (d u >= 1)"
             )
-            + ". Sums with cancellation can exceed these relative to |sum x_i|."
+            + (
+                f"; it exceeds {b['lam']:g} sqrt(d) u = {num(pb)} with probability at most "
+                f"{num(1 - b['probability'])} (independent rounding errors)"
+                if pb is not None and b["probability"] is not None
+                else "; the probabilistic bound is not informative here"
+            )
+        ]
+        meas = []
+        for name in names:
+            m = float(fin(run.column(name, "err_backward")).max())
+            verdict = (
+                "above the worst-case bound"
+                if det is not None and m > det
+                else "above the probabilistic bound"
+                if pb is not None and m > pb
+                else "within the bounds"
+                if det is not None or pb is not None
+                else "no informative bound"
+            )
+            meas.append(f"{name} {num(m)} ({verdict})")
+        out.append(parts[0] + ". Measured largest backward error: " + "; ".join(meas) + ".")
+    if skipped:
+        out.append(
+            f"No bound is stated for {', '.join(skipped)}: the bounds above cover plain summation to nearest "
+            "without averaging."
         )
     return out
+
+
+def _compare(lo: float, hi: float) -> str:
+    """``lower`` / ``higher`` / ``about the same`` for a change from ``lo`` to ``hi``, with the ratio."""
+    if math.isnan(lo) or math.isnan(hi):
+        return "could not be compared"
+    if lo == hi:
+        return "unchanged"
+    if lo == 0:
+        return "higher (from exactly 0)"
+    if hi == 0:
+        return "lower (down to exactly 0)"
+    r = hi / lo
+    word = "about the same" if abs(r - 1) < 0.01 else "lower" if r < 1 else "higher"
+    return f"{word} (x{r:#.3g})"
 
 
 def _pair_findings(run: Results) -> list[str]:
-    """Arms equal in everything that shapes the sum but the accumulator (or the algorithm)."""
-    out, keys = [], ("order", "input", "accumulate", "rounding", "algorithm", "average")
-    for vary in ("accumulate", "algorithm"):
-        same = [k for k in keys if k != vary]
-        for i, a in enumerate(run.arms):
-            for b in run.arms[i + 1 :]:
-                if a.get(vary) == b.get(vary) or any(a.get(k) != b.get(k) for k in same):
-                    continue
-                if vary == "accumulate" and get_format(_acc(a)).precision > get_format(_acc(b)).precision:
-                    a, b = b, a  # the narrower accumulator first
-                ea, eb = _mean_err(run, a["name"]), _mean_err(run, b["name"])
-                if math.isnan(ea) or math.isnan(eb):
-                    continue
-                ratio = (
-                    f"multiplied the mean relative error by {_x(eb / ea)}"
-                    if ea > 0
-                    else "left the mean relative error at 0"
-                    if eb == 0
-                    else f"raised the mean relative error from 0 to {_x(eb)}"
-                )
-                da, db = _fin(run.column(a["name"], "diff_frac")), _fin(run.column(b["name"], "diff_frac"))
-                div = (
-                    f"; the median fraction of elements differing from {run.reference} went from "
-                    f"{_pct(float(np.median(da)))} to {_pct(float(np.median(db)))}"
-                    if da.size and db.size and run.reference not in (a["name"], b["name"])
-                    else ""
-                )
-                what = "accumulator" if vary == "accumulate" else vary
-                oa, ob = a.get("output") or _acc(a), b.get("output") or _acc(b)
-                note = f" (errors measured in each arm's output format: {oa} vs {ob})" if oa != ob else ""
-                out.append(
-                    f"Changing the {what} from {a.get(vary)} to {b.get(vary)} (arm {a['name']} -> "
-                    f"{b['name']}) {ratio}{div}{note}."
-                )
+    """Two arms that differ in one setting only (accumulator, algorithm or order): what changing it did."""
+    out = []
+    arms = run.arms
+    for i, a in enumerate(arms):
+        for b in arms[i + 1 :]:
+            diff = differences(a, b)
+            if diff == ["accumulate", "output"] and all(out_format(x) == x.get("accumulate") for x in (a, b)):
+                diff = ["accumulate"]  # the output follows the accumulator in both
+            if len(diff) != 1 or diff[0] not in ("accumulate", "algorithm", "order"):
+                continue
+            key = diff[0]
+            if (
+                key == "accumulate"
+                and get_format(str(a["accumulate"])).precision > get_format(str(b["accumulate"])).precision
+            ):
+                a, b = b, a  # the narrower accumulator first
+            out.append(_pair(run, a, b, key))
     return out
 
 
+def _pair(run: Results, a: dict[str, Any], b: dict[str, Any], key: str) -> str:
+    what = {"accumulate": "accumulator", "algorithm": "algorithm", "order": "order"}[key]
+    ea, eb = median(run, a["name"], "err_norm"), median(run, b["name"], "err_norm")
+    text = (
+        f"Changing the {what} from {a.get(key)} to {b.get(key)} ({a['name']} -> {b['name']}, all else equal): "
+        f"median normwise error {num(ea)} -> {num(eb)}, {_compare(ea, eb)}"
+    )
+    pa, pb = partner(run, a), partner(run, b)
+    if key != "order":
+        if is_twin(a, pa) and is_twin(b, pb):
+            da, db = mean(run, a["name"], "diff_frac"), mean(run, b["name"], "diff_frac")
+            text += (
+                f"; mean fraction of elements differing from the fixed-order twin {pct(da)} ({a['name']} vs "
+                f"{pa['name']}) -> {pct(db)} ({b['name']} vs {pb['name']}), {_compare(da, db)}"
+            )
+        elif not (is_fixed(a) and is_fixed(b)):
+            lacking = [x["name"] for x, p in ((a, pa), (b, pb)) if not is_twin(x, p)]
+            text += f"; divergence not compared: {', '.join(lacking)} not compared with a fixed-order twin"
+        if not (is_fixed(a) or is_fixed(b)):
+            ra, rb = mean(run, a["name"], "rerun_diff_frac"), mean(run, b["name"], "rerun_diff_frac")
+            text += f"; mean fraction changed by a relaunch {pct(ra)} -> {pct(rb)}, {_compare(ra, rb)}"
+    return text + "."
+
+
 def _training(run: Results) -> list[str]:
-    ref, out = run.reference, []
-    steps, loss_ref = run.column(ref, "step"), run.column(ref, "loss")
-    for a in run.arms if _fin(loss_ref).size else []:
-        name, loss, pd = a["name"], run.column(a["name"], "loss"), run.column(a["name"], "param_dist")
-        k = min(len(loss_ref), len(loss), len(pd))
-        if name == ref or k == 0:
+    out: list[str] = []
+    if not fin(run.column(run.reference, "loss")).size:
+        return out
+    for a in run.arms:
+        b = partner(run, a)
+        name, other = a["name"], b["name"]
+        loss, lb, pd = run.column(name, "loss"), run.column(other, "loss"), run.column(name, "param_dist")
+        steps, pf = run.column(name, "step"), run.column(name, "param_diff_frac")
+        k = min(len(loss), len(lb), len(pd))
+        if name == other or k == 0:
             continue
-        first, pf = a.get("first_param_divergence_step"), run.column(name, "param_diff_frac")
+        first = a.get("first_param_divergence_step")
         if first is None and np.any(pf > 0):
             first = int(steps[np.argmax(pf > 0)])
-        la, lr = float(loss[k - 1]), float(loss_ref[k - 1])
-        start = (
-            f"first differed bitwise from {ref}'s at step {first}"
-            if first is not None
-            else f"stayed bitwise identical to {ref}'s"
-        )
+        la, lr = float(loss[k - 1]), float(lb[k - 1])
+        if first is None:
+            out.append(
+                f"Training, {pair_label(run, a)}: the weights stayed bitwise identical at all {k} steps "
+                f"(final loss {la:.6g} for both)."
+            )
+            continue
         out.append(
-            f"Training: arm {name}'s weights {start}; after the last step ({int(steps[k - 1])}) the "
-            f"relative parameter distance was {_x(float(pd[k - 1]))} and the loss differed by "
-            f"{_x(la - lr)} ({name} {la:.6g} vs {ref} {lr:.6g})."
+            f"Training, {pair_label(run, a)}: the weights first differed bitwise at step {first}; after the "
+            f"last step ({int(steps[k - 1])}) the relative parameter distance was {num(float(pd[k - 1]))} and the "
+            f"loss differed by {num(la - lr)} ({name} {la:.6g} vs {other} {lr:.6g})."
         )
     return out

@@ -1,110 +1,198 @@
-"""The PDF report of a sweep directory: error and divergence against N, fitted slopes, the table."""
+"""The PDF report of a sweep directory: error and divergence against N, fitted slopes, the table.
+
+A growth exponent is fitted (least squares of log error on log N) only on a series with
+at least three positive points; it is printed with the range of N it covers and its R²,
+and with a caveat where the errors sit below a tenth of the output format's unit
+roundoff (most sums exact: the exponent then describes rare rounding events).
+Fractions are drawn on linear 0-100% axes; reference slopes only on the error panel.
+"""
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 from numpy.typing import NDArray
 
 from fpreduce.base.errors import InvalidArgument
+from fpreduce.core.formats import get_format
+from fpreduce.report._figure import percent_axis, series_style
 from fpreduce.report.pdf import _H, Doc, Rect, cell, render
 from fpreduce.run.rundir import SWEEP_CSV, read_sweep
 
-_SWEEP_NUM = ("workers", "mean_err_rel", "max_err_rel", "mean_diff_frac", "max_ulp")
+_SWEEP_NUM = (
+    "workers",
+    "mean_err_norm",
+    "mean_err_rel",
+    "max_err_rel",
+    "mean_diff_frac",
+    "max_ulp",
+    "mean_rerun_diff_frac",
+)
+#: (column, axis label, caption, scale); the error column falls back to mean_err_rel for older sweeps
 _SWEEP_FIGS = (
     (
-        "mean_err_rel",
-        "mean relative error vs exact sum",
-        "Mean relative error against N. Look at which "
-        "reference slope each series follows: sqrt(N) means rounding errors cancel like a random walk, N means "
-        "they accumulate.",
+        "mean_err_norm",
+        "normwise error vs exact sum",
+        "Normwise error ||y - s|| / ||s|| against N (log-log). The dashed and dotted lines are reference "
+        "slopes sqrt(N) (rounding errors cancelling like a random walk) and N (accumulating), anchored at the "
+        "smallest N; the findings give each series' fitted exponent with its range and R^2.",
+        "log",
     ),
     (
         "max_ulp",
-        "max ulp distance to arm A",
-        "Largest ulp distance between the two orders against N (zeros, "
-        "i.e. identical bits, are not drawn on the log axis).",
+        "max ulp distance to the compare_to arm",
+        "Largest ulp distance between each arm and its compare_to arm against N (log axis; zeros, i.e. "
+        "identical bits, are not drawn).",
+        "log",
     ),
     (
         "mean_diff_frac",
-        "mean fraction of elements differing",
-        "Fraction of elements whose bits differ between the two orders against N (zeros not drawn).",
+        "elements differing from the compare_to arm",
+        "Mean fraction of elements whose bits differ from the compare_to arm against N (linear 0-100%).",
+        "percent",
+    ),
+    (
+        "mean_rerun_diff_frac",
+        "elements changed by a relaunch",
+        "Mean fraction of elements that change when the arm is relaunched with an independently seeded "
+        "order, against N (linear 0-100%; 0 for a fixed order).",
+        "percent",
     ),
 )
 
 
+def fit_slope(ns: NDArray[np.float64], ys: NDArray[np.float64]) -> tuple[float, float] | None:
+    """(exponent k, R²) of the least-squares fit log y = k log N + c over the positive points; None below 3.
+
+    >>> k, r2 = fit_slope(np.array([2.0, 4, 8, 16]), np.array([1.0, 2, 4, 8]))
+    >>> round(k, 6), round(r2, 6)
+    (1.0, 1.0)
+    >>> fit_slope(np.array([32.0, 64]), np.array([1e-3, 2e-3])) is None
+    True
+    """
+    ok = np.isfinite(ys) & (ys > 0) & np.isfinite(ns) & (ns > 0)
+    if ok.sum() < 3:
+        return None
+    x, y = np.log(ns[ok]), np.log(ys[ok])
+    k, c = np.polyfit(x, y, 1)
+    ss_res = float(np.sum((y - (k * x + c)) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    return float(k), (1.0 - ss_res / ss_tot) if ss_tot > 0 else 1.0
+
+
+def _series(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    series: dict[str, dict[str, Any]] = {}
+    several = len({r.get("dist", "") for r in rows}) > 1  # name the data only when it varies
+    for r in sorted(rows, key=lambda r: r["workers"]):
+        data = f" {r['dist']}" if several else ""
+        m = series.setdefault(
+            f"{r['arm']}: {r['plan']}{data} {r['input']}->{r['accumulate']}",
+            {"accumulate": r["accumulate"], "itself": r.get("compare_to") == r["arm"]},
+        )
+        for c in _SWEEP_NUM:
+            m[c] = np.append(m.get(c, np.array([])), r.get(c, math.nan))
+    return series
+
+
+def _fits(series: dict[str, dict[str, Any]], col: str) -> list[str]:
+    lines = []
+    for key, m in series.items():
+        f = fit_slope(m["workers"], m[col])
+        ok = np.isfinite(m[col]) & (m[col] > 0)
+        if f is None:
+            lines.append(f"{key}: {int(ok.sum())} positive point(s): no exponent fitted (needs 3).")
+            continue
+        k, r2 = f
+        ns = m["workers"][ok]
+        span = f"N = {int(ns.min())}..{int(ns.max())} ({int(ok.sum())} points, R^2 = {r2:.2f})"
+        text = f"{key}: error grows like N^{k:.2f} over {span}"
+        if r2 < 0.9:
+            text += "; a poor fit: the points do not follow one power law"
+        u = get_format(str(m["accumulate"])).unit_roundoff
+        if float(np.median(m[col][ok])) < u / 10:
+            text += (
+                f"; caveat: the errors (median {float(np.median(m[col][ok])):.3g}) sit below a tenth of u = {u:.3g} "
+                f"of {m['accumulate']}: most sums are exact, and the exponent describes rare rounding events"
+            )
+        lines.append(text + ".")
+    return lines
+
+
+def _panel(fig: Figure, rect: Rect, series: dict[str, dict[str, Any]], col: str, label: str, scale: str) -> float:
+    x, y, w, h = rect
+    ax = fig.add_axes((x + 0.07, y + 0.3 * h, w - 0.08, 0.68 * h))  # legend below
+    first = []
+    for i, (key, m) in enumerate(series.items()):
+        if m["itself"] and col in ("max_ulp", "mean_diff_frac"):
+            continue  # an arm compared with itself: no divergence to draw
+        ok = np.isfinite(m[col]) & ((m[col] > 0) if scale == "log" else True)
+        if ok.any():
+            ax.plot(m["workers"][ok], m[col][ok], "-", ms=4, label=key, **series_style(i))
+            if scale == "log":
+                first.append((float(m["workers"][ok][0]), float(m[col][ok][0])))
+    ns = np.unique(np.concatenate([m["workers"] for m in series.values()]))
+    if first and col in ("mean_err_norm", "mean_err_rel"):
+        n0 = min(first)[0]
+        y0 = float(np.median([f[1] for f in first if f[0] == n0]))
+        ax.plot(ns, y0 * np.sqrt(ns / n0), "k--", lw=1, label="reference slope sqrt(N)")
+        ax.plot(ns, y0 * ns / n0, "k:", lw=1.2, label="reference slope N")
+    if ax.get_lines():
+        ax.set_xscale("log")
+        ax.set_xticks(ns, [f"{v:g}" for v in ns])
+        ax.set_xticks([], minor=True)
+        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.1))
+        if scale == "log":
+            ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, "no values to draw", ha="center", transform=ax.transAxes)
+    if scale == "percent":
+        percent_axis(ax, label)
+    ax.set(xlabel="N workers", ylabel=label, title=label + " against N")
+    ax.grid(True, which="both", alpha=0.3)
+    return (1 - y) * _H
+
+
 def write_sweep_report(sweep_dir: str | Path, out: str | Path | None = None) -> Path:
     """Write the PDF report of a sweep directory (``sweep.csv``, default ``SWEEP/report.pdf``):
-    error and divergence against N per series on log axes with sqrt(N) and N slopes, and the table."""
+    error and divergence against N per series, fitted exponents with range and R², and the table."""
     d = Path(sweep_dir)
     rows = read_sweep(d)
     if not rows:
         raise InvalidArgument(f"{d / SWEEP_CSV}: no rows; nothing to report")
-    series: dict[str, dict[str, NDArray[np.float64]]] = {}
-    several = len({r.get("dist", "") for r in rows}) > 1  # name the data only when it varies
-    for r in sorted(rows, key=lambda r: r["workers"]):
-        data = f" {r['dist']}" if several else ""
-        m = series.setdefault(f"{r['arm']}: {r['plan']}{data} {r['input']}->{r['accumulate']}", {})
-        for c in _SWEEP_NUM:
-            m[c] = np.append(m.get(c, np.array([])), r[c])
-    lines = []
-    for key, m in series.items():
-        ok = np.isfinite(m["mean_err_rel"]) & (m["mean_err_rel"] > 0)
-        if ok.sum() >= 2:
-            k = float(np.polyfit(np.log(m["workers"][ok]), np.log(m["mean_err_rel"][ok]), 1)[0])
-            lines.append(
-                f"{key}: mean error grows like N^{k:.2f} ({k.hex()}) over N = "
-                f"{int(m['workers'][ok][0])}..{int(m['workers'][ok][-1])}."
-            )
-
-    def panel(fig: Figure, rect: Rect, col: str, label: str) -> float:
-        x, y, w, h = rect
-        ax, first = fig.add_axes((x + 0.07, y + 0.3 * h, w - 0.08, 0.68 * h)), []  # legend below
-        for i, (key, m) in enumerate(series.items()):
-            ok = np.isfinite(m[col]) & (m[col] > 0)
-            if ok.any():
-                ax.plot(
-                    m["workers"][ok],
-                    m[col][ok],
-                    "o" + ("-", "--", ":")[i // 10 % 3],
-                    color=f"C{i % 10}",
-                    ms=3,
-                    label=key,
-                )
-                first.append((float(m["workers"][ok][0]), float(m[col][ok][0])))
-        if first:
-            n0 = min(first)[0]
-            y0 = float(np.median([f[1] for f in first if f[0] == n0]))
-            ns = np.unique(np.concatenate([m["workers"] for m in series.values()]))
-            ax.plot(ns, y0 * np.sqrt(ns / n0), "k--", lw=1, label="slope sqrt(N)")
-            ax.plot(ns, y0 * ns / n0, "k:", lw=1.2, label="slope N")
-            ax.set(xscale="log", yscale="log")
-            ax.set_xticks(ns, [f"{v:g}" for v in ns])
-            ax.set_xticks([], minor=True)
-            ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.1))
-        else:
-            ax.text(0.5, 0.5, "no positive values to draw on log axes", ha="center", transform=ax.transAxes)
-        ax.set(xlabel="N workers", ylabel=label, title=label + " against N")
-        ax.grid(True, which="both", alpha=0.3)
-        return (1 - y) * _H
+    series = _series(rows)
+    norm = any(np.isfinite(m["mean_err_norm"]).any() for m in series.values())
+    err = "mean_err_norm" if norm else "mean_err_rel"
+    lines = _fits(series, err)
+    figs = list(_SWEEP_FIGS)
+    if not norm:  # an older sweep: the per-element relative error stands in
+        figs[0] = (
+            "mean_err_rel",
+            "mean relative error vs exact sum",
+            "Mean per-element relative error |y - s| / |s| "
+            "against N (log-log), with reference slopes sqrt(N) and N anchored at the smallest N.",
+            "log",
+        )
 
     def body(doc: Doc) -> None:
         doc.new_page()
         doc.heading(f"fpreduce sweep report: {d.name}", 18)
         doc.text(
             "How do the error against the exact sum and the divergence between summation orders grow "
-            "with the number of workers N, for each plan and format? Reference slopes: sqrt(N) "
-            "(random-walk rounding errors) and N (worst case).",
+            "with the number of workers N, for each plan and format? Reference slopes on the error panel: "
+            "sqrt(N) (random-walk rounding errors) and N (worst case).",
             size=11,
         )
-        doc.heading("Findings: least-squares slope of log mean error against log N", 11)
-        for ln in lines or ["(no series with two positive points: no slope)"]:
+        what = "normwise error" if norm else "mean relative error (this sweep predates normwise errors)"
+        doc.heading(f"Findings: least-squares exponent of the {what} against N", 11)
+        for ln in lines or ["(no series)"]:
             doc.text("- " + ln, size=9)
-        for col, label, cap in _SWEEP_FIGS:
-            doc.figure_page(partial(panel, col=col, label=label), cap)
+        for col, label, cap, scale in figs:
+            doc.figure_page(partial(_panel, series=series, col=col, label=label, scale=scale), cap)
         doc.new_page()
         doc.heading("Sweep table (sweep.csv)")
         head = list(rows[0])

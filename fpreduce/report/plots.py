@@ -2,13 +2,15 @@
 
 ``plot_run(RUN)`` reads ``RUN/metrics.csv`` and ``RUN/summary.json`` (docs/run-format.md)
 and writes ``RUN/figures/{error,divergence,ulp_hist[,training]}.{png,pdf}``: per-step
-error against the exact sum, bitwise divergence from the reference arm, the histogram
-of ulp distances, and in training runs loss and parameter distance. ``plot_sweep(SWEEP)``
+normwise and backward error against the exact sum, bitwise divergence of each arm from
+its ``compare_to`` arm (legend "B vs A") and on relaunch, the histogram of ulp distances
+per pair, and in training runs loss and parameter distance per pair. ``plot_sweep(SWEEP)``
 draws ``SWEEP/sweep.csv`` against the number of workers N.
 
-Zeros on log axes (an exact arm; the reference compared with itself) sit on a labelled
-dotted line one decade below the smallest positive value; NaN (not applicable) and ±Inf
-leave a gap (non-finite sums are counted in the legend). Figures ignore the caller's
+Fractions sit on linear 0-100% axes. Every series has its own colour and marker (70
+distinct). Zeros on log axes (an exact arm) sit on a labelled dotted line one decade
+below the smallest positive value; NaN (not applicable) and ±Inf leave a gap
+(non-finite sums are counted in the legend). Figures ignore the caller's
 matplotlib configuration and the clock: the same files give byte-identical PNG, PDF and
 SVG. matplotlib is imported only when drawing.
 """
@@ -26,7 +28,6 @@ from numpy.typing import NDArray
 
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.report._figure import (
-    COLORS,
     FIGSIZE,
     Series,
     check_formats,
@@ -34,16 +35,19 @@ from fpreduce.report._figure import (
     log_lines,
     new_figure,
     note,
+    percent_axis,
     positive,
     save_figures,
+    series_style,
 )
+from fpreduce.report._sweep_plot import fig_sweep
 from fpreduce.run.rundir import METRICS_CSV, SWEEP_CSV, load_run, point_dirs, read_summary, read_sweep
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["FIGSIZE", "arm_label", "plot_run", "plot_sweep"]
+__all__ = ["FIGSIZE", "arm_label", "pair_label", "plot_run", "plot_sweep"]
 
 
 def arm_label(arm: Mapping[str, Any], *, reference: str | None = None) -> str:
@@ -69,6 +73,21 @@ def arm_label(arm: Mapping[str, Any], *, reference: str | None = None) -> str:
     return text + (" (reference)" if name == reference else "")
 
 
+def pair_label(arm: Mapping[str, Any], other: Mapping[str, Any] | None) -> str:
+    """``B vs A``, with the format of the comparison when the two output formats differ.
+
+    >>> pair_label({"name": "F", "output": "fp32", "compared_in": "fp32"}, {"name": "A", "output": "bf16"})
+    'F vs A (in fp32)'
+    """
+    if other is None:
+        return str(arm.get("name", "?"))
+    text = f"{arm.get('name', '?')} vs {other.get('name', '?')}"
+    oa, ob = arm.get("output") or arm.get("accumulate"), other.get("output") or other.get("accumulate")
+    if oa != ob:
+        text += f" (in {arm.get('compared_in') or oa})"
+    return text
+
+
 # ----------------------------------------------------------------------------- run model
 
 
@@ -82,13 +101,30 @@ class _Run:
     metrics: dict[str, dict[str, NDArray[Any]]]
 
     def color(self, arm: str) -> str:
-        return COLORS[self.arms.index(arm) % len(COLORS)]
+        return str(series_style(self.arms.index(arm))["color"])
+
+    def partner(self, arm: str) -> str:
+        """The arm ``arm`` is compared with (the reference for runs before compare_to)."""
+        return str(self.info.get(arm, {}).get("compare_to") or self.reference)
+
+    def pairs(self) -> tuple[str, ...]:
+        """The arms compared with another arm (not with themselves)."""
+        return tuple(a for a in self.arms if self.partner(a) != a)
+
+    def pair(self, arm: str) -> str:
+        if self.partner(arm) == arm:
+            return arm
+        return pair_label(
+            self.info.get(arm, {"name": arm}), self.info.get(self.partner(arm), {"name": self.partner(arm)})
+        )
 
     def style(self, arm: str, ls: str = "-") -> dict[str, Any]:
-        """The reference arm thick, pale and underneath, so identical curves stay visible."""
+        """Colour and marker of the arm; the first arm thick, pale and underneath, so identical curves stay visible."""
         ref = arm == self.reference
+        many = max((m["step"].size for m in self.metrics.values()), default=0) > 40
         return {
-            "color": self.color(arm),
+            **series_style(self.arms.index(arm)),
+            **({"markevery": 0.08, "markersize": 4} if many else {}),
             "ls": ls,
             "lw": 2.8 if ref else 1.3,
             "alpha": 0.55 if ref else 0.95,
@@ -103,9 +139,9 @@ class _Run:
     def label(self, arm: str) -> str:
         return arm_label(self.info.get(arm, {"name": arm}), reference=self.reference)
 
-    def series(self, *cols: tuple[str, str]) -> list[Series]:
-        """(x, y, style) for every arm and every (column, line style)."""
-        return [(*self.col(arm, c), self.style(arm, ls)) for arm in self.arms for c, ls in cols]
+    def series(self, *cols: tuple[str, str], arms: Sequence[str] | None = None) -> list[Series]:
+        """(x, y, style) for every arm (or those given) and every (column, line style)."""
+        return [(*self.col(arm, c), self.style(arm, ls)) for arm in (arms or self.arms) for c, ls in cols]
 
     def legend(
         self,
@@ -114,15 +150,19 @@ class _Run:
         suffix: Mapping[str, str] | None = None,
         *,
         extra: Sequence[tuple[str, str]] = (),
+        arms: Sequence[str] | None = None,
+        pairs: bool = False,
     ) -> None:
-        """Arms (flagging one whose curves equal an earlier arm's: drawn over it), then (line style, meaning)."""
+        """Arms (or pairs "B vs A: ..."; flagging one whose curves equal an earlier arm's: drawn over it),
+        then (line style, meaning)."""
         from matplotlib.lines import Line2D
 
         entries = []
-        for i, a in enumerate(self.arms):
+        shown = list(arms or self.arms)
+        for i, a in enumerate(shown):
             same = [
                 b
-                for b in self.arms[:i]
+                for b in shown[:i]
                 if all(
                     np.array_equal(self.col(a, c)[0], self.col(b, c)[0])
                     and np.array_equal(self.col(a, c)[1], self.col(b, c)[1], equal_nan=True)
@@ -132,7 +172,8 @@ class _Run:
             note = f"; same values as {', '.join(same)} (drawn over it)" if same else ""
             if not any(np.isfinite(self.col(a, c)[1]).any() for c in cols):
                 note = "; no values (NaN: not applicable)"
-            entries.append((Line2D([], [], **self.style(a)), self.label(a) + (suffix or {}).get(a, "") + note))
+            text = self.label(a).replace(f"{a}:", f"{self.pair(a)}:", 1) if pairs else self.label(a)
+            entries.append((Line2D([], [], **self.style(a)), text + (suffix or {}).get(a, "") + note))
         entries += [(Line2D([], [], color="0.25", lw=1.3, ls=ls), text) for ls, text in extra]
         legend(fig, entries)
 
@@ -175,31 +216,45 @@ def _step_axes(run: _Run, *axes: Axes) -> bool:
 
 
 def _fig_error(run: _Run) -> Figure:
-    fig, (ax,) = new_figure(
-        f"{run.name}: relative error of each arm's sum against the exact sum, per step", run.subtitle
+    fig, (a1, a2) = new_figure(
+        f"{run.name}: error of each arm's sum against the exact sum, per step", run.subtitle, ncols=2
     )
-    log_lines(ax, run.series(("err_max_rel", "-"), ("err_mean_rel", "--")), markers=_step_axes(run, ax))
-    ax.set_ylabel("relative error |y − s| / |s|")
+    markers = _step_axes(run, a1, a2)
+    log_lines(a1, run.series(("err_norm", "-")), markers=markers)
+    a1.set(title=r"normwise error $\|y - s\|_2 / \|s\|_2$", ylabel="normwise error")
+    log_lines(a2, run.series(("err_backward", "-")), markers=markers)
+    a2.set(title=r"backward error $\max_j |y_j - s_j| \,/\, \sum_i |x_{ij}|$", ylabel="backward error")
     nonfinite = {a: int(np.sum(np.nan_to_num(run.col(a, "nonfinite")[1]) > 0)) for a in run.arms}
-    ax.set_title("solid: max over elements, dashed: mean over elements")
     run.legend(
         fig,
-        ("err_max_rel", "err_mean_rel"),
+        ("err_norm", "err_backward"),
         {a: f"; NaN/Inf results at {k} step(s)" for a, k in nonfinite.items() if k},
     )
     return fig
 
 
+def _fraction_lines(ax: Axes, series: Sequence[Series], *, markers: bool, label: str) -> None:
+    """Fractions on a linear 0-100% axis (NaN: gaps)."""
+    mk: dict[str, Any] = {"marker": "o", "markersize": 3.5} if markers else {}
+    for x, y, kw in series:
+        ax.plot(x, y, **{**mk, **kw})
+    percent_axis(ax, label)
+
+
 def _fig_divergence(run: _Run) -> Figure:
     fig, (a1, a2) = new_figure(
-        f"{run.name}: bitwise divergence from the reference arm {run.reference}, per step", run.subtitle, ncols=2
+        f"{run.name}: bitwise divergence per step, from the compare_to arm and on relaunch", run.subtitle, ncols=2
     )
     markers = _step_axes(run, a1, a2)
-    log_lines(a1, run.series(("diff_frac", "-")), markers=markers)
-    a1.set(title="elements whose bits differ from the reference", ylabel="fraction of elements")
-    log_lines(a2, run.series(("ulp_max", "-"), ("ulp_mean", "--")), markers=markers)
-    a2.set(title="ulp distance to it: max (solid), mean (dashed)", ylabel="ulps of output format (the wider)")
-    run.legend(fig, ("diff_frac", "ulp_max", "ulp_mean"))
+    pairs = run.pairs()
+    if pairs:
+        _fraction_lines(a1, run.series(("diff_frac", "-"), arms=pairs), markers=markers, label="elements differing")
+    else:
+        note(a1, "every arm is compared with itself")
+    a1.set(title="elements whose bits differ from the compare_to arm (B vs A)")
+    _fraction_lines(a2, run.series(("rerun_diff_frac", "-")), markers=markers, label="elements changed")
+    a2.set(title="elements that change when the arm is relaunched")
+    run.legend(fig, ("diff_frac", "rerun_diff_frac"), pairs=True)
     return fig
 
 
@@ -210,14 +265,23 @@ def _bin_label(lo: int, hi: int | None) -> str:
     return f"≥{num(lo)}" if hi is None else num(lo) if hi <= lo else f"{num(lo)}–{num(hi)}"
 
 
+def _share(v: float) -> str:
+    """A bar's share in words: 100%, 38%, 7.1%, 0.0041% (empty for 0)."""
+    return "" if v <= 0 else f"{100 * v:.0f}%" if v >= 0.1 else f"{100 * v:.2g}%"
+
+
+_HATCHES = ("", "//", "..", "xx")  # bars have no markers: from the 11th pair on, a hatch tells them apart
+
+
 def _fig_ulp_hist(run: _Run) -> Figure:
     from matplotlib.patches import Patch
 
     fig, (ax,) = new_figure(
-        f"{run.name}: distribution of ulp distances to the reference arm {run.reference}, all steps", run.subtitle
+        f"{run.name}: distribution of ulp distances between each arm and its compare_to arm, all steps",
+        run.subtitle,
     )
     hists: dict[str, tuple[NDArray[Any], NDArray[Any]]] = {}
-    for arm in run.arms:
+    for arm in run.pairs():
         h = run.info.get(arm, {}).get("ulp_hist")
         h = h if isinstance(h, dict) else {}
         counts = np.asarray(h.get("counts") or [], dtype=np.float64)
@@ -227,39 +291,38 @@ def _fig_ulp_hist(run: _Run) -> Figure:
             hists[arm] = (edges, counts / counts.sum())
     if not hists:
         ax.set(xticks=[], yticks=[])
-        note(ax, "summary.json holds no ulp histograms")
+        note(ax, "no arm is compared with another arm" if not run.pairs() else "summary.json holds no ulp histograms")
         return fig
     edges = max((e for e, _ in hists.values()), key=len)
     nbins = min(max(max(int(np.flatnonzero(f > 0).max()) for _, f in hists.values()) + 1, 4), edges.size)
-    bottom = 10.0 ** (math.floor(math.log10(float(positive(f[:nbins] for _, f in hists.values()).min()))) - 0.5)
     width = 0.8 / len(hists)
     for i, (arm, (_, frac)) in enumerate(hists.items()):
         f = np.zeros(nbins)
         f[: min(nbins, frac.size)] = frac[:nbins]
         x = np.arange(nbins) - 0.4 + width * (i + 0.5)
-        ax.bar(
-            x[f > 0],
-            f[f > 0] - bottom,
-            width=width,
-            bottom=bottom,
-            color=run.color(arm),
-            alpha=0.6 if arm == run.reference else 0.9,
-            edgecolor="white",
-            linewidth=0.4,
-        )
-    ax.set_yscale("log")
-    ax.set_ylim(bottom, 1.6)
+        k = run.arms.index(arm)
+        bars = ax.bar(x, f, width=width, color=run.color(arm), hatch=_HATCHES[k // 10 % 4], edgecolor="white", lw=0.4)
+        if len(hists) * nbins <= 48:  # the share of every non-empty bin in words: small bins stay readable
+            ax.bar_label(bars, [_share(v) for v in f], fontsize=6, rotation=90, padding=2, color=run.color(arm))
+    percent_axis(ax, "share of elements")
+    ax.set_ylim(0, 1.12)
     labels = [_bin_label(int(edges[i]), int(edges[i + 1]) - 1 if i + 1 < edges.size else None) for i in range(nbins)]
     ax.set_xticks(np.arange(nbins), labels, rotation=35 if nbins > 8 else 0, ha="right" if nbins > 8 else "center")
     ax.set_xlim(-0.6, nbins - 0.4)
     ax.grid(False, axis="x")
-    ax.set(
-        xlabel="ulp distance to the reference (ulps of output format, the wider of the two; log-spaced bins)",
-        ylabel="fraction of elements",
-    )
-    if missing := [a for a in run.arms if a not in hists]:
+    ax.set_xlabel("ulp distance to the compare_to arm (ulps of the wider output format of the pair; log-spaced bins)")
+    if missing := [a for a in run.pairs() if a not in hists]:
         note(ax, "no histogram for: " + ", ".join(missing), corner=True)
-    legend(fig, [(Patch(color=run.color(a), alpha=0.6 if a == run.reference else 0.9), run.label(a)) for a in hists])
+    legend(
+        fig,
+        [
+            (
+                Patch(facecolor=run.color(a), hatch=_HATCHES[run.arms.index(a) // 10 % 4], edgecolor="white"),
+                run.label(a).replace(f"{a}:", f"{run.pair(a)}:", 1),
+            )
+            for a in hists
+        ],
+    )
     return fig
 
 
@@ -275,20 +338,21 @@ def _fig_training(run: _Run) -> Figure:
     else:
         mk: dict[str, Any] = {"marker": "o", "markersize": 3.5} if markers else {}
         for x, y, kw in losses:
-            a1.plot(x, y, **mk, **kw)
+            a1.plot(x, y, **{**mk, **kw})
     a1.set(title="training loss (before each update)", ylabel="loss")
-    log_lines(a2, run.series(("param_dist", "-")), markers=markers)
+    if run.pairs():
+        log_lines(a2, run.series(("param_dist", "-"), arms=run.pairs()), markers=markers)
+    else:
+        note(a2, "every arm is compared with itself")
     a2.set(
-        title=rf"parameter distance to {run.reference}: $\|\theta - \theta_{{ref}}\|_2\,/\,\|\theta_{{ref}}\|_2$",
+        title=r"distance to compare_to (B vs A): $\|\theta_B - \theta_A\| \,/\, \|\theta_A\|$",
         ylabel="relative parameter distance",
     )
     suffix, marked, xmax = {}, 0, max(int(m["step"][-1]) for m in run.metrics.values())
-    for arm in run.arms:
+    for arm in run.pairs():
         first = run.info.get(arm, {}).get("first_param_divergence_step")
-        if arm == run.reference:
-            continue
         if first is None:
-            suffix[arm] = "; weights bitwise equal to the reference"
+            suffix[arm] = f"; weights bitwise equal to {run.partner(arm)}'s at every step (distance 0)"
             continue
         suffix[arm] = f"; weights first differ at step {first}"
         if not 0 <= first <= xmax:
@@ -296,7 +360,7 @@ def _fig_training(run: _Run) -> Figure:
         a2.axvline(first, color=run.color(arm), ls="--", lw=1.0, zorder=1)
         right = first > 0.65 * xmax
         a2.annotate(
-            f"{arm}: step {first}",
+            f"{run.pair(arm)}: step {first}",
             xy=(first, 0.97 - 0.07 * marked),
             xycoords=("data", "axes fraction"),
             xytext=(-4 if right else 4, 0),
@@ -315,7 +379,8 @@ def _fig_training(run: _Run) -> Figure:
         fig,
         ("loss", "param_dist"),
         suffix,
-        extra=[("--", "first step whose weights differ bitwise from the reference")] if marked else [],
+        extra=[("--", "first step whose weights differ bitwise from the compare_to arm's")] if marked else [],
+        pairs=True,
     )
     return fig
 
@@ -349,109 +414,16 @@ def plot_run(run_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")) ->
 # ----------------------------------------------------------------------------- sweep
 
 
-_STYLES = ("-", "--", ":", "-.")  # sweep figure: one line style per arm
-_SLOPES = {0.5: (0, (4, 3)), 1.0: (0, (1.5, 2))}  # reference slope N**power -> its line style
-
-
-def _sweep_series(
-    lines: dict[tuple[str, ...], dict[int, list[dict[str, Any]]]],
-    col: str,
-    groups: list[tuple[str, str, str]],
-    arms: list[str],
-    workers: list[int],
-) -> list[Series]:
-    """One panel of the sweep figure: column ``col`` against N per (group, arm) line, then the slopes."""
-    series: list[Series] = []
-    for (plan, inp, acc, arm), by_n in lines.items():
-        ys = []
-        for n in sorted(by_n):
-            v = np.array([r[col] for r in by_n[n]])
-            ys.append(float(v[np.isfinite(v)].mean()) if np.isfinite(v).any() else np.nan)
-        series.append(
-            (
-                np.array(sorted(by_n), dtype=np.float64),
-                np.array(ys),
-                {
-                    "color": COLORS[groups.index((plan, inp, acc)) % len(COLORS)],
-                    "ls": _STYLES[arms.index(arm) % len(_STYLES)],
-                    "lw": 1.4,
-                },
-            )
-        )
-    pos = positive(y for _, y, _ in series)
-    if col != "mean_diff_frac" and pos.size and len(workers) > 1:  # a fraction saturates at 1: no slopes
-        # anchored at the highest line's value at the smallest N where some line is positive
-        n0 = min(n for x, y, _ in series for n, v in zip(x, y, strict=True) if np.isfinite(v) and v > 0)
-        y0 = float(positive(y[x == n0] for x, y, _ in series).max())
-        xs = np.array([n for n in workers if n >= n0], dtype=np.float64)
-        series += [
-            (xs, y0 * (xs / n0) ** power, {"color": "0.5", "ls": ls, "lw": 1.0, "marker": "none"})
-            for power, ls in _SLOPES.items()
-        ]
-    return series
-
-
-def _fig_sweep(rows: list[dict[str, Any]], name: str, about: str) -> Figure:
-    from matplotlib.lines import Line2D
-    from matplotlib.ticker import NullLocator
-
-    workers = sorted({r["workers"] for r in rows})
-    arms = list(dict.fromkeys(r["arm"] for r in rows))
-    several = len({r.get("dist", "") for r in rows}) > 1  # name the data only when it varies
-
-    def group(r: dict[str, Any]) -> tuple[str, str, str]:
-        return (f"{r['plan']} {r['dist']}" if several else r["plan"], r["input"], r["accumulate"])
-
-    groups = list(dict.fromkeys(group(r) for r in rows))
-    lines: dict[tuple[str, ...], dict[int, list[dict[str, Any]]]] = {}
-    for r in rows:
-        lines.setdefault((*group(r), r["arm"]), {}).setdefault(r["workers"], []).append(r)
-    fig, axes = new_figure(
-        f"{name}: error and divergence against the number of workers N",
-        f"{about}{len(groups)} plan/format combination(s), {len(arms)} arm(s), N = {', '.join(map(str, workers))}",
-        nrows=2,
-        ncols=2,
-    )
-    err = "relative error |y − s| / |s|"
-    panels = [
-        ("mean_err_rel", "mean relative error vs exact", err),
-        ("max_err_rel", "max relative error vs exact", err),
-        ("mean_diff_frac", "elements whose bits differ from the reference arm", "fraction of elements"),
-        ("max_ulp", "max ulp distance to the reference arm", "ulps of output format"),
-    ]
-    for ax, (col, title, ylabel) in zip(axes, panels, strict=True):
-        series = _sweep_series(lines, col, groups, arms, workers)
-        log_lines(ax, series, markers=True)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(workers, [str(n) for n in workers])
-        ax.xaxis.set_minor_locator(NullLocator())
-        if len(workers) == 1:
-            ax.set_xlim(workers[0] / 1.5, workers[0] * 1.5)
-        ax.set(title=title, ylabel=ylabel, xlabel="workers N")
-    entries: list[tuple[Any, str]] = [
-        (Line2D([], [], color=COLORS[i % len(COLORS)], lw=1.4, marker="o", markersize=3.5), f"{p} {i_}→{a}")
-        for i, (p, i_, a) in enumerate(groups)
-    ]
-    if len(arms) > 1:
-        entries += [
-            (Line2D([], [], color="0.25", ls=_STYLES[i % len(_STYLES)], lw=1.4), f"arm {a}") for i, a in enumerate(arms)
-        ]
-    if len(workers) > 1:
-        entries += [
-            (Line2D([], [], color="0.5", ls=_SLOPES[0.5]), "reference slope ∝ √N"),
-            (Line2D([], [], color="0.5", ls=_SLOPES[1.0]), "reference slope ∝ N"),
-        ]
-    legend(fig, entries)
-    return fig
-
-
 def plot_sweep(sweep_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
     """Draw ``SWEEP/sweep.csv`` into ``SWEEP/figures/sweep.*``; return the paths written.
 
-    Four log-log panels against the number of workers N (mean and max relative
-    error, fraction of differing elements, max ulp distance), one colour per
-    (plan, data distribution when several, input→accumulate), one line style per arm, with √N and N reference
-    slopes from the top line's first positive point. Zeros sit on a floor line. Several rows for the same line and N are
+    Four panels against the number of workers N (log N axis): the normwise error
+    (log, with √N and N reference slopes from the top line's first positive point;
+    the mean relative error for older sweeps), the max ulp distance to the compare_to
+    arm (log), and on linear 0-100% axes the fraction of elements differing from the
+    compare_to arm and the fraction changed by a relaunch. One colour and marker per
+    (plan, data distribution when several, input→accumulate), one line style per arm.
+    Zeros sit on a floor line of log axes. Several rows for the same line and N are
     averaged (NaN ignored). Raises InvalidArgument for a missing sweep.csv or column.
     """
     fmts = check_formats(formats)
@@ -466,4 +438,4 @@ def plot_sweep(sweep_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")
             about = f"{s['source']} source, {s['elements']} elements, {s['steps']} steps per point; "
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    return save_figures(d / "figures", {"sweep": lambda: _fig_sweep(rows, d.resolve().name, about)}, fmts)
+    return save_figures(d / "figures", {"sweep": lambda: fig_sweep(rows, d.resolve().name, about)}, fmts)

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.formats import get_format
 from fpreduce.plans import parse
+from fpreduce.report._figure import percent_axis, series_style
 from fpreduce.report._findings import paragraphs, status
 from fpreduce.report._sweep_report import write_sweep_report
 from fpreduce.report.pdf import _H, Doc, Draw, Rect, cell, draw_png, render
@@ -41,55 +42,74 @@ QUESTION = (
 
 
 METRICS = {
-    "err_*_rel": "relative error |y - s| / |s| of the arm's result y against the exact sum s of the same "
-    "input-format values (elements with s != 0 and finite y); max, mean, median per step",
-    "err_max_ulp": "max error in ulps of the arm's output format",
+    "err_norm": "normwise error ||y - s||_2 / ||s||_2 of the arm's result y against the exact sum s of the same "
+    "input-format values, over the elements with finite y and s (the headline error)",
+    "err_backward": "backward error max_j |y_j - s_j| / sum_i |x_ij|: the error relative to the size of the terms",
+    "err_*_rel": "per-element relative error |y - s| / |s| (elements with s != 0 and finite y): max, mean, median; "
+    "dominated by near-cancelling elements, so it is a column, not a headline",
+    "err_max_ulp": "largest error |y - s| in ulps of the output format at max(|s|, |y|): 0 when both are 0, "
+    "at most 2^(p+1) for a finite result, 0.5 or less when correctly rounded",
     "frac_correct": "fraction of elements equal to the exact sum correctly rounded to the output format",
-    "diff_frac": "fraction of elements whose bits differ from the reference arm's result (0 for it)",
-    "ulp_max, ulp_mean": "max / mean distance to the reference arm's result in ulps of the larger "
+    "diff_frac": "fraction of elements whose bits differ from the result of the arm's compare_to arm (by default its "
+    "fixed-order twin: same formats, rounding, algorithm and averaging); 0 for an arm compared with itself",
+    "ulp_max, ulp_mean": "max / mean distance to the compare_to arm's result in ulps of the larger "
     "magnitude, |y - y_ref| / ulp(max(|y|, |y_ref|)), in the wider of the two output formats",
-    "rel_l2": "||y - y_ref||_2 / ||y_ref||_2",
+    "rel_l2": "||y - y_ref||_2 / ||y_ref||_2 against the compare_to arm",
+    "rerun_diff_frac, rerun_ulp_max": "the same arm re-run at the same step with an independently seeded order "
+    "policy (another launch of the job): fraction of elements whose bits differ and the largest ulp distance; 0 "
+    "for a fixed order by construction; summary.json's reproducible is true when it is 0 at every step",
     "loss": "training loss of the arm's replica at the step, before the update (training only)",
-    "param_dist": "||theta - theta_ref||_2 / ||theta_ref||_2 after the step's update (training only)",
-    "param_diff_frac": "fraction of parameters whose float32 bits differ from the reference arm's",
+    "param_dist": "||theta - theta_ref||_2 / ||theta_ref||_2 after the step's update, against the compare_to "
+    "arm's replica (training only)",
+    "param_diff_frac": "fraction of parameters whose float32 bits differ from the compare_to arm's",
 }
 
 
-CAPTIONS = {  # figure stem (plots.plot_run's names) -> what to look at; the order of the figure pages
-    "error": "Error against the exact sum per step (log scale). Look at the gap between arms: a wider "
-    "accumulator or a compensated/reproducible algorithm should sit orders of magnitude lower, "
-    "while the fixed-order and changing-order arms of one format sit at the same level.",
-    "divergence": "Bitwise divergence from the reference arm per step: the fraction of elements whose bits "
-    "differ and the largest ulp distance. Look at whether it is non-zero at almost every "
-    "step (order dependence) and how much lower it is with an fp32 accumulator.",
-    "ulp_hist": "Histogram of ulp distances to the reference arm over all steps and elements. Look at how "
-    "much mass sits at 0 (identical bits) and how far the tail reaches.",
-    "training": "Training: loss per arm and relative parameter distance to the reference arm (log scale), "
-    "the first step of bitwise weight divergence marked. Look at whether the distance keeps "
-    "growing (differences compound) and whether the loss curves separate.",
+CAPTIONS = {  # figure stem (plots.plot_run's names) -> how to read it; the order of the figure pages
+    "error": "Error of each arm's result against the exact sum, per step (log scale): the normwise error "
+    "||y - s|| / ||s|| and the backward error max |y - s| / sum |x|. Both are relative to the same exact "
+    "sums, so arms with different formats compare directly; the findings give the numbers.",
+    "divergence": "Bitwise divergence per step on linear 0-100% axes. Left: the fraction of elements whose bits "
+    "differ from the arm's compare_to arm (legend: 'B vs A'; pairs with different output formats are compared "
+    "in the wider one). Right: the fraction that changes when the same arm is relaunched with an independently "
+    "seeded order (0 for a fixed order).",
+    "ulp_hist": "Histogram of ulp distances between each arm and its compare_to arm over all steps and elements "
+    "(legend: 'B vs A'). The bar at 0 holds identical bits; the tail shows how far apart the rest are.",
+    "training": "Training: loss per arm, and the relative parameter distance of each arm's replica to its "
+    "compare_to arm's (log scale), the first step of bitwise weight divergence marked. A pair that never "
+    "diverges bitwise has no distance to draw (it stays at 0).",
 }
 
 
-_PANELS = {  # fallback figures: stem -> (title, [(column, y label, log y, skip the reference arm)])
+_PANELS = {  # fallback figures: stem -> (title, [(column, y label, scale, skip arms compared with themselves)])
     "error": (
         "Error against the exact sum",
-        [("err_mean_rel", "mean relative error", True, False), ("err_max_rel", "max relative error", True, False)],
+        [("err_norm", "normwise error", "log", False), ("err_backward", "backward error", "log", False)],
     ),
     "divergence": (
-        "Divergence from the reference arm",
-        [("diff_frac", "fraction of elements differing", False, True), ("ulp_max", "max ulp distance", False, True)],
+        "Divergence from the compare_to arm, and on relaunch",
+        [
+            ("diff_frac", "% of elements differing (vs compare_to)", "percent", True),
+            ("rerun_diff_frac", "% changed by a relaunch", "percent", False),
+        ],
     ),
     "training": (
         "Training: loss and parameter divergence",
-        [("loss", "loss", False, False), ("param_dist", "relative parameter distance", True, True)],
+        [("loss", "loss", "linear", False), ("param_dist", "relative parameter distance", "log", True)],
     ),
 }
 
 
 def findings(run_dir: str | Path) -> list[str]:
     """The findings of a run in words, one paragraph each, every number computed from
-    ``metrics.csv`` and ``summary.json`` (values that matter also as ``float.hex``)."""
+    ``metrics.csv`` and ``summary.json`` (decimal; the exact values are in the appendix)."""
     return paragraphs(load_run(run_dir, config_required=False))
+
+
+def _legend_name(run: Results, a: dict[str, object]) -> str:
+    """``B (vs A)`` for an arm compared with another arm, else its name."""
+    other = str(a.get("compare_to") or run.reference)
+    return str(a["name"]) if other == a["name"] else f"{a['name']} (vs {other})"
 
 
 def _draw_panels(run: Results, stem: str) -> Draw:
@@ -99,20 +119,20 @@ def _draw_panels(run: Results, stem: str) -> Draw:
         leg = (math.ceil(len(run.arms) / 3) * 0.17 + 0.45) / _H  # one legend for all panels, below them
         x, y, w, h = rect[0] + 0.07, rect[1] + leg, rect[2] - 0.08, rect[3] - leg - 0.02
         ph, handles = h / len(panels), {}
-        for j, (col, label, log, skip) in enumerate(panels):
+        for j, (col, label, scale, skip) in enumerate(panels):
             ax = fig.add_axes((x, y + (len(panels) - 1 - j) * ph + 0.12 * ph, w, 0.8 * ph))
             for i, a in enumerate(run.arms):
-                v, c = run.column(a["name"], col), f"C{i % 10}"
-                if v.size == 0 or (skip and a["name"] == run.reference):
+                v, st = run.column(a["name"], col), series_style(i)
+                if v.size == 0 or (skip and (a.get("compare_to") or run.reference) == a["name"]):
                     continue
-                ok = np.isfinite(v) & (v > 0) if log else np.isfinite(v)
-                (handles[a["name"]],) = ax.plot(
-                    run.column(a["name"], "step")[ok], v[ok], ".-" if i < 10 else ".--", color=c
-                )
+                ok = np.isfinite(v) & (v > 0) if scale == "log" else np.isfinite(v)
+                (handles[_legend_name(run, a)],) = ax.plot(run.column(a["name"], "step")[ok], v[ok], "-", ms=3, **st)
                 if col == "param_dist" and a.get("first_param_divergence_step") is not None:
-                    ax.axvline(a["first_param_divergence_step"], color=c, ls=":", lw=1)
-            if log and ax.get_lines():
+                    ax.axvline(a["first_param_divergence_step"], color=st["color"], ls=":", lw=1)
+            if scale == "log" and ax.get_lines():
                 ax.set_yscale("log")
+            if scale == "percent":
+                percent_axis(ax, label)
             ax.set(ylabel=label, title=title if j == 0 else "", xlabel="step" if j == len(panels) - 1 else "")
             ax.grid(True, alpha=0.3)
         if handles:
@@ -226,12 +246,37 @@ def _appendix(doc: Doc, run: Results) -> None:
     doc.table(["field", *(a["name"] for a in run.arms)], [[k, *(cell(a.get(k)) for a in run.arms)] for k in keys])
     hists = [(a["name"], a["ulp_hist"]) for a in run.arms if isinstance(a.get("ulp_hist"), dict)]
     if hists:
-        doc.heading("ulp distance to the reference arm: counts, bin i is edges[i] <= d < edges[i+1]", 11)
+        doc.heading("ulp distance to the compare_to arm: counts, bin i is edges[i] <= d < edges[i+1]", 11)
         counts = [list(h.get("counts", [])) for _, h in hists]
         doc.table(
             ["d from", *(name for name, _ in hists)],
             [[e, *(c[i] if i < len(c) else "" for c in counts)] for i, e in enumerate(hists[0][1].get("edges", []))],
         )
+
+
+#: the headline statistics of the findings, per arm: (label, column, statistic)
+_EXACT = (
+    ("median err_norm", "err_norm", np.median),
+    ("max err_backward", "err_backward", np.max),
+    ("max err_max_ulp", "err_max_ulp", np.max),
+    ("median diff_frac", "diff_frac", np.median),
+    ("median rerun_diff_frac", "rerun_diff_frac", np.median),
+)
+
+
+def _exact_values(doc: Doc, run: Results) -> None:
+    """Appendix C: the findings' headline numbers exactly, as float.hex (the prose rounds them)."""
+    doc.new_page()
+    doc.heading("Appendix C: exact values of the findings' statistics (float.hex)")
+    rows = []
+    for label, col, fn in _EXACT:
+        row = [label]
+        for a in run.arms:
+            v = run.column(a["name"], col)
+            v = v[np.isfinite(v)]
+            row.append(float(fn(v)).hex() if v.size else "n/a")
+        rows.append(row)
+    doc.table(["statistic over steps", *(a["name"] for a in run.arms)], rows, size=7)
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
@@ -267,12 +312,12 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
                 ["elements", s.get("elements", "n/a")],
                 ["steps", f"{s.get('steps_done', '?')} done of {s.get('steps', '?')}"],
                 ["seed", s.get("seed", "n/a")],
-                ["reference arm", run.reference],
+                ["first arm (reference)", run.reference],
             ],
             size=9,
         )
         doc.heading("Arms", 11)
-        cols = ["order", "input", "accumulate", "output", "rounding", "algorithm", "average"]
+        cols = ["order", "input", "accumulate", "output", "rounding", "algorithm", "average", "compare_to"]
         doc.table(["arm", *cols], [[a["name"], *(a.get(c) or "" for c in cols)] for a in run.arms], size=8)
         doc.new_page()
         doc.heading("Findings")
@@ -283,6 +328,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
             doc.figure_page(draw, caption)
         _methods(doc, run)
         _appendix(doc, run)
+        _exact_values(doc, run)
 
     name = s.get("name", run.dir.name)
     return render(Path(out) if out is not None else run.dir / "report.pdf", f"fpreduce report {name}", body)

@@ -29,6 +29,7 @@ __all__ = [
     "Config",
     "ExperimentSpec",
     "OrderPolicy",
+    "default_compare_to",
     "default_config",
     "load_config",
     "to_toml",
@@ -79,22 +80,21 @@ class OrderPolicy:
 
 @dataclass(frozen=True)
 class ExperimentSpec:
-    """``[experiment]``: name, steps, workers (N), seed, and how many first steps are
-    re-run with a re-seeded order policy to test run-to-run reproducibility."""
+    """``[experiment]``: name, steps, workers (N), seed.
+
+    (Every step of every arm is also re-run with an independently seeded order policy:
+    the ``rerun_*`` columns; the former ``check_steps`` key is gone.)"""
 
     name: str = "ab-bf16"
     steps: int = 40
     workers: int = 16
     seed: int = 0
-    check_steps: int = 3
 
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise InvalidArgument(f"experiment.steps must be >= 1, got {self.steps}")
         if self.workers < 1:
             raise InvalidArgument(f"experiment.workers must be >= 1, got {self.workers}")
-        if self.check_steps < 0:
-            raise InvalidArgument(f"experiment.check_steps must be >= 0, got {self.check_steps}")
         if not self.name or any(c in self.name for c in "/\\\n"):
             raise InvalidArgument(f"experiment.name must be a plain non-empty name, got {self.name!r}")
 
@@ -131,6 +131,8 @@ class ArmSpec:
     new every step), ``random_tree`` (a random tree shape and order every step);
     :attr:`policy` is it parsed (:class:`OrderPolicy`), checked when the arm is built.
     ``output`` is the format the result is rounded to once (default: accumulate).
+    ``compare_to`` names the arm whose results this arm's divergence columns are measured
+    against (:func:`default_compare_to` when empty; resolved by :class:`Config`).
     """
 
     name: str = "A"
@@ -141,6 +143,7 @@ class ArmSpec:
     rounding: str = "nearest_even"
     algorithm: str = "plain"
     average: str = "none"
+    compare_to: str = ""
 
     def __post_init__(self) -> None:
         key = f"arms.{self.name}"
@@ -164,10 +167,31 @@ class ArmSpec:
     def out_format(self) -> str:
         return self.output or self.accumulate
 
+    @property
+    def arithmetic(self) -> tuple[str, str, str, str, str, str]:
+        """What shapes an arm's sum besides its order: formats, rounding, algorithm, averaging."""
+        return (self.input, self.accumulate, self.out_format, self.rounding, self.algorithm, self.average)
+
+
+def default_compare_to(arms: tuple[ArmSpec, ...] | list[ArmSpec], arm: ArmSpec) -> str:
+    """The arm ``arm`` is compared with when its ``compare_to`` is empty.
+
+    The first fixed-order arm (in config order) with the same input, accumulate and output
+    formats, rounding, algorithm and averaging: its fixed-order twin, so that the
+    divergence columns compare like with like. A fixed-order arm that is the first of
+    its kind is its own twin (compared with itself: nothing to compare, divergence 0).
+    Without a twin, the first arm (the run's reference); pairs whose output formats
+    differ are then measured in the wider format and labelled so.
+    """
+    for b in arms:
+        if b.policy.kind == "fixed" and b.arithmetic == arm.arithmetic:
+            return b.name
+    return arms[0].name
+
 
 @dataclass(frozen=True)
 class Config:
-    """A whole experiment; ``arms[0]`` is the reference arm."""
+    """A whole experiment; ``arms[0]`` is the reference arm; every arm's ``compare_to`` is resolved."""
 
     experiment: ExperimentSpec
     source: SourceSpec
@@ -180,6 +204,13 @@ class Config:
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names):
             raise InvalidArgument(f"arm names must be unique, got {names}")
+        for a in self.arms:
+            if a.compare_to and a.compare_to not in names:
+                raise unknown_name(f"arms.{a.name}.compare_to arm", a.compare_to, tuple(names))
+        resolved = tuple(
+            a if a.compare_to else replace(a, compare_to=default_compare_to(self.arms, a)) for a in self.arms
+        )
+        object.__setattr__(self, "arms", resolved)  # every arm names its comparison (written to config.toml)
         n = self.experiment.workers
         for a in self.arms:
             if a.policy.plan:

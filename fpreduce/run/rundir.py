@@ -81,6 +81,8 @@ COLUMNS = (
     "arm",
     "elements",
     "nonfinite",
+    "err_norm",
+    "err_backward",
     "err_max_rel",
     "err_mean_rel",
     "err_median_rel",
@@ -90,13 +92,16 @@ COLUMNS = (
     "ulp_max",
     "ulp_mean",
     "rel_l2",
+    "rerun_diff_frac",
+    "rerun_ulp_max",
     "loss",
     "param_dist",
     "param_diff_frac",
     "underflow",
 )
 _INT_COLUMNS = ("step", "elements", "nonfinite", "underflow")
-#: the columns of sweep.csv, one row per grid point and arm (sweeps before the data dimension had no dist)
+#: the columns of sweep.csv, one row per grid point and arm (per arm: its summary.json aggregates;
+#: the diff fraction and ulps against its compare_to arm)
 SWEEP_COLUMNS = (
     "workers",
     "plan",
@@ -104,12 +109,17 @@ SWEEP_COLUMNS = (
     "input",
     "accumulate",
     "arm",
+    "compare_to",
+    "mean_err_norm",
     "mean_err_rel",
     "max_err_rel",
     "mean_diff_frac",
     "max_ulp",
+    "mean_rerun_diff_frac",
 )
-_SWEEP_MEASURES = SWEEP_COLUMNS[SWEEP_COLUMNS.index("arm") + 1 :]
+_SWEEP_MEASURES = SWEEP_COLUMNS[SWEEP_COLUMNS.index("compare_to") + 1 :]
+#: columns older sweep.csv files lack (no data dimension; before normwise errors and re-runs): NaN when read
+_SWEEP_OPTIONAL = ("dist", "compare_to", "mean_err_norm", "mean_rerun_diff_frac")
 #: the columns of real.csv (``--backend mpi``), one row per step and arm
 REAL_COLUMNS = ("step", "arm", "real_agree", "ranks_agree")
 
@@ -361,7 +371,8 @@ def _number(v: str) -> float:
 
 def read_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
     """Rows of ``SWEEP/sweep.csv``, keys in the file's column order: ``workers`` int, the
-    measures float (NaN for an empty field), the rest strings (``dist`` only if the file has it).
+    measures float (NaN for an empty field or a measure older files lack), the rest strings
+    (``dist`` and ``compare_to`` only if the file has them).
 
     A truncated last row is ignored.
 
@@ -371,12 +382,12 @@ def read_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
     d = Path(sweep_dir)
     if not d.is_dir():
         raise InvalidArgument(f"{d}: no such sweep directory")
-    required = [c for c in SWEEP_COLUMNS if c != "dist"]
+    required = [c for c in SWEEP_COLUMNS if c not in _SWEEP_OPTIONAL]
     return _read_csv(
         d / SWEEP_CSV,
         "sweep",
         required,
-        lambda r: {**r, "workers": int(r["workers"]), **{c: _number(r[c]) for c in _SWEEP_MEASURES}},
+        lambda r: {**r, "workers": int(r["workers"]), **{c: _number(r.get(c, "")) for c in _SWEEP_MEASURES}},
     )[1]
 
 

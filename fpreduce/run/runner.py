@@ -2,7 +2,9 @@
 
 Every step, each arm gets its plan from its order policy (:mod:`fpreduce.run.policies`),
 reduces the workers' gradients with :func:`fpreduce.reduce`, and is measured against
-the exact sum of the same inputs and against the reference arm (the first). In
+the exact sum of the same inputs, against the arm it names in ``compare_to`` (by default
+its fixed-order twin), and against itself re-run with an independently seeded order
+policy (another launch of the same job: the ``rerun_*`` columns). In
 training mode (``[source] kind = "model"``) every arm trains its own replica of the
 model from the same initialization on the same batches, so only the reduction differs.
 The run directory is written through :mod:`fpreduce.run.rundir`; a run is bitwise
@@ -28,6 +30,8 @@ from fpreduce.core.exact import exact_sum_counting_zeros
 from fpreduce.core.formats import get_format
 from fpreduce.core.rounding import round_to
 from fpreduce.run import rundir
+from fpreduce.run._summary import arm_summary
+from fpreduce.run._summary import wider as _wider
 from fpreduce.run.config import ArmSpec, Config, load_config, to_toml
 from fpreduce.run.policies import plan_for
 from fpreduce.run.rundir import Results, columns, load_run
@@ -43,11 +47,6 @@ OnStep = Callable[[int, ArmSpec, np.ndarray], None]
 SummaryExtra = Callable[[], dict[str, Any]]
 
 
-def _wider(a: str, b: str) -> str:
-    fa, fb = get_format(a), get_format(b)
-    return a if (fa.precision, fa.emax) >= (fb.precision, fb.emax) else b
-
-
 class _Arm:
     """One arm's mutable state during a run."""
 
@@ -58,7 +57,6 @@ class _Arm:
         self.first_div: int | None = None
         self.first_param_div: int | None = None
         self.hist = np.zeros(len(ULP_EDGES), dtype=np.int64)
-        self.reproducible: bool | None = None  # None: no step was re-run in this process
 
 
 def _reduce(Xin: np.ndarray, plan: Any, arm: ArmSpec, seed: Any, lo: int = 0, total: int | None = None) -> np.ndarray:
@@ -97,12 +95,15 @@ class _Inputs:
             zeros = int(np.count_nonzero(Xr == 0))
         self.underflow = zeros - int(np.count_nonzero(X == 0)) if zeros else 0  # zeros stay zeros
         self._rounded: dict[tuple[str, bool], np.ndarray] = {}
+        with np.errstate(over="ignore", invalid="ignore"):  # the backward error's scale: sum_i |x_i| in float64
+            self.absum = np.abs(Xr).sum(axis=0, dtype=np.float64)
 
-    def correctly_rounded(self, arm: ArmSpec, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(hi, lo, exact rounded once to the arm's output): the exact sum, or mean, of the inputs."""
+    def correctly_rounded(self, arm: ArmSpec, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(hi, lo, exact rounded once to the arm's output, sum |x|): of the sum, or of the mean, of the inputs."""
         ex = self.exact
         hi, lo = np.asarray(ex.hi, dtype=np.float64), np.asarray(ex.lo, dtype=np.float64)
         mean = arm.average != "none"
+        absum = self.absum / n if mean else self.absum
         if mean:  # the exact mean hi/N + lo/N (to float64 accuracy; exact for N a power of two)
             hi, lo = hi / n, lo / n
         key = (arm.out_format, mean)
@@ -111,7 +112,7 @@ class _Inputs:
                 ex = copy.copy(ex)
                 ex.hi, ex.lo = hi, lo
             self._rounded[key] = ex.round(arm.out_format)
-        return hi, lo, self._rounded[key]
+        return hi, lo, self._rounded[key], absum
 
 
 def run_experiment(
@@ -157,17 +158,8 @@ def run_experiment(
         if progress is not None:
             done = step + 1 - start
             progress(step + 1, e.steps, wall / done * (e.steps - step - 1))
-    repro = {a.spec.name: a.reproducible for a in arms}
     _write_summary(
-        d,
-        cfg,
-        rows,
-        arms,
-        e.steps,
-        complete=True,
-        times=(time.perf_counter() - t0, times),
-        repro=repro,
-        extra=summary_extra,
+        d, cfg, rows, arms, e.steps, complete=True, times=(time.perf_counter() - t0, times), extra=summary_extra
     )
     return load_run(d)
 
@@ -178,21 +170,20 @@ def _measure(
     keys: list[tuple[str, int]],
     ys: list[np.ndarray],
     n: int,
-    err: list[ErrorStats],
-    cmp: list[CompareStats],
-    underflow: list[int],
+    st: _Step,
     times: dict[str, float],
 ) -> None:
-    """One chunk's exact sums, and every arm's metrics against them and against the reference arm."""
+    """One chunk's exact sums, and every arm's metrics against them and against its ``compare_to`` arm."""
     t0 = time.perf_counter()
     sums = {k: _Inputs(Xr, X) for k, (Xr, X) in inputs.items()}
     t1 = time.perf_counter()
-    ref_fmt = specs[0].out_format
     for i, spec in enumerate(specs):
         inp = sums[keys[i]]
-        underflow[i] += inp.underflow
-        err[i].add(ys[i], *inp.correctly_rounded(spec, n), get_format(spec.out_format))
-        cmp[i].add(ys[i], ys[0], get_format(_wider(spec.out_format, ref_fmt)))
+        st.underflow[i] += inp.underflow
+        hi, lo, cr, absum = inp.correctly_rounded(spec, n)
+        st.err[i].add(ys[i], hi, lo, cr, get_format(spec.out_format), absum)
+        j = st.partner[i]
+        st.cmp[i].add(ys[i], ys[j], get_format(_wider(spec.out_format, specs[j].out_format)))
     t2 = time.perf_counter()
     times["exact"] += t1 - t0
     times["metrics"] += t2 - t1
@@ -204,10 +195,12 @@ class _Step:
 
     index: int
     plans: list[Any]
-    checks: list[Any] | None  # the plans of another run of the same job (the first check_steps steps)
+    reruns: list[Any]  # the plans of another launch of the same job; None: a fixed order (the same plan)
+    partner: list[int]  # the index of each arm's compare_to arm
     ys: list[np.ndarray]
     err: list[ErrorStats]
     cmp: list[CompareStats]
+    rerun: list[CompareStats]
     underflow: list[int]
 
 
@@ -223,8 +216,9 @@ def _run_step(
     """Every arm reduces the step's gradients, chunk after chunk of elements; appends one row per arm.
 
     Per chunk: the inputs are rounded once per input format (the cast ``fr.reduce``
-    would do, shared by the arms: counted as engine time), reduced by every arm,
-    summed exactly and measured. Only O(elements) results are kept across chunks.
+    would do, shared by the arms: counted as engine time), reduced by every arm (and
+    again with a re-seeded order policy, unless the order is fixed), summed exactly and
+    measured. Only O(elements) results are kept across chunks.
     (Running the oracle on a second thread beside the reductions saved only ~5% of
     the wall time on a 2-core machine: the GIL, taken by every small numpy call of
     both, serialises most of it; so it runs here, in line, and its time is honest.)
@@ -233,19 +227,22 @@ def _run_step(
     m = source.elements
     width = m if source.kind == "model" else chunk_width(e.workers)  # a model's gradient is small: one chunk
     specs = [a.spec for a in arms]
+    names = [s.name for s in specs]
     st = _Step(
         step,
         [plan_for(cfg, s, step) for s in specs],
-        [plan_for(cfg, s, step, salt=1) for s in specs] if step < e.check_steps else None,
+        [None if s.policy.kind == "fixed" else plan_for(cfg, s, step, salt=1) for s in specs],
+        [names.index(s.compare_to or s.name) for s in specs],
         [np.empty(m, dtype=get_format(s.out_format).value_dtype) for s in specs],
         [ErrorStats() for _ in arms],
+        [CompareStats() for _ in arms],
         [CompareStats() for _ in arms],
         [0] * len(arms),
     )
     for c, lo in enumerate(range(0, m, width)):
         hi = min(m, lo + width)
         inputs, keys = _reduce_chunk(cfg, source, arms, st, c, lo, hi, times)
-        _measure(specs, inputs, keys, [y[lo:hi] for y in st.ys], e.workers, st.err, st.cmp, st.underflow, times)
+        _measure(specs, inputs, keys, [y[lo:hi] for y in st.ys], e.workers, st, times)
     _record(cfg, source, arms, st, rows, on_step)
 
 
@@ -259,7 +256,8 @@ def _reduce_chunk(
     hi: int,
     times: dict[str, float],
 ) -> tuple[dict[tuple[str, int], tuple[np.ndarray, np.ndarray]], list[tuple[str, int]]]:
-    """Every arm reduces elements lo..hi-1 (chunk ``c``) of the step into ``st.ys``.
+    """Every arm reduces elements lo..hi-1 (chunk ``c``) of the step into ``st.ys``, and again
+    with its re-seeded order policy into ``st.rerun`` (compared at once, not kept).
 
     Returns the chunk's inputs, ``(input format, id of the array) -> (rounded, as
     drawn)``, and each arm's key into them: arms sharing inputs share their rounding
@@ -285,11 +283,13 @@ def _reduce_chunk(
         Xr = inputs[key][0]
         t1 = time.perf_counter()
         y = _reduce(Xr, st.plans[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
+        # another launch of the same job: the same inputs and rounding seed, an independently seeded order
+        y2 = y if st.reruns[i] is None else _reduce(Xr, st.reruns[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
         times["engine"] += time.perf_counter() - t1
         st.ys[i][lo:hi] = y
-        if st.checks is not None:  # another run of the same job: re-seeded orders, same bits?
-            y2 = _reduce(Xr, st.checks[i], spec, _seed(spec, [e.seed + 7, step, i, c]), lo, m)
-            a.reproducible = a.reproducible is not False and np.array_equal(y.view(np.uint8), y2.view(np.uint8))
+        t1 = time.perf_counter()
+        st.rerun[i].add(y2, y, get_format(spec.out_format))  # y2 is y: identical by construction
+        times["metrics"] += time.perf_counter() - t1
     return inputs, keys
 
 
@@ -304,6 +304,7 @@ def _record(
         if on_step is not None:
             on_step(step, spec, st.ys[i])
         loss = source.loss(step, a.params) if training else float("nan")  # type: ignore[attr-defined]
+        rerun = st.rerun[i].row()
         row: dict[str, Any] = {
             "step": step,
             "arm": spec.name,
@@ -312,6 +313,8 @@ def _record(
             "underflow": st.underflow[i],
             **st.err[i].row(),
             **st.cmp[i].row(),
+            "rerun_diff_frac": rerun["diff_frac"],
+            "rerun_ulp_max": rerun["ulp_max"],
         }
         a.hist += st.cmp[i].hist
         if row["diff_frac"] > 0 and a.first_div is None:
@@ -320,12 +323,12 @@ def _record(
             g = st.ys[i].astype(np.float64) * (n if spec.average != "none" else 1)
             a.params = source.update(a.params, g, a.state)  # type: ignore[attr-defined]
         rows.append(row)
-    for a, row in zip(arms, rows[-len(arms) :], strict=True):
-        _param_divergence(a, arms[0], row, step, training=training)
+    for i, (a, row) in enumerate(zip(arms, rows[-len(arms) :], strict=True)):
+        _param_divergence(a, arms[st.partner[i]], row, step, training=training)
 
 
 def _param_divergence(a: _Arm, ref: _Arm, row: dict[str, Any], step: int, *, training: bool) -> None:
-    """The row's distance of ``a``'s parameters to the reference arm's after the update (NaN if not training)."""
+    """The row's distance of ``a``'s parameters to its ``compare_to`` arm's after the update (NaN if not training)."""
     if not training:
         row["param_dist"] = row["param_diff_frac"] = float("nan")
         return
@@ -412,42 +415,9 @@ def _checkpoint(
             arrays = {f"params/{a.spec.name}": a.params for a in arms}
             arrays.update({f"state/{a.spec.name}/{k}": v for a in arms for k, v in a.state.items()})
             rundir.write_state(d, arrays)  # type: ignore[arg-type]
-        _write_summary(d, cfg, rows, arms, steps_done, complete=False, times=times, repro={}, extra=extra)
+        _write_summary(d, cfg, rows, arms, steps_done, complete=False, times=times, extra=extra)
     except OSError as err:
         raise InvalidArgument(f"cannot write to {d}: {err.strerror}") from None
-
-
-def _arm_summary(a: _Arm, cols: dict[str, np.ndarray], reproducible: bool | None) -> dict[str, Any]:
-    """One arm's entry of summary.json: its spec and its aggregates over the steps in ``cols``."""
-
-    def stat(name: str, fn: Callable[[np.ndarray], Any]) -> Any:
-        v = cols.get(name)
-        if v is None or v.size == 0 or np.all(np.isnan(v)):
-            return None
-        return float(fn(v[~np.isnan(v)]))
-
-    return {
-        "name": a.spec.name,
-        "order": a.spec.order,
-        "input": a.spec.input,
-        "accumulate": a.spec.accumulate,
-        "output": a.spec.out_format,
-        "rounding": a.spec.rounding,
-        "algorithm": a.spec.algorithm,
-        "average": a.spec.average,
-        "reproducible": reproducible,
-        "first_divergence_step": a.first_div,
-        "first_param_divergence_step": a.first_param_div,
-        "mean_diff_frac": stat("diff_frac", np.mean),
-        "median_diff_frac": stat("diff_frac", np.median),
-        "max_ulp": stat("ulp_max", np.max),
-        "mean_err_rel": stat("err_mean_rel", np.mean),
-        "max_err_rel": stat("err_max_rel", np.max),
-        "mean_frac_correct": stat("frac_correct", np.mean),
-        "final_loss": stat("loss", lambda v: v[-1]),
-        "final_param_dist": stat("param_dist", lambda v: v[-1]),
-        "ulp_hist": {"edges": ULP_EDGES, "counts": [int(x) for x in a.hist]},
-    }
 
 
 def _write_summary(
@@ -459,7 +429,6 @@ def _write_summary(
     *,
     complete: bool,
     times: tuple[float, dict[str, float]],
-    repro: dict[str, bool | None],
     extra: SummaryExtra | None = None,
 ) -> None:
     cols = columns(rows)
@@ -481,7 +450,9 @@ def _write_summary(
         "exact_time_s": round(times[1]["exact"], 3),
         "metrics_time_s": round(times[1]["metrics"], 3),
         "versions": {"fpreduce": __version__, "numpy": np.__version__, "python": platform.python_version()},
-        "arms": [_arm_summary(a, cols.get(a.spec.name, {}), repro.get(a.spec.name)) for a in arms],
+        "arms": [
+            arm_summary(a.spec, cfg, cols.get(a.spec.name, {}), a.hist, (a.first_div, a.first_param_div)) for a in arms
+        ],
     }
     if extra is not None:
         summary.update(extra())

@@ -13,7 +13,7 @@ the fallback (``with fpreduce.base.jit.disabled():``, or ``FPREDUCE_NO_JIT=1``) 
 values bit for bit: the kernels compute the per-element values with the same IEEE
 operations (the ulp quanta from per-exponent tables built by the numpy functions)
 and write the qualifying elements' values into arrays that numpy then sums, with
-the same calls on arrays of the same length (pairwise ``sum``, BLAS ``dot``).
+the same calls on arrays of the same length (pairwise ``sum``, ``einsum`` sums of squares).
 """
 
 from __future__ import annotations
@@ -28,12 +28,20 @@ from fpreduce.base.jit import enabled as kernels_enabled
 from fpreduce.base.jit import jit
 from fpreduce.core.formats import Format
 from fpreduce.core.rounding import quantum_bits
+from fpreduce.run._median import median32
 
 #: ulp-distance histogram bin edges (a bin holds distances in [edge_i, edge_i+1))
 ULP_EDGES = [0, 1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025, 4097, 65537, 1 << 20]
 
 
 _SMALL = ULP_EDGES.index(4097)  # distances below this edge are counted one by one
+
+
+def _sumsq(x: NDArray[np.float64]) -> float:
+    """Sum of squares by numpy's own loop (``einsum``), not BLAS: BLAS ``dot`` goes multi-threaded on long
+    vectors, which on a busy machine cost 7 ms per 65,536 elements instead of 0.03 ms. The same call on the
+    same array gives the same bits, so the kernel and numpy paths still agree."""
+    return float(np.einsum("i,i->", x, x))
 
 
 def _max(a: float, b: float) -> float:
@@ -94,42 +102,55 @@ _BIG_BITS = np.float64(_BIG).view(np.uint64)
 _SIGN_OFF = np.uint64(0x7FFFFFFFFFFFFFFF)
 
 
-def _error_kernel(y, hi, lo, cr, qtab, invtab, rel64, rel32):  # type: ignore[no-untyped-def]
-    """One pass of :meth:`ErrorStats.add`: the qualifying elements' relative errors into ``rel64``/``rel32``
-    (in order); returns (their count, nonfinite results, results equal to ``cr``, max rel, max ulps,
-    whether a relative error is NaN, whether an error in ulps is NaN): with a NaN the numpy path's
-    chunk maximum is NaN, and the step's maximum becomes NaN; so does the caller.
+def _error_kernel(y, hi, lo, cr, absum, qtab, invtab, rel64, rel32, errs, his):  # type: ignore[no-untyped-def]
+    """One pass of :meth:`ErrorStats.add`. Elements with a finite result and a finite exact value
+    write their error into ``errs`` and exact value into ``his`` (in order); those whose exact value
+    is also nonzero write their relative error into ``rel64``/``rel32``. Returns (count of those
+    relative errors, count of finite pairs, nonfinite results, results equal to ``cr``, max rel,
+    max ulps, max backward error, whether a rel / ulp / backward error is NaN): with a NaN the
+    numpy path's chunk maximum is NaN, and the step's maximum becomes NaN; so does the caller.
     ``err * 2**-k`` is ``err / 2**k`` exactly (one rounding of the same value) where 2**-k is a float64.
     """
     k = 0
+    kf = 0
     nonfinite = 0
     same = 0
     rel_max = -np.inf
     ulp_max = -np.inf
+    bwd_max = -np.inf
     rel_nan = False
     ulp_nan = False
+    bwd_nan = False
     for i in range(y.size):
         yv = np.float64(y[i])
         cv = np.float64(cr[i])
         same += (yv == cv) | ((yv != yv) & (cv != cv))
         h = np.float64(hi[i])
-        if abs(yv) <= _BIG and abs(h) <= _BIG and h != 0:  # finite result, finite nonzero exact value
+        if abs(yv) <= _BIG and abs(h) <= _BIG:  # finite result, finite exact value
             err = abs((yv - h) - lo[i])
-            r = err / abs(h)
-            ab = h.view(np.uint64) & _SIGN_OFF
+            ab = max(h.view(np.uint64) & _SIGN_OFF, yv.view(np.uint64) & _SIGN_OFF)  # max(|s|, |y|)
             e = 2048 if ab == _BIG_BITS else np.int64(ab >> _SHIFT)  # the _tables index
             iq = invtab[e]
             u = err * iq if iq != np.inf else err / qtab[e]  # fp64 quanta below 2**-1023: 1 / q overflows
-            rel64[k] = r
-            rel32[k] = np.float32(r)
-            k += 1
-            rel_max = max(r, rel_max)
+            a = absum[i]
+            b = err / a if a != 0 else (0.0 if err == 0 else np.inf)
+            errs[kf] = err
+            his[kf] = h
+            kf += 1
             ulp_max = max(u, ulp_max)
-            rel_nan |= r != r
+            bwd_max = max(b, bwd_max)
             ulp_nan |= u != u
+            bwd_nan |= b != b
+            if h != 0:
+                r = err / abs(h)
+                rel64[k] = r
+                rel32[k] = np.float32(r)
+                k += 1
+                rel_max = max(r, rel_max)
+                rel_nan |= r != r
         elif not abs(yv) <= _BIG:
             nonfinite += 1
-    return k, nonfinite, same, rel_max, ulp_max, rel_nan, ulp_nan
+    return k, kf, nonfinite, same, rel_max, ulp_max, bwd_max, rel_nan, ulp_nan, bwd_nan
 
 
 def _compare_kernel(a, b, qtab, invtab, bins, big, delta, d, hist):  # type: ignore[no-untyped-def]
@@ -168,85 +189,25 @@ def _compare_kernel(a, b, qtab, invtab, bins, big, delta, d, hist):  # type: ign
     return k, d_max
 
 
-def _select_kernel(u, k1, k2):  # type: ignore[no-untyped-def]
-    """The ``k1``-th and ``k2``-th smallest (k1 <= k2, from 0) of float32 bits ``u`` of values >= +0.0
-    (their bits are ordered as the values): radix select on the top, then the low 16 bits.
-    Returns (ok, bits1, bits2); ok False (and nothing selected) when a NaN or a sign bit shows."""
-    top = np.zeros(65536, dtype=np.int64)
-    for i in range(u.size):
-        v = u[i]
-        if v > np.uint32(0x7F800000):
-            return False, np.uint32(0), np.uint32(0)
-        top[v >> np.uint32(16)] += 1
-    t1 = -1
-    t2 = -1
-    r1 = 0
-    r2 = 0
-    c = 0
-    for j in range(65536):
-        if t1 < 0 and c + top[j] > k1:
-            t1 = j
-            r1 = k1 - c
-        if c + top[j] > k2:
-            t2 = j
-            r2 = k2 - c
-            break
-        c += top[j]
-    low1 = np.zeros(65536, dtype=np.int64)
-    low2 = np.zeros(65536, dtype=np.int64)
-    for i in range(u.size):
-        v = u[i]
-        t = np.int64(v >> np.uint32(16))
-        if t == t1:
-            low1[v & np.uint32(0xFFFF)] += 1
-        elif t == t2:
-            low2[v & np.uint32(0xFFFF)] += 1
-    if t2 == t1:
-        low2 = low1
-    s1 = 0
-    s2 = 0
-    c = 0
-    for j in range(65536):
-        c += low1[j]
-        if c > r1:
-            s1 = j
-            break
-    c = 0
-    for j in range(65536):
-        c += low2[j]
-        if c > r2:
-            s2 = j
-            break
-    return True, np.uint32((t1 << 16) | s1), np.uint32((t2 << 16) | s2)
-
-
 _error_compiled = jit(_error_kernel)
 _compare_compiled = jit(_compare_kernel)
-_select_compiled = jit(_select_kernel)
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def median32(rels: list[NDArray[np.float32]]) -> float:
-    """``np.median`` of the concatenated float32 arrays (NaN if any is NaN): the same value, faster."""
-    r = np.concatenate(rels)
-    if kernels_enabled() and _select_compiled is not None and r.size:
-        n = r.size
-        ok, b1, b2 = _select_compiled(r.view(np.uint32), (n - 1) // 2, n // 2)
-        if ok:
-            mid = np.array([b1, b2], dtype=np.uint32).view(np.float32)
-            # np.median: the mean (float32) of the two middle values, or the middle value itself
-            return float(np.mean(mid if n % 2 == 0 else mid[:1]))
-    return float(np.median(r))
 
 
 class ErrorStats:
     """Error of an arm's results against the exact sums (or exact means) of their inputs.
 
-    Per element with a finite result and a finite nonzero exact value ``s = hi + lo``:
-    relative error ``|y - s| / |s|`` and error in ulps of ``|s|`` in the output format;
-    ``frac_correct`` is the fraction of all elements equal to ``s`` correctly rounded.
-    The median is taken over the relative errors rounded to float32 (kept for the
-    whole step: 4 bytes per element); maximum and mean are exact float64 statistics.
+    Per element with a finite result ``y`` and a finite exact value ``s = hi + lo``: the
+    error ``|y - s|`` (exact, rounded once to float64), in ulps of the output format at
+    ``max(|s|, |y|)`` (:func:`fpreduce.core.metrics.ulp_error`: 0 when both are zero, at
+    most ``2**(p + 1)``), and relative to ``sum_i |x_i|`` (the backward error; 0/0 is 0, a
+    nonzero error over 0 is inf); where also ``s != 0``, the relative error
+    ``|y - s| / |s|``. Per step: the normwise error ``||y - s||_2 / ||s||_2`` over those
+    elements, the largest backward error and ulp error, the max, mean and median
+    relative error, and ``frac_correct``, the fraction of all elements equal to ``s``
+    correctly rounded. The median is taken over the relative errors rounded to float32
+    (kept for the whole step: 4 bytes per element); the other statistics are float64.
+    Results that are NaN or Inf are counted (``nonfinite``) and left out.
     """
 
     def __init__(self) -> None:
@@ -256,11 +217,25 @@ class ErrorStats:
         self.rel_sum = 0.0
         self.rel_max = -np.inf
         self.ulp_max = -np.inf
+        self.bwd_max = -np.inf
+        self.sq_err = 0.0
+        self.sq_exact = 0.0
+        self.finite = 0
         self.rels: list[NDArray[np.float32]] = []  # for the median: float32 halves the memory
-        self._scratch = np.empty(0, dtype=np.float64)  # the kernel's float64 errors, reused chunk after chunk
+        self._scratch = np.empty((3, 0), dtype=np.float64)  # the kernel's arrays, reused chunk after chunk
 
-    def add(self, y: np.ndarray, hi: NDArray[np.float64], lo: NDArray[np.float64], cr: np.ndarray, fmt: Format) -> None:
-        """One chunk: results ``y``, exact values ``hi + lo``, ``cr`` = exact rounded once to ``fmt``."""
+    def add(
+        self,
+        y: np.ndarray,
+        hi: NDArray[np.float64],
+        lo: NDArray[np.float64],
+        cr: np.ndarray,
+        fmt: Format,
+        absum: NDArray[np.float64] | None = None,
+    ) -> None:
+        """One chunk: results ``y``, exact values ``hi + lo``, ``cr`` = exact rounded once to ``fmt``,
+        ``absum`` = ``sum_i |x_i|`` per element (float64; None: no backward error, NaN)."""
+        a = np.full(y.shape, np.nan) if absum is None else np.asarray(absum, dtype=np.float64)
         if (
             kernels_enabled()
             and _error_compiled is not None
@@ -269,22 +244,24 @@ class ErrorStats:
             and hi.dtype == np.float64
             and lo.dtype == np.float64
             and y.ndim == 1
-            and y.shape == hi.shape == lo.shape == cr.shape
+            and y.shape == hi.shape == lo.shape == cr.shape == a.shape
         ):
-            self._add_compiled(y, hi, lo, cr, fmt)
+            self._add_compiled(y, hi, lo, cr, a, fmt)
             return
         y64 = y.astype(np.float64)
         fin = np.isfinite(y64)
-        ok = fin & np.isfinite(hi) & (hi != 0)
+        ok = fin & np.isfinite(hi)
         every = bool(ok.all())
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            h, yy, lw = (hi, y64, lo) if every else (hi[ok], y64[ok], lo[ok])
+            h, yy, lw, aa = (hi, y64, lo, a) if every else (hi[ok], y64[ok], lo[ok], a[ok])
             err = yy - h
             err -= lw
             np.abs(err, out=err)
             ah = np.abs(h)
-            rel = err / ah
-            ulps = err / quantum_bits(ah, fmt).view(np.float64)
+            ulps = err / quantum_bits(np.maximum(ah, np.abs(yy)), fmt).view(np.float64)
+            bwd = np.where(aa != 0, err / aa, np.where(err == 0, 0.0, np.inf))
+            nz = ah != 0
+            rel = err[nz] / ah[nz]
         c = cr.astype(np.float64)
         same = int(np.count_nonzero(y64 == c))
         if not every:
@@ -292,52 +269,91 @@ class ErrorStats:
         self.total += y.size
         self.nonfinite += y.size - int(np.count_nonzero(fin))
         self.correct += same
-        if rel.size:
-            with np.errstate(over="ignore"):  # errors near 1e308 (|s| tiny, y not): inf sums, inf in float32
+        self._fold(rel, err, h, ulps, bwd)
+
+    def _fold(
+        self,
+        rel: NDArray[np.float64],
+        err: NDArray[np.float64],
+        h: NDArray[np.float64],
+        ulps: NDArray[np.float64] | float,
+        bwd: NDArray[np.float64] | float,
+    ) -> None:
+        """Add one chunk's per-element values (numpy path: arrays; kernel path: the maxima) to the step."""
+        with np.errstate(over="ignore", invalid="ignore"):  # errors near 1e308 (|s| tiny, y not): inf sums
+            if rel.size:
                 self.rel_sum += float(rel.sum())
                 self.rels.append(rel.astype(np.float32))
-            self.rel_max = _max(self.rel_max, float(rel.max()))
-            self.ulp_max = _max(self.ulp_max, float(ulps.max()))
+                self.rel_max = _max(self.rel_max, float(rel.max()))
+            if err.size:
+                self.finite += err.size
+                self.sq_err += _sumsq(err)
+                self.sq_exact += _sumsq(h)
+                self.ulp_max = _max(self.ulp_max, float(np.max(ulps)))
+                self.bwd_max = _max(self.bwd_max, float(np.max(bwd)))
 
     def _add_compiled(
-        self, y: np.ndarray, hi: NDArray[np.float64], lo: NDArray[np.float64], cr: np.ndarray, fmt: Format
+        self,
+        y: np.ndarray,
+        hi: NDArray[np.float64],
+        lo: NDArray[np.float64],
+        cr: np.ndarray,
+        absum: NDArray[np.float64],
+        fmt: Format,
     ) -> None:
-        """:meth:`add` by the kernel; the sum by numpy over the same array as the numpy path's."""
+        """:meth:`add` by the kernel; the sums by numpy over the same arrays as the numpy path's."""
         assert _error_compiled is not None
         n = y.size
-        if self._scratch.size < n:
-            self._scratch = np.empty(n, dtype=np.float64)
-        rel = self._scratch  # reused: a fresh array's first touch (page faults) costs as much as the kernel
+        if self._scratch.shape[1] < n:
+            self._scratch = np.empty((3, n), dtype=np.float64)
+        rel, errs, his = self._scratch  # reused: a fresh array's first touch costs as much as the kernel
         rel32 = np.empty(n, dtype=np.float32)
-        k, nonfinite, same, rel_max, ulp_max, rel_nan, ulp_nan = _error_compiled(
+        k, kf, nonfinite, same, rel_max, ulp_max, bwd_max, rel_nan, ulp_nan, bwd_nan = _error_compiled(
             np.ascontiguousarray(y),
             np.ascontiguousarray(hi),
             np.ascontiguousarray(lo),
             np.ascontiguousarray(cr),
+            np.ascontiguousarray(absum),
             *_tables(fmt),
             rel,
             rel32,
+            errs,
+            his,
         )
         self.total += n
         self.nonfinite += nonfinite
         self.correct += same
+        r = rel[:k]
+        self._fold(
+            np.empty(0),
+            errs[:kf],
+            his[:kf],
+            math.nan if ulp_nan else ulp_max,
+            math.nan if bwd_nan else bwd_max,
+        )
         if k:
             with np.errstate(over="ignore"):
-                self.rel_sum += float(rel[:k].sum())
+                self.rel_sum += float(r.sum())
             self.rel_max = _max(self.rel_max, math.nan if rel_nan else rel_max)
-            self.ulp_max = _max(self.ulp_max, math.nan if ulp_nan else ulp_max)
             self.rels.append(rel32 if k == n else rel32[:k].copy())
 
     def row(self) -> dict[str, float]:
         """The step's error columns of metrics.csv (NaN where no element qualifies)."""
         k = sum(r.size for r in self.rels)
         nan = float("nan")
+        f = self.finite
+        with np.errstate(invalid="ignore", divide="ignore"):
+            norm = math.sqrt(self.sq_err) / math.sqrt(self.sq_exact) if self.sq_exact > 0 else nan
+        if f and self.sq_exact == 0:
+            norm = 0.0 if self.sq_err == 0 else math.inf
         return {
             "nonfinite": self.nonfinite,
+            "err_norm": norm if f else nan,
+            "err_backward": self.bwd_max if f else nan,
             "err_max_rel": self.rel_max if k else nan,
             "err_mean_rel": self.rel_sum / k if k else nan,
             "err_median_rel": median32(self.rels) if k else nan,
-            "err_max_ulp": self.ulp_max if k else nan,
+            "err_max_ulp": self.ulp_max if f else nan,
             "frac_correct": self.correct / self.total if self.total else nan,
         }
 
@@ -371,7 +387,7 @@ class CompareStats:
             self.hist[0] += y.size
             b = y.astype(np.float64, copy=False)
             with np.errstate(invalid="ignore", over="ignore"):
-                self.sq_ref += float(np.dot(b, b))
+                self.sq_ref += _sumsq(b)
             return
         if (
             kernels_enabled()
@@ -408,8 +424,8 @@ class CompareStats:
                 self.d_sum += total
                 self.d_max = max(self.d_max, float(d.max()))
                 self.hist += ulp_histogram(d)
-                self.sq_diff += float(np.dot(delta, delta))
-            self.sq_ref += float(np.dot(b, b))
+                self.sq_diff += _sumsq(delta)
+            self.sq_ref += _sumsq(b)
 
     def _add_compiled(self, y: np.ndarray, yref: np.ndarray, fmt: Format) -> None:
         """:meth:`add` by the kernel; the sums by numpy over the same arrays as the numpy path's."""
@@ -429,9 +445,9 @@ class CompareStats:
             if k:
                 self.d_sum += float(d[:k].sum())
                 self.d_max = max(self.d_max, d_max)
-                self.sq_diff += float(np.dot(delta[:k], delta[:k]))
+                self.sq_diff += _sumsq(delta[:k])
             b = b.astype(np.float64, copy=False)
-            self.sq_ref += float(np.dot(b, b))
+            self.sq_ref += _sumsq(b)
 
     def row(self) -> dict[str, float]:
         """The step's comparison columns of metrics.csv."""

@@ -75,7 +75,7 @@ def load_sweep_config(path: str | Path) -> tuple[Config, list[Config]]:
             ArmSpec(name="B", order=b_order, input=inp, accumulate=acc),
         )
         name = f"n{w}-{plan.replace(':', '_')}-{inp}-{acc}" + (f"-{dist}" if "dists" in sw else "")
-        exp = replace(base.experiment, workers=w, name=name, check_steps=0)
+        exp = replace(base.experiment, workers=w, name=name)
         points.append(Config(exp, source, base.arrival, arms))
     return base, points
 
@@ -113,10 +113,13 @@ def _one(args: tuple[Config, str]) -> list[dict[str, Any]]:
                 "input": a["input"],
                 "accumulate": a["accumulate"],
                 "arm": a["name"],
+                "compare_to": a["compare_to"],
+                "mean_err_norm": a["mean_err_norm"],
                 "mean_err_rel": a["mean_err_rel"],
                 "max_err_rel": a["max_err_rel"],
                 "mean_diff_frac": a["mean_diff_frac"] or 0.0,
                 "max_ulp": a["max_ulp"] or 0.0,
+                "mean_rerun_diff_frac": a["mean_rerun_diff_frac"],
             }
         )
     return rows

@@ -23,7 +23,6 @@ name = "bench"
 steps = 3
 workers = 64
 seed = 0
-check_steps = 0
 [source]
 kind = "synthetic"
 elements = {elements}
