@@ -7,6 +7,10 @@ tuned --level 9`` lists them). Only loopback and shared memory are used
 (``btl self,vader``, ``pml ob1``, OOB on ``lo``), and where ``unshare -n`` is
 allowed mpirun runs in a private network namespace that has nothing but ``lo``;
 ``coll_han_priority 0`` keeps Open MPI 5's hierarchical component out of the way.
+Without ``unshare -n`` Open MPI 4's out-of-band TCP listener binds 0.0.0.0 (its
+``oob_tcp_if_include lo`` only chooses what it advertises, and no parameter binds it
+to loopback; checked with ``ss -ltnp``): then IPv6 out-of-band is switched off and
+:class:`ExposedListenerWarning` says so (``fpreduce verify`` prints it as a warning).
 
 Which plan the library follows (read from ``ompi/mca/coll/base/coll_base_allreduce.c``,
 Open MPI v4.1.4, and confirmed bit for bit by :func:`fpreduce.backends.verify`):
@@ -36,6 +40,7 @@ import json
 import re
 import shutil
 import subprocess
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -167,10 +172,26 @@ def mpirun_argv(
         mca["coll_adapt_priority"] = "100"
         mca["coll_adapt_reduce_algorithm"] = "6"
         mca["coll_adapt_reduce_segment_size"] = str(1 << 20)
+    prefix = _netns()
+    if not prefix:  # mpirun's listener is reachable from the network: say so, and close what can be closed
+        mca["oob_tcp_disable_ipv6_family"] = "1"
+        warnings.warn(EXPOSED, ExposedListenerWarning, stacklevel=2)
     argv = ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
     for k, v in mca.items():
         argv += ["--mca", k, v]
-    return [*_netns(), *argv, python(), "-m", "fpreduce.backends._mpi_worker", str(workdir)]
+    return [*prefix, *argv, python(), "-m", "fpreduce.backends._mpi_worker", str(workdir)]
+
+
+class ExposedListenerWarning(UserWarning):
+    """mpirun runs outside a private network namespace: its listener is reachable from the network."""
+
+
+EXPOSED = (
+    "mpirun runs without a private network namespace (`unshare -n` is missing or not allowed here): "
+    "Open MPI 4's out-of-band listener binds every interface (0.0.0.0) for the job's duration, whatever "
+    "oob_tcp_if_include says; the data moves over loopback and shared memory only, but the port is "
+    "reachable from the network. Run where `unshare -n` works (root or user namespaces) to close it"
+)
 
 
 @functools.cache
