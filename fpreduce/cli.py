@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fpreduce._version import __version__
-from fpreduce.base.errors import InvalidArgument
+from fpreduce.base.errors import FpreduceWarning, InvalidArgument
 
 if TYPE_CHECKING:
     from fpreduce.run.config import Config
@@ -74,13 +74,14 @@ def _run_config(args: argparse.Namespace) -> Config:
     is stored in it): ``fpreduce run --out RUN --resume`` is the whole command.
     """
     from fpreduce.run.config import default_config, load_config, with_steps
-    from fpreduce.run.rundir import CONFIG_TOML
+    from fpreduce.run.rundir import CONFIG_TOML, inspect_run_dir
 
     path = args.config
     if args.resume and path is None:
         d = Path(args.out) if args.out else Path("runs") / default_config().experiment.name
         path = d / CONFIG_TOML
         if not path.is_file():
+            inspect_run_dir(d)  # a foreign directory says so
             raise InvalidArgument(f"nothing to resume in {d}: no {CONFIG_TOML}" + ("" if args.out else " (give --out)"))
     cfg = load_config(path, args.set or [])
     if args.steps is not None:
@@ -195,13 +196,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _load_values(spec: str) -> np.ndarray:
     if spec.endswith(".npy"):
         try:
-            a = np.load(spec, allow_pickle=False)
+            with open(spec, "rb") as fh:
+                a = np.load(fh, allow_pickle=False)
+                if not isinstance(a, np.ndarray):
+                    a.close()
+                    raise InvalidArgument(f"{spec}: not a .npy array (an .npz archive?)")
         except OSError as e:
             raise InvalidArgument(f"cannot read {spec}: {e.strerror or e}") from None
         except (ValueError, EOFError, zipfile.BadZipFile) as e:
+            if isinstance(e, InvalidArgument):
+                raise
             raise InvalidArgument(f"cannot read {spec}: {e} (pickled object arrays are refused)") from None
-        if not isinstance(a, np.ndarray):
-            raise InvalidArgument(f"{spec}: not a .npy array (an .npz archive?)")
         if a.dtype.kind != "f" or a.ndim not in (1, 2) or 0 in a.shape:
             raise InvalidArgument(
                 f"{spec}: need a non-empty float array of shape (N,) or (N, d), got {a.dtype} {a.shape}"
@@ -395,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         args = ap.parse_args(["run", *(argv or [])])
     with warnings.catch_warnings():
         warnings.showwarning = _warn  # one line each, like the errors
+        warnings.simplefilter("default", FpreduceWarning)  # shown, whatever filters the caller set
         try:
             return int(args.func(args))
         except InvalidArgument as e:

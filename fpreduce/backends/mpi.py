@@ -53,7 +53,7 @@ from fpreduce.backends._common import (
     python,
     run_group,
 )
-from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.base.errors import FpreduceWarning, InvalidArgument, unknown_name
 from fpreduce.plans import AnyPlan, linear, rabenseifner, rd, ring
 
 #: algorithm name -> value of ``coll_tuned_allreduce_algorithm`` (Open MPI 4.1 and 5.0).
@@ -182,7 +182,7 @@ def mpirun_argv(
     return [*prefix, *argv, python(), "-m", "fpreduce.backends._mpi_worker", str(workdir)]
 
 
-class ExposedListenerWarning(UserWarning):
+class ExposedListenerWarning(FpreduceWarning):
     """mpirun runs outside a private network namespace: its listener is reachable from the network."""
 
 

@@ -78,10 +78,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     except OSError as e:
         raise named(e, path) from None
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
+        _write(fd, raw)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except OSError as e:
@@ -90,6 +87,14 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _write(fd: int, raw: bytes) -> None:
+    """Write ``raw`` to the open file ``fd``, flush it to the disk and close it (the tests' fault injection point)."""
+    with os.fdopen(fd, "wb") as f:
+        f.write(raw)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def remove_leftovers(d: Path, names: Iterable[str]) -> None:

@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from fpreduce.base.errors import InvalidArgument
-from fpreduce.run import rundir
+from fpreduce.run import _files, rundir
 from fpreduce.run.config import Config, diff, from_dict, parse_toml, to_toml
 
 __all__ = ["checkpoint_arrays", "open_dir", "plan", "writing"]
@@ -81,6 +81,7 @@ def open_dir(d: Path, cfg: Config, *, resume: bool) -> tuple[list[dict[str, Any]
     same bits, only later).
     """
     if resume:
+        _files.remove_leftovers(d, rundir.RUN_FILES)  # the temporaries of a killed writer
         saved = rundir.read_state(d)
         names, k = [a.name for a in cfg.arms], int(saved.get("steps_done", 0))
         try:

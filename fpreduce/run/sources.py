@@ -88,7 +88,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, BinaryIO, ClassVar, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -387,26 +387,32 @@ def _check_array(path: Path, shape: tuple[int, ...], dtype: np.dtype[Any], ndim:
 _DAMAGED = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
 
 
-def _load(path: Path, mmap_mode: Any = None) -> Any:
+def _load(path: Path | BinaryIO, mmap_mode: Any = None) -> Any:
     try:
         return np.load(path, allow_pickle=False, mmap_mode=mmap_mode)
     except _DAMAGED as e:
-        raise InvalidArgument(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
+        where = getattr(path, "name", path)
+        raise InvalidArgument(f"{where}: cannot be read ({type(e).__name__}: {e})") from None
 
 
 def _load_npz(path: Path) -> NDArray[Any]:
-    z = _load(path)
-    if not isinstance(z, np.lib.npyio.NpzFile):
-        raise InvalidArgument(f"{path}: not an .npz archive")
-    with z:
-        if not z.files:
-            raise InvalidArgument(f"{path}: empty .npz archive")
-        key = "grads" if "grads" in z.files else z.files[0]
-        try:
-            a = z[key]
-        except _DAMAGED as e:
-            why = "holds Python objects (pickled); refused" if "Object arrays" in str(e) else f"({e})"
-            raise InvalidArgument(f"{path}: array {key!r} cannot be read: {why}") from None
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - ours to close: np.load leaves a file it cannot read as a zip open
+    except OSError as e:
+        raise InvalidArgument(f"{path}: cannot be read ({e.strerror})") from None
+    with fh:
+        z = _load(fh)  # type: ignore[arg-type]
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise InvalidArgument(f"{path}: not an .npz archive")
+        with z:
+            if not z.files:
+                raise InvalidArgument(f"{path}: empty .npz archive")
+            key = "grads" if "grads" in z.files else z.files[0]
+            try:
+                a = z[key]
+            except _DAMAGED as e:
+                why = "holds Python objects (pickled); refused" if "Object arrays" in str(e) else f"({e})"
+                raise InvalidArgument(f"{path}: array {key!r} cannot be read: {why}") from None
     _check_array(path, a.shape, a.dtype, 3)
     return a
 
