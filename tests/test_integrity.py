@@ -465,16 +465,15 @@ def test_f12_mpirun_outside_a_network_namespace_warns_loudly(monkeypatch, tmp_pa
     with pytest.warns(mpi.ExposedListenerWarning, match="0.0.0.0"):
         argv = mpi.mpirun_argv(2, "ring", tmp_path)
     assert argv[0] == "mpirun"
-    assert "oob_tcp_if_include" in argv
-    assert argv[argv.index("oob_tcp_disable_ipv6_family") + 1] == "1"
+    assert argv[argv.index("oob_tcp_if_include") + 1] == "lo"
+    assert argv[argv.index("btl") + 1] == "self,vader"
     monkeypatch.setattr(mpi, "_netns", lambda: ("unshare", "-n"))
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         argv = mpi.mpirun_argv(2, "ring", tmp_path)
-    assert argv[:2] == ["unshare", "-n"]
-    assert "oob_tcp_disable_ipv6_family" not in argv
+    assert argv[:3] == ["unshare", "-n", "mpirun"]
 
     def exposed(*a, **k):  # the CLI prints the library's warning as one line
         warnings.warn(mpi.EXPOSED, mpi.ExposedListenerWarning, stacklevel=2)

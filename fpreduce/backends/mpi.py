@@ -7,9 +7,10 @@ tuned --level 9`` lists them). Only loopback and shared memory are used
 (``btl self,vader``, ``pml ob1``, OOB on ``lo``), and where ``unshare -n`` is
 allowed mpirun runs in a private network namespace that has nothing but ``lo``;
 ``coll_han_priority 0`` keeps Open MPI 5's hierarchical component out of the way.
-Without ``unshare -n`` Open MPI 4's out-of-band TCP listener binds 0.0.0.0 (its
-``oob_tcp_if_include lo`` only chooses what it advertises, and no parameter binds it
-to loopback; checked with ``ss -ltnp``): then IPv6 out-of-band is switched off and
+Without ``unshare -n`` Open MPI 4.1's mpirun listens on 0.0.0.0 and on the IPv6
+wildcard (``ss -ltnp`` during a job: ``oob_tcp_if_include lo`` only chooses what it
+advertises; no MCA parameter binds the listeners to loopback, and neither
+``oob_tcp_disable_ipv6_family`` nor ``ptl_tcp_disable_ipv6`` closes the IPv6 one):
 :class:`ExposedListenerWarning` says so (``fpreduce verify`` prints it as a warning).
 
 Which plan the library follows (read from ``ompi/mca/coll/base/coll_base_allreduce.c``,
@@ -173,8 +174,7 @@ def mpirun_argv(
         mca["coll_adapt_reduce_algorithm"] = "6"
         mca["coll_adapt_reduce_segment_size"] = str(1 << 20)
     prefix = _netns()
-    if not prefix:  # mpirun's listener is reachable from the network: say so, and close what can be closed
-        mca["oob_tcp_disable_ipv6_family"] = "1"
+    if not prefix:  # mpirun's listeners are reachable from the network: say so
         warnings.warn(EXPOSED, ExposedListenerWarning, stacklevel=2)
     argv = ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
     for k, v in mca.items():
@@ -188,9 +188,9 @@ class ExposedListenerWarning(FpreduceWarning):
 
 EXPOSED = (
     "mpirun runs without a private network namespace (`unshare -n` is missing or not allowed here): "
-    "Open MPI 4's out-of-band listener binds every interface (0.0.0.0) for the job's duration, whatever "
-    "oob_tcp_if_include says; the data moves over loopback and shared memory only, but the port is "
-    "reachable from the network. Run where `unshare -n` works (root or user namespaces) to close it"
+    "Open MPI's out-of-band listeners bind every interface (0.0.0.0 and ::) for the job's duration, "
+    "whatever oob_tcp_if_include says; the data moves over loopback and shared memory only, but the ports "
+    "are reachable from the network. Run where `unshare -n` works (root or user namespaces) to close them"
 )
 
 

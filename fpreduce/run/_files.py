@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
-import fcntl
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -29,6 +28,11 @@ from types import TracebackType
 from typing import TypeVar
 
 from fpreduce.base.errors import InvalidArgument
+
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): directories are used unlocked
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "FIGURES_DIR",
@@ -240,7 +244,8 @@ class DirLock:
                 return self
             raise InvalidArgument(f"cannot write to {d}: {e.strerror}") from None
         try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+            if fcntl is not None:
+                fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             who = "a run" if self.shared else "a run, `plot` or `report`"
