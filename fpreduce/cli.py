@@ -76,6 +76,8 @@ def _run_config(args: argparse.Namespace) -> Config:
     from fpreduce.run.config import default_config, load_config, with_steps
     from fpreduce.run.rundir import CONFIG_TOML, inspect_run_dir
 
+    if args.resume and args.force:
+        raise InvalidArgument("--resume continues the run in --out and --force replaces it: give one of them")
     path = args.config
     if args.resume and path is None:
         d = Path(args.out) if args.out else Path("runs") / default_config().experiment.name

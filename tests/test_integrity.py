@@ -218,6 +218,13 @@ def test_replacing_a_complete_run_needs_force(complete, capsys):
     assert not (complete / "figures").exists()
 
 
+def test_resume_and_force_together_are_refused_and_os_junk_is_not_foreign(complete, capsys):
+    one_line_error(capsys, ["run", "--out", str(complete), "--resume", "--force"], "give one of them")
+    (complete / ".DS_Store").write_bytes(b"\0")
+    assert main(["run", "--out", str(complete), *SMALL, "--force"]) == 0
+    assert (complete / ".DS_Store").read_bytes() == b"\0"  # not ours: left alone
+
+
 def test_an_incomplete_run_needs_resume_or_force(complete, capsys):
     s = json.loads((complete / "summary.json").read_text())
     s.update(complete=False, steps_done=2)

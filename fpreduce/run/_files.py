@@ -117,8 +117,13 @@ def remove_if_empty(d: Path) -> None:
             d.rmdir()
 
 
+#: what file managers and notebooks leave in any folder they show: not a sign of foreign content
+_OS_FILES = (".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints")
+
+
 def entries(d: Path) -> list[str]:
-    """The names in directory ``d`` (none if missing) but the lock and the temporaries of killed writers.
+    """The names in directory ``d`` (none if missing) but the lock, the temporaries of killed
+    writers and what file managers leave (``.DS_Store``, ``Thumbs.db``, ...).
 
     Raises:
         InvalidArgument: ``d`` exists and is not a directory.
@@ -127,7 +132,11 @@ def entries(d: Path) -> list[str]:
         raise InvalidArgument(f"{d} exists and is not a directory; choose another --out")
     if not d.is_dir():
         return []
-    return [p.name for p in d.iterdir() if p.name != LOCK_FILE and not (p.name[0] == "." and p.suffix == _TMP_SUFFIX)]
+    return [
+        p.name
+        for p in d.iterdir()
+        if p.name != LOCK_FILE and p.name not in _OS_FILES and not (p.name[0] == "." and p.suffix == _TMP_SUFFIX)
+    ]
 
 
 def check_only(d: Path, names: Sequence[str], allowed: Sequence[str], what: str) -> None:
