@@ -417,10 +417,11 @@ def _load_npz(path: Path) -> NDArray[Any]:
     return a
 
 
-# Peak memory of the runner, measured (max RSS over runs of 4 arms, 4..1024 workers, 2^16..2^25
-# elements, 1 to 3 input formats: within 10% of this model): bytes per gradient value of one
-# chunk and per input format, per element and arm (results and metrics kept across chunks), fixed.
-_PER_CELL, _PER_CELL_INPUT, _PER_ELEMENT_ARM, _FIXED = 8, 14, 12, 256 << 20
+# Peak memory of the runner: bytes per gradient value of one chunk and per input format, per
+# element and arm (results and metrics kept across chunks), and fixed (interpreter, numba). Fitted
+# to the max RSS of runs of 4 arms, 4..1024 workers, 2^16..2^25 elements, 1 and 3 input formats
+# (numba on): the model is within -5%..+9% of each (406 MiB to 1.45 GiB measured).
+_PER_CELL, _PER_CELL_INPUT, _PER_ELEMENT_ARM, _FIXED = 6, 14, 10, 192 << 20
 
 
 def memory_needed(source: Source, *, arms: int, inputs: int, width: int) -> int:
