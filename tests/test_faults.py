@@ -120,6 +120,36 @@ def test_kill9_at_every_write_then_resume_is_bit_identical(reference, tmp_path, 
     assert files(d).keys() == files(reference).keys()  # leftovers of the killed writer are gone
 
 
+def _lines(path: Path) -> list[bytes]:
+    try:
+        return path.read_bytes().splitlines()
+    except OSError:
+        return []
+
+
+def test_kill9_at_random_times_of_a_real_process(tmp_path, capsys):
+    """The same law for a real ``fpreduce run`` process killed at seeded random times
+    (the assertions hold wherever the kill lands: no timing is asserted)."""
+    import subprocess
+    import time
+
+    argv = [*SMALL[:6], "--steps", "60", "--quiet", "--no-report"]
+    ref = tmp_path / "ref"
+    assert main(["run", "--out", str(ref), *argv]) == 0
+    rng = np.random.default_rng(2024)
+    for i, delay in enumerate(rng.uniform(0.0, 0.6, size=2)):
+        d = tmp_path / f"k{i}"
+        p = subprocess.Popen([sys.executable, "-m", "fpreduce.cli", "run", "--out", str(d), *argv])
+        while p.poll() is None and len(_lines(d / "metrics.csv")) < 2:  # wait for the first step (compiling)
+            time.sleep(0.01)
+        time.sleep(float(delay))
+        p.kill()
+        p.wait()
+        assert resume_or_rerun(d, argv) == 0, capsys.readouterr().err
+        assert (d / "metrics.csv").read_bytes() == (ref / "metrics.csv").read_bytes()
+        assert summary_sans_times(d) == summary_sans_times(ref)
+
+
 def test_kill9_of_a_training_run_resumes_its_replicas(tmp_path, capsys):
     cfg = tmp_path / "m.toml"
     cfg.write_text(MODEL)
