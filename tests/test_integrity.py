@@ -125,40 +125,30 @@ def test_f3b_a_run_stopped_before_its_first_step_can_be_rerun_or_resumed(complet
     capsys.readouterr()
 
 
-def test_f3b_a_new_run_is_readable_before_its_first_step(tmp_path):
-    """The empty checkpoint: config.toml, a header-only metrics.csv, a 0-step summary, state.npz."""
+def test_f3b_a_new_run_is_readable_before_its_first_step(tmp_path, monkeypatch):
+    """The empty checkpoint written before step 0: config.toml, a header-only metrics.csv, a
+    0-step summary.json and state.npz: a run stopped there is readable and resumable."""
+    import fpreduce.run.runner as R
     from fpreduce.run.resume import open_dir
 
     cfg = C.load_config(None, ["experiment.workers=4", "source.elements=64"])
     d = tmp_path / "r"
-    seen = {}
-
-    def progress(done, total, eta):
-        if done == 1:
-            raise KeyboardInterrupt
-
-    import fpreduce.run.runner as R
-
     real = R._checkpoint
 
-    def spy(d_, cfg_, rows, arms, steps_done, *args, **kw):
+    def stop_after_the_first(d_, cfg_, rows, arms, steps_done, *args, **kw):  # type: ignore[no-untyped-def]
         real(d_, cfg_, rows, arms, steps_done, *args, **kw)
-        if steps_done == 0:
-            seen["summary"] = rundir.read_summary(d_)
-            seen["state"] = rundir.read_state(d_)
-            raise KeyboardInterrupt
+        raise KeyboardInterrupt
 
-    R._checkpoint = spy
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            R.run_experiment(cfg, d, progress=progress)
-    finally:
-        R._checkpoint = real
-    assert seen["summary"]["steps_done"] == 0
-    assert seen["summary"]["complete"] is False
-    assert int(seen["state"]["steps_done"]) == 0
-    assert rundir.load_run(d).metrics == {}
-    assert open_dir(d, cfg, resume=True)[1] == 0  # resumable (from step 0)
+    monkeypatch.setattr(R, "_checkpoint", stop_after_the_first)
+    with pytest.raises(KeyboardInterrupt):
+        R.run_experiment(cfg, d)
+    run = rundir.load_run(d)
+    assert run.summary["steps_done"] == 0
+    assert run.summary["complete"] is False
+    assert run.metrics == {}
+    assert int(rundir.read_state(d)["steps_done"]) == 0
+    assert rundir.inspect_run_dir(d).holds == "incomplete"
+    assert open_dir(d, cfg, resume=True)[1] == 0  # resumable, from step 0
 
 
 @pytest.mark.parametrize(
