@@ -249,8 +249,14 @@ def test_f6_a_second_run_is_refused_while_the_first_holds_the_directory(tmp_path
     one = [a for a in SMALL if a != "--quiet"] + ["--set", "experiment.seed=1", "--steps", "6", "--force"]
     pid, go, _ = hold_run(d, one)
     try:
-        two = [*SMALL, "--set", "experiment.seed=2", "--steps", "4", "--force"]
-        for argv in (["run", "--out", str(d), *two], ["plot", str(d)], ["report", str(d)]):
+        two = [*SMALL, "--set", "experiment.seed=2", "--steps", "4"]
+        for argv in (
+            ["run", "--out", str(d), *two, "--force"],
+            ["run", "--out", str(d), *two],  # "in use", not "holds an incomplete run: --resume"
+            ["run", "--out", str(d), "--resume"],
+            ["plot", str(d)],
+            ["report", str(d)],
+        ):
             assert main(argv) == 2
             err = capsys.readouterr().err
             assert "in use by another fpreduce process" in err, err

@@ -40,6 +40,7 @@ __all__ = [
     "REPORT_PDF",
     "DirLock",
     "atomic_write",
+    "check_free",
     "check_only",
     "check_report_target",
     "clear_figures",
@@ -280,6 +281,31 @@ class DirLock:
             self.dir.rmdir()
         os.close(self._fd)  # releases the lock
         self._fd = None
+
+
+def check_free(d: Path) -> None:
+    """InvalidArgument if a run in another process holds ``d``'s lock (it is writing ``d``); reads only.
+
+    Lets a run about to start say "in use" rather than judge a directory another run is changing.
+    """
+    path = d / LOCK_FILE
+    if fcntl is None or not path.is_file():
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise InvalidArgument(
+            f"{d} is in use by another fpreduce process (a run{_holder(d)}); wait for it to finish "
+            "or choose another --out"
+        ) from None
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _holder(d: Path) -> str:

@@ -40,13 +40,19 @@ class ArmState(Protocol):
     state: dict[str, np.ndarray]
 
 
-def plan(d: Path, cfg: Config, *, resume: bool, force: bool) -> Literal["fresh", "resume", "done"]:
+def plan(
+    d: Path, cfg: Config, *, resume: bool, force: bool, locked: bool = False
+) -> Literal["fresh", "resume", "done"]:
     """What a run does with ``d`` (reads only): start afresh, resume, or nothing (resuming a complete run).
+
+    ``locked``: the caller holds ``d``'s lock (else a run holding it is reported first).
 
     Raises:
         InvalidArgument: ``d`` is not a run directory (:func:`~fpreduce.run.rundir.inspect_run_dir`);
             a run with steps done and no ``force``; ``resume`` with no run or another config.
     """
+    if not locked:
+        _files.check_free(d)  # a run writing d: say so, rather than judge what it holds
     st = rundir.inspect_run_dir(d)
     if resume:
         if st.holds == "nothing":

@@ -155,7 +155,7 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 
 def write_state(run_dir: Path, arrays: dict[str, NDArray[Any]]) -> None:
-    """Write ``state.npz``, the resume checkpoint (its arrays: :mod:`fpreduce.run.runner`)."""
+    """Write ``state.npz``, the resume checkpoint (its arrays: :mod:`fpreduce.run.resume`)."""
     buf = io.BytesIO()
     np.savez(buf, **arrays)  # type: ignore[arg-type]
     atomic_write(run_dir / STATE_NPZ, buf.getvalue())

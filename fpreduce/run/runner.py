@@ -155,7 +155,8 @@ def run_experiment(
     source = check_run(cfg)
     resume_.plan(d, cfg, resume=resume, force=force)  # refuse before the directory is touched
     with rundir.lock(d):
-        if resume_.plan(d, cfg, resume=resume, force=force) == "done":  # again, now that no other run can change it
+        todo = resume_.plan(d, cfg, resume=resume, force=force, locked=True)  # again: no other run changes it now
+        if todo == "done":
             return load_run(d)
         rows, start, saved = resume_.open_dir(d, cfg, resume=resume)
         training = source.kind == "model"
