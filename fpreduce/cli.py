@@ -7,16 +7,20 @@ Bad input (unknown names, unreadable files, bad values) prints one line
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+import warnings
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fpreduce._version import __version__
-from fpreduce.base.errors import InvalidArgument
+from fpreduce.base.errors import FpreduceWarning, InvalidArgument
 
 if TYPE_CHECKING:
+    from fpreduce.run.config import Config
     from fpreduce.run.rundir import Results
 
 
@@ -48,15 +52,37 @@ def _summary_table(results: Results) -> str:
     return summary_table(results)
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from fpreduce.run.config import load_config, with_steps
-    from fpreduce.run.runner import run_experiment
+def _run_config(args: argparse.Namespace) -> Config:
+    """The config of ``fpreduce run``: CONFIG (or the embedded default) with --set and --steps.
 
-    cfg = load_config(args.config, args.set or [])
+    ``--resume`` without CONFIG continues from the run's own config.toml (every override
+    is stored in it): ``fpreduce run --out RUN --resume`` is the whole command.
+    """
+    from fpreduce.run.config import default_config, load_config, with_steps
+    from fpreduce.run.rundir import CONFIG_TOML, inspect_run_dir
+
+    if args.resume and args.force:
+        raise InvalidArgument("--resume continues the run in --out and --force replaces it: give one of them")
+    path = args.config
+    if args.resume and path is None:
+        d = Path(args.out) if args.out else Path("runs") / default_config().experiment.name
+        path = d / CONFIG_TOML
+        if not path.is_file():
+            inspect_run_dir(d)  # a foreign directory says so
+            raise InvalidArgument(f"nothing to resume in {d}: no {CONFIG_TOML}" + ("" if args.out else " (give --out)"))
+    cfg = load_config(path, args.set or [])
     if args.steps is not None:
         if args.steps < 1:
             raise InvalidArgument("--steps must be >= 1")
         cfg = with_steps(cfg, args.steps)
+    return cfg
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from fpreduce.run.rundir import SUMMARY_JSON, lock
+    from fpreduce.run.runner import run_experiment
+
+    cfg = _run_config(args)
     for w in cfg.warnings():
         print(f"fpreduce: warning: {w}", file=sys.stderr)
     runner, root = run_experiment, True
@@ -78,43 +104,60 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"{e.steps} steps, source {cfg.source.kind} -> {out}"
         )
     try:
-        res = runner(cfg, out, resume=args.resume, progress=None if args.quiet or not root else _progress)
+        res = runner(
+            cfg, out, resume=args.resume, force=args.force, progress=None if args.quiet or not root else _progress
+        )
     except KeyboardInterrupt:
+        if not (out / SUMMARY_JSON).is_file():
+            print("\nfpreduce: interrupted before the first step", file=sys.stderr)
+            return 130
+        again = f"`fpreduce run --out {shlex.quote(str(out))} --resume`"
+        if args.backend == "mpi":
+            again = f"the same mpirun command, with `run --out {shlex.quote(str(out))} --resume --backend mpi`"
         print(
             f"\nfpreduce: interrupted; the partial run in {out} is readable and marked incomplete: "
-            f"continue it with `fpreduce run {args.config or ''} --out {out} --resume`",
+            f"continue it with {again}",
             file=sys.stderr,
         )
         return 130
     if res is None:  # an MPI rank other than 0: rank 0 writes the run
         return 0
     print(_summary_table(res))
-    files = [] if args.no_report else _artifacts(out)
+    with lock(out, shared=True):  # no other run replaces it while its figures and report are drawn
+        files = [] if args.no_report else _artifacts(out)
     print(f"wrote {out}/config.toml, metrics.csv, summary.json" + "".join(f", {p.relative_to(out)}" for p in files))
     return 0
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
     from fpreduce.report import plots
-    from fpreduce.run.rundir import load_run
+    from fpreduce.run.rundir import is_sweep_dir, load_run, lock
 
-    load_run(args.run)  # a clear error for a missing or foreign directory
-    for p in plots.plot_run(Path(args.run)):
+    d = Path(args.run)
+    with lock(d, shared=True):  # not while a run writes there
+        if is_sweep_dir(d):
+            files = plots.plot_sweep(d)
+        else:
+            load_run(d)  # a clear error for a missing or foreign directory
+            files = plots.plot_run(d)
+    for p in files:
         print(p)
     return 0
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fpreduce.report import plots, report
-    from fpreduce.run.sweep import load_sweep_config, run_sweep
+    from fpreduce.run.rundir import lock
+    from fpreduce.run.sweep import load_sweep_config, run_sweep, sweep_dir
 
-    _, points = load_sweep_config(args.config)
+    base, points = load_sweep_config(args.config)
     if args.jobs < 1:
         raise InvalidArgument("--jobs must be >= 1")
-    out = Path(args.out)
+    out = sweep_dir(base, args.out)
     print(f"fpreduce sweep: {len(points)} points (A vs B each), {args.jobs} process(es) -> {out}")
-    table = run_sweep(args.config, out, jobs=args.jobs)
-    files = [table, *plots.plot_sweep(out), report.write_sweep_report(out)]
+    table = run_sweep(args.config, out, jobs=args.jobs, force=args.force)
+    with lock(out, shared=True):
+        files = [table, *plots.plot_sweep(out), report.write_sweep_report(out)]
     print("wrote " + ", ".join(str(p) for p in files))
     return 0
 
@@ -133,21 +176,33 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from fpreduce.report import report
+    from fpreduce.run.rundir import REPORT_PDF, check_report_target, is_sweep_dir, lock
 
-    print(report.write_report(Path(args.run), args.output))
+    d = Path(args.run)
+    target = check_report_target(args.output if args.output is not None else d / REPORT_PDF)
+    with lock(d, shared=True):  # not while a run writes there
+        print(report.write_sweep_report(d, target) if is_sweep_dir(d) else report.write_report(d, target))
     return 0
 
 
 def _load_values(spec: str) -> np.ndarray:
     if spec.endswith(".npy"):
         try:
-            a = np.load(spec, allow_pickle=False)
-        except ValueError as e:
-            raise InvalidArgument(f"cannot read {spec}: {e} (pickled object arrays are refused)") from None
+            with open(spec, "rb") as fh:
+                a = np.load(fh, allow_pickle=False)
+                if not isinstance(a, np.ndarray):
+                    a.close()
+                    raise InvalidArgument(f"{spec}: not a .npy array (an .npz archive?)")
         except OSError as e:
             raise InvalidArgument(f"cannot read {spec}: {e.strerror or e}") from None
-        if a.dtype.kind != "f" or a.ndim not in (1, 2) or a.shape[0] < 1:
-            raise InvalidArgument(f"{spec}: need a float array of shape (N,) or (N, d), got {a.dtype} {a.shape}")
+        except (ValueError, EOFError, zipfile.BadZipFile) as e:
+            if isinstance(e, InvalidArgument):
+                raise
+            raise InvalidArgument(f"cannot read {spec}: {e} (pickled object arrays are refused)") from None
+        if a.dtype.kind != "f" or a.ndim not in (1, 2) or 0 in a.shape:
+            raise InvalidArgument(
+                f"{spec}: need a non-empty float array of shape (N,) or (N, d), got {a.dtype} {a.shape}"
+            )
         return a.astype(np.float64)
     try:
         return np.array([float(v) for v in spec.split(",")])
@@ -346,7 +401,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a config key, e.g. experiment.workers=32 or arms.B.accumulate=fp32",
     )
-    r.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
+    r.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted run in --out; its config.toml holds every setting, so "
+        "`fpreduce run --out RUN --resume` is the whole command",
+    )
+    r.add_argument("--force", action="store_true", help="replace a run (complete or not) already in --out")
     r.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument(
@@ -368,12 +429,13 @@ def build_parser() -> argparse.ArgumentParser:
         "linear (or an Open MPI name); default: the first real-capable arm's",
     )
     r.set_defaults(func=_cmd_run)
-    pl = sub.add_parser("plot", help="regenerate a run's figures from its results")
-    pl.add_argument("run", help="run directory")
+    pl = sub.add_parser("plot", help="regenerate a run's (or a sweep's) figures from its results")
+    pl.add_argument("run", help="run or sweep directory")
     pl.set_defaults(func=_cmd_plot)
     sw = sub.add_parser("sweep", help="run A vs B over a grid of workers, plans and formats")
     sw.add_argument("config", help="TOML config with a [sweep] table (see examples/sweep-ring.toml)")
-    sw.add_argument("--out", default="runs/sweep", help="sweep directory")
+    sw.add_argument("--out", default=None, help="sweep directory (default: runs/<experiment.name>)")
+    sw.add_argument("--force", action="store_true", help="replace a sweep already in --out")
     sw.add_argument("--jobs", type=int, default=1, help="worker processes")
     sw.set_defaults(func=_cmd_sweep)
     v = sub.add_parser("verify", help="run a real all-reduce (Open MPI or gloo) and compare its bits with the plan")
@@ -389,9 +451,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--timeout", type=float, default=120.0, help="seconds before a hung run is aborted")
     v.set_defaults(func=_cmd_verify)
-    rp = sub.add_parser("report", help="write a run's PDF report")
-    rp.add_argument("run", help="run directory")
-    rp.add_argument("-o", "--output", default=None, help="PDF path (default RUN/report.pdf)")
+    rp = sub.add_parser("report", help="write a run's (or a sweep's) PDF report")
+    rp.add_argument("run", help="run or sweep directory")
+    rp.add_argument(
+        "-o", "--output", default=None, help="PDF path (default RUN/report.pdf); never overwrites a file but a report"
+    )
     rp.set_defaults(func=_cmd_report)
     s = sub.add_parser("sum", help="sum N values along several plans against the exact sum")
     s.add_argument("values", help="comma-separated values or a .npy file of shape (N,) or (N, d)")
@@ -413,22 +477,37 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _warn(message: Warning | str, *_: object, **__: object) -> None:
+    print(f"fpreduce: warning: {message}", file=sys.stderr)
+
+
+def _os_error(e: OSError) -> str:
+    what = e.strerror or str(e)
+    return f"{what}: {e.filename}" if e.filename is not None else what
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     if args.cmd is None:
         args = ap.parse_args(["run", *(argv or [])])
-    try:
-        return int(args.func(args))
-    except InvalidArgument as e:
-        print(f"fpreduce: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"fpreduce: error: {e.strerror}: {e.filename}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("fpreduce: interrupted", file=sys.stderr)
-        return 130
+    with warnings.catch_warnings():
+        warnings.showwarning = _warn  # one line each, like the errors
+        warnings.simplefilter("default", FpreduceWarning)  # shown, whatever filters the caller set
+        try:
+            return int(args.func(args))
+        except InvalidArgument as e:
+            print(f"fpreduce: error: {e}", file=sys.stderr)
+        except OSError as e:
+            print(f"fpreduce: error: {_os_error(e)}", file=sys.stderr)
+        except UnicodeDecodeError as e:
+            print(f"fpreduce: error: a file is not UTF-8 text ({e})", file=sys.stderr)
+        except MemoryError:
+            print("fpreduce: error: out of memory; lower source.elements or experiment.workers", file=sys.stderr)
+        except KeyboardInterrupt:
+            print("fpreduce: interrupted", file=sys.stderr)
+            return 130
+    return 2
 
 
 if __name__ == "__main__":

@@ -7,6 +7,11 @@ tuned --level 9`` lists them). Only loopback and shared memory are used
 (``btl self,vader``, ``pml ob1``, OOB on ``lo``), and where ``unshare -n`` is
 allowed mpirun runs in a private network namespace that has nothing but ``lo``;
 ``coll_han_priority 0`` keeps Open MPI 5's hierarchical component out of the way.
+Without ``unshare -n`` Open MPI 4.1's mpirun listens on 0.0.0.0 and on the IPv6
+wildcard (``ss -ltnp`` during a job: ``oob_tcp_if_include lo`` only chooses what it
+advertises; no MCA parameter binds the listeners to loopback, and neither
+``oob_tcp_disable_ipv6_family`` nor ``ptl_tcp_disable_ipv6`` closes the IPv6 one):
+:class:`ExposedListenerWarning` says so (``fpreduce verify`` prints it as a warning).
 
 Which plan the library follows (read from ``ompi/mca/coll/base/coll_base_allreduce.c``,
 Open MPI v4.1.4, and confirmed bit for bit by :func:`fpreduce.backends.verify`):
@@ -36,6 +41,7 @@ import json
 import re
 import shutil
 import subprocess
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,7 +54,7 @@ from fpreduce.backends._common import (
     python,
     run_group,
 )
-from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.base.errors import FpreduceWarning, InvalidArgument, unknown_name
 from fpreduce.plans import AnyPlan, linear, rabenseifner, rd, ring
 
 #: algorithm name -> value of ``coll_tuned_allreduce_algorithm`` (Open MPI 4.1 and 5.0).
@@ -174,10 +180,25 @@ def mpirun_argv(
         mca["coll_adapt_priority"] = "100"
         mca["coll_adapt_reduce_algorithm"] = "6"
         mca["coll_adapt_reduce_segment_size"] = str(1 << 20)
+    prefix = _netns()
+    if not prefix:  # mpirun's listeners are reachable from the network: say so
+        warnings.warn(EXPOSED, ExposedListenerWarning, stacklevel=2)
     argv = ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
     for k, v in mca.items():
         argv += ["--mca", k, v]
-    return [*_netns(), *argv, python(), "-m", module, str(workdir)]
+    return [*prefix, *argv, python(), "-m", module, str(workdir)]
+
+
+class ExposedListenerWarning(FpreduceWarning):
+    """mpirun runs outside a private network namespace: its listener is reachable from the network."""
+
+
+EXPOSED = (
+    "mpirun runs without a private network namespace (`unshare -n` is missing or not allowed here): "
+    "Open MPI's out-of-band listeners bind every interface (0.0.0.0 and ::) for the job's duration, "
+    "whatever oob_tcp_if_include says; the data moves over loopback and shared memory only, but the ports "
+    "are reachable from the network. Run where `unshare -n` works (root or user namespaces) to close them"
+)
 
 
 @functools.cache

@@ -406,6 +406,7 @@ class MpiRunner:
         out: str | Path | None = None,
         *,
         resume: bool = False,
+        force: bool = False,
         progress: Progress | None = None,
     ) -> Results | None:
         """Run the experiment: rank 0 returns the Results, the other ranks serve and return None.
@@ -425,6 +426,7 @@ class MpiRunner:
                 self.cfg,
                 self._dir,
                 resume=resume,
+                force=force,
                 progress=progress,
                 on_step=self._on_step,
                 summary_extra=self._summary,

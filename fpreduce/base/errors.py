@@ -6,6 +6,10 @@ import difflib
 from collections.abc import Iterable, Mapping
 
 
+class FpreduceWarning(UserWarning):
+    """A warning of fpreduce's own (the ``fpreduce`` command prints each as one line)."""
+
+
 class InvalidArgument(ValueError):
     """Raised at the public boundary for bad names, shapes, dtypes or values.
 

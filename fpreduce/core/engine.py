@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
+from fpreduce.base.fpflags import own_flags
 from fpreduce.core import algorithms
 from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders
 from fpreduce.core._reference import add_exact, round_float, round_fraction
@@ -82,6 +83,7 @@ def _is_left_deep(shape: Tree) -> bool:
     return True
 
 
+@own_flags
 def reduce(
     X: ArrayLike,
     plan: AnyPlan | str,
@@ -374,6 +376,7 @@ def _order_free(
     return algorithms.binned(Xin, fa, mode)
 
 
+@own_flags
 def reduce_reference(
     X: ArrayLike,
     plan: AnyPlan | str,

@@ -28,6 +28,7 @@ from numpy.typing import ArrayLike, NDArray
 from fpreduce.base import jit
 from fpreduce.base.dtypes import is_float_dtype
 from fpreduce.base.errors import InvalidArgument
+from fpreduce.base.fpflags import own_flags
 from fpreduce.core._exact_limbs import _BLOCK_CELLS, _E_OFFSET, _NE, _column_block, _LazyValues, _Limbs
 from fpreduce.core._exact_proof import _float64_exact_columns, _scan
 from fpreduce.core._reference import round_scaled
@@ -58,11 +59,14 @@ def _check_input(X: ArrayLike, axis: int) -> tuple[NDArray[np.floating], tuple[i
             f"axis {axis!r} is out of range for an array with {a.ndim} dimension(s); "
             f"use an integer in [{-a.ndim}, {a.ndim - 1}]"
         )
-    sigbits = 53 if a.dtype.itemsize > 4 else 24
     a = np.moveaxis(a, int(axis), 0)
     out_shape = a.shape[1:]
     if a.dtype not in (np.float16, np.float32, np.float64):
-        a = np.asarray(a, dtype=np.float64)  # bfloat16/float8: exact widening
+        # bfloat16/float8 (ml_dtypes): widened exactly to float32, which holds all their values
+        # (subnormals and the e8m0 scales included). Not to float64: the exactness proof reads
+        # the significand field of the array it is given, so ``sigbits`` must be that dtype's.
+        a = np.asarray(a, dtype=np.float32)
+    sigbits = 53 if a.dtype == np.float64 else 24  # 24 bits hold float16's and float32's significands
     a2 = a.reshape(a.shape[0], math.prod(out_shape))  # widened to float64 per chunk later
     return a2, out_shape, sigbits
 
@@ -134,6 +138,7 @@ class ExactSum:
         v, s = self.values[index]
         return Fraction(v) * Fraction(2) ** s
 
+    @own_flags
     def round(
         self, fmt: str | Format, mode: str = "nearest_even", rng: np.random.Generator | None = None
     ) -> NDArray[np.floating]:
@@ -184,6 +189,7 @@ class ExactSum:
                 out[nf] = np.where(np.isnan(sp) | f.has_inf, sp, np.nan)
         return out.reshape(self.shape)
 
+    @own_flags
     def error_of(self, y: ArrayLike) -> NDArray[np.float64]:
         """``y - exact``, rounded once (nearest-even) to float64, per column.
 
@@ -231,6 +237,7 @@ def exact_sum(X: ArrayLike, axis: int = 0) -> ExactSum:
     return exact_sum_counting_zeros(X, axis)[0]
 
 
+@own_flags
 def exact_sum_counting_zeros(X: ArrayLike, axis: int = 0) -> tuple[ExactSum, int | None]:
     """:func:`exact_sum` and, when the compiled scan ran, the number of zero terms (+0.0 and -0.0).
 
@@ -377,6 +384,7 @@ def exact_sum_fraction(column: ArrayLike) -> Fraction:
     return sum((Fraction(float(x)) for x in np.asarray(column, dtype=np.float64).ravel()), Fraction(0))
 
 
+@own_flags
 def exact_sum_mpmath(X: ArrayLike, axis: int = 0) -> NDArray[np.float64]:
     """Reference sums with mpmath at a precision large enough to be exact.
 

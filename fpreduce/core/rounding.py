@@ -34,6 +34,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fpreduce.base.dtypes import is_float_dtype
 from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.base.fpflags import own_flags
 from fpreduce.core.formats import Format, get_format
 
 __all__ = ["MODES", "Mode", "get_mode", "overflow_value", "quantum_bits", "round_to"]
@@ -111,6 +112,7 @@ def quantum_bits(a: NDArray[np.float64], f: Format) -> NDArray[np.uint64]:
     return field
 
 
+@own_flags
 def round_to(
     x: ArrayLike,
     fmt: str | Format,

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import functools
 import tomllib
+import unicodedata
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
+
+import tomli_w
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.core.formats import FORMATS
@@ -29,9 +32,15 @@ __all__ = [
     "Config",
     "ExperimentSpec",
     "OrderPolicy",
+    "check_name",
     "default_compare_to",
     "default_config",
+    "diff",
+    "from_dict",
     "load_config",
+    "parse_toml",
+    "read_toml",
+    "to_dict",
     "to_toml",
 ]
 
@@ -78,6 +87,34 @@ class OrderPolicy:
         return f"{self.kind}:{self.plan}" if self.plan else self.kind
 
 
+def check_name(key: str, name: object) -> None:
+    """Refuse a name that is not a plain name (InvalidArgument naming ``key``).
+
+    A name is used as a directory (``runs/<experiment.name>``) and printed in tables,
+    CSV rows and legends: it must be a non-empty string of at most 100 characters,
+    not ``.`` or ``..``, without a path separator (``/``, ``\\``) or a control,
+    format or line-separator character (Unicode categories Cc, Cf, Zl, Zp).
+    """
+    if not isinstance(name, str):
+        why = "not a string"
+    elif not name:
+        why = "empty"
+    elif name.strip() in (".", ".."):
+        why = "a directory reference"
+    elif len(name) > 100:
+        why = f"{len(name)} characters long (at most 100)"
+    elif (c := next((c for c in name if c in "/\\" or unicodedata.category(c) in _NOT_IN_NAMES), None)) is not None:
+        why = f"it contains {c!r}"
+    else:
+        return
+    raise InvalidArgument(
+        f"{key} must be a plain name (no path separator, control character, '.' or '..'), got {name!r}: {why}"
+    )
+
+
+_NOT_IN_NAMES = ("Cc", "Cf", "Zl", "Zp", "Cs")
+
+
 @dataclass(frozen=True)
 class ExperimentSpec:
     """``[experiment]``: name, steps, workers (N), seed.
@@ -95,8 +132,7 @@ class ExperimentSpec:
             raise InvalidArgument(f"experiment.steps must be >= 1, got {self.steps}")
         if self.workers < 1:
             raise InvalidArgument(f"experiment.workers must be >= 1, got {self.workers}")
-        if not self.name or any(c in self.name for c in "/\\\n"):
-            raise InvalidArgument(f"experiment.name must be a plain non-empty name, got {self.name!r}")
+        check_name("experiment.name", self.name)
 
 
 @dataclass(frozen=True)
@@ -146,6 +182,7 @@ class ArmSpec:
     compare_to: str = ""
 
     def __post_init__(self) -> None:
+        check_name("arms[].name", self.name)
         key = f"arms.{self.name}"
         for k in ("input", "accumulate") + (("output",) if self.output else ()):
             if getattr(self, k) not in FORMATS:
@@ -236,15 +273,26 @@ class Config:
 _TABLES = ("experiment", "source", "arrival", "arms")
 
 
+def _default_arms() -> list[dict[str, Any]]:
+    """The embedded default's ``[[arms]]`` (A, B, B-fp32acc, B-binned): what a config without arms runs."""
+    return list(tomllib.loads(_default_text())["arms"])
+
+
+def _default_text() -> str:
+    return resources.files("fpreduce.run").joinpath("default.toml").read_text(encoding="utf-8")
+
+
 def from_dict(d: dict[str, Any]) -> Config:
-    """Validate a parsed TOML document."""
+    """Validate a parsed TOML document (without ``arms``: the embedded default's arms)."""
     for k in d:
         if k not in _TABLES:
             raise unknown_name("table", k, _TABLES)
     exp = build(ExperimentSpec, "experiment", d.get("experiment", {}))
     src = spec_from_dict(d.get("source", {}))
     arr = build(ArrivalSpec, "arrival", d.get("arrival", {}))
-    arms_raw = d.get("arms", [])
+    arms_raw = d.get("arms")
+    if arms_raw is None:
+        arms_raw = _default_arms()
     if not isinstance(arms_raw, list):
         raise InvalidArgument("arms must be an array of tables: [[arms]]")
     arms = []
@@ -255,7 +303,7 @@ def from_dict(d: dict[str, Any]) -> Config:
 
 
 def _set(d: dict[str, Any], assignment: str) -> None:
-    """Apply ``--set key=value`` (``experiment.steps=10``, ``arms.B.accumulate=fp32``)."""
+    """Apply ``--set key=value`` (``experiment.steps=10``, ``arms.B.accumulate=fp32``; arm names may hold dots)."""
     key, eq, raw = assignment.partition("=")
     if not eq:
         raise InvalidArgument(f"--set expects key=value, got {assignment!r}")
@@ -263,34 +311,50 @@ def _set(d: dict[str, Any], assignment: str) -> None:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw  # a bare word is a string
-    parts = key.strip().split(".")
-    if parts[0] == "arms" and len(parts) == 3:
-        for a in d.get("arms", []):
-            if a.get("name") == parts[1]:
-                a[parts[2]] = value
+    key = key.strip()
+    if key.startswith("arms.") and key.count(".") >= 2:
+        name, _, field = key[len("arms.") :].rpartition(".")
+        if "arms" not in d:
+            d["arms"] = _default_arms()
+        for a in d["arms"] if isinstance(d["arms"], list) else []:
+            if isinstance(a, dict) and a.get("name") == name:
+                a[field] = value
                 return
-        raise InvalidArgument(f"--set {key}: no arm named {parts[1]!r}")
+        raise InvalidArgument(f"--set {key}: no arm named {name!r}")
+    parts = key.split(".")
     if len(parts) != 2 or parts[0] not in ("experiment", "source", "arrival"):
         raise InvalidArgument(f"--set {key}: write table.key, e.g. experiment.steps=10 or arms.B.accumulate=fp32")
-    d.setdefault(parts[0], {})[parts[1]] = value
+    table = d.setdefault(parts[0], {})
+    if not isinstance(table, dict):
+        raise InvalidArgument(f"--set {key}: [{parts[0]}] must be a table, got {table!r}")
+    table[parts[1]] = value
+
+
+def read_toml(path: str | Path, what: str = "config") -> dict[str, Any]:
+    """The parsed TOML file ``path``; InvalidArgument naming it if unreadable, not UTF-8 or malformed."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise InvalidArgument(f"cannot read {what} {p}: {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidArgument(f"{p}: not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start})") from None
+    return parse_toml(text, str(p))
+
+
+def parse_toml(text: str, where: str) -> dict[str, Any]:
+    """``tomllib.loads(text)``; InvalidArgument naming ``where`` if malformed."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InvalidArgument(f"{where}: malformed TOML: {e}") from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a TOML config (the embedded default when ``path`` is None), apply overrides."""
-    if path is None:
-        text = resources.files("fpreduce.run").joinpath("default.toml").read_text()
-        where = "the default config"
-    else:
-        p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise InvalidArgument(f"cannot read config {p}: {e.strerror}") from None
-        where = str(p)
-    try:
-        d = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise InvalidArgument(f"{where}: malformed TOML: {e}") from None
+    d = parse_toml(_default_text(), "the default config") if path is None else read_toml(path)
     for s in overrides:
         _set(d, s)
     return from_dict(d)
@@ -301,23 +365,37 @@ def default_config() -> Config:
     return load_config(None)
 
 
-def _value(v: object) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+def to_dict(cfg: Config) -> dict[str, Any]:
+    """The resolved config as TOML tables: every key, defaults included."""
+    return {
+        "experiment": {f.name: getattr(cfg.experiment, f.name) for f in fields(cfg.experiment)},
+        "source": cfg.source.to_dict(),
+        "arrival": {f.name: getattr(cfg.arrival, f.name) for f in fields(cfg.arrival)},
+        "arms": [{f.name: getattr(a, f.name) for f in fields(a)} for a in cfg.arms],
+    }
 
 
 def to_toml(cfg: Config) -> str:
-    """The resolved config, every key written out (parses back to an equal Config)."""
-    lines = ["# resolved by fpreduce: every default written out", "[experiment]"]
-    lines += [f"{f.name} = {_value(getattr(cfg.experiment, f.name))}" for f in fields(cfg.experiment)]
-    lines += ["", "[source]"] + [f"{k} = {_value(v)}" for k, v in cfg.source.to_dict().items()]
-    lines += ["", "[arrival]"] + [f"{f.name} = {_value(getattr(cfg.arrival, f.name))}" for f in fields(cfg.arrival)]
-    for a in cfg.arms:
-        lines += ["", "[[arms]]"] + [f"{f.name} = {_value(getattr(a, f.name))}" for f in fields(a)]
-    return "\n".join(lines) + "\n"
+    """The resolved config, every key written out by tomli-w (parses back to an equal Config).
+
+    >>> from_dict(tomllib.loads(to_toml(default_config()))) == default_config()
+    True
+    """
+    return "# resolved by fpreduce: every default written out\n" + tomli_w.dumps(to_dict(cfg))
+
+
+def diff(a: Config, b: Config) -> list[str]:
+    """The keys whose values differ between two configs, as ``key: a -> b`` lines."""
+    da, db = to_dict(a), to_dict(b)
+    out = []
+    for t in ("experiment", "source", "arrival"):
+        for k in sorted(set(da[t]) | set(db[t])):
+            if da[t].get(k) != db[t].get(k):
+                out.append(f"{t}.{k}: {da[t].get(k)!r} -> {db[t].get(k)!r}")
+    if da["arms"] != db["arms"]:
+        names = [[x["name"] for x in d["arms"]] for d in (da, db)]
+        out.append(f"arms: {names[0]} -> {names[1]}" if names[0] != names[1] else "arms: settings differ")
+    return out
 
 
 def with_steps(cfg: Config, steps: int) -> Config:

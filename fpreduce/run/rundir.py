@@ -1,12 +1,15 @@
 """The run directory: its files' schema, and the only code that reads or writes them.
 
 A run directory (docs/run-format.md) holds ``config.toml``, ``metrics.csv``,
-``summary.json``, ``state.npz`` (training), ``real.csv`` (``--backend mpi``), figures
-and the report; a sweep directory holds ``sweep.csv`` and one run directory per point.
-Every file is written to a temporary file in the same directory and renamed over
-the target, so a reader (or a crash) sees either the old or the new file, never
-half of one. ``metrics.csv`` is rewritten whole after every step (runs are at most
-thousands of rows), so an interrupted run is always readable and resumable.
+``summary.json``, ``state.npz`` (the resume checkpoint), ``real.csv`` (``--backend
+mpi``), figures and the report; a sweep directory holds ``sweep.csv`` and one run
+directory per point. Every file is written to a temporary file in the same directory
+and renamed over the target (:mod:`fpreduce.run._files`), so a reader (or a crash)
+sees either the old or the new file, never half of one. ``metrics.csv`` is rewritten
+whole after every step (runs are at most thousands of rows), so an interrupted run is
+always readable and resumable. A run holds the directory's lock (:func:`lock`) for
+its lifetime; :func:`inspect_run_dir` says what a directory holds before anything is
+written, :func:`clear_run` removes a previous run's files and nothing else.
 
 Every CSV is read by one parser: the header names the columns, a truncated last row
 (an interrupted writer) is dropped and a malformed row elsewhere is an
@@ -18,34 +21,47 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
-from collections.abc import Callable, Sequence
+import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.formats import get_format
+from fpreduce.run import _files
+from fpreduce.run._files import FIGURES_DIR, REPORT_PDF, DirLock, atomic_write, check_report_target, is_report
+from fpreduce.run._studies import REAL_COLUMNS, REAL_CSV, STUDIES, read_real, read_study, write_real, write_study
 
 __all__ = [
     "COLUMNS",
     "CONFIG_TOML",
+    "FIGURES_DIR",
     "METRICS_CSV",
     "POINTS_DIR",
     "REAL_COLUMNS",
     "REAL_CSV",
+    "REPORT_PDF",
     "STATE_NPZ",
     "SUMMARY_JSON",
     "SWEEP_CSV",
     "STUDIES",
     "SWEEP_COLUMNS",
+    "DirState",
     "Results",
     "atomic_write",
+    "check_report_target",
+    "clear_run",
+    "clear_sweep",
+    "inspect_run_dir",
+    "inspect_sweep_dir",
+    "is_report",
+    "is_sweep_dir",
     "load_run",
+    "lock",
     "point_dir",
     "point_dirs",
     "read_config",
@@ -56,7 +72,6 @@ __all__ = [
     "read_study",
     "read_summary",
     "read_sweep",
-    "remove_outputs",
     "write_config",
     "write_metrics",
     "write_real",
@@ -66,12 +81,11 @@ __all__ = [
     "write_sweep",
 ]
 
-CONFIG_TOML, METRICS_CSV, SUMMARY_JSON, STATE_NPZ, REAL_CSV, SWEEP_CSV, POINTS_DIR = (
+CONFIG_TOML, METRICS_CSV, SUMMARY_JSON, STATE_NPZ, SWEEP_CSV, POINTS_DIR = (
     "config.toml",
     "metrics.csv",
     "summary.json",
     "state.npz",
-    "real.csv",
     "sweep.csv",
     "points",  # a sweep's directory of run directories, one per grid point
 )
@@ -121,27 +135,9 @@ _SWEEP_MEASURES = SWEEP_COLUMNS[SWEEP_COLUMNS.index("compare_to") + 1 :]
 #: columns older sweep.csv files lack (no data dimension; before normwise errors and re-runs): NaN when read
 _SWEEP_OPTIONAL = ("dist", "compare_to", "mean_err_norm", "mean_rerun_diff_frac")
 #: the columns of real.csv (``--backend mpi``), one row per step and arm
-REAL_COLUMNS = ("step", "arm", "real_agree", "ranks_agree")
 
 
 # ----------------------------------------------------------------------------- writing
-
-
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and a rename (mode 0644)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _fmt(v: object) -> str:
@@ -171,16 +167,73 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 
 def write_state(run_dir: Path, arrays: dict[str, NDArray[Any]]) -> None:
-    """Write ``state.npz``: a training run's parameters and optimizer state, for resuming."""
+    """Write ``state.npz``, the resume checkpoint (its arrays: :mod:`fpreduce.run.resume`)."""
     buf = io.BytesIO()
     np.savez(buf, **arrays)  # type: ignore[arg-type]
     atomic_write(run_dir / STATE_NPZ, buf.getvalue())
 
 
-def remove_outputs(run_dir: Path) -> None:
-    """Delete what a previous run left that a new one rewrites (metrics, state, report)."""
-    for stale in (METRICS_CSV, STATE_NPZ, "report.pdf"):
-        (run_dir / stale).unlink(missing_ok=True)
+# ----------------------------------------------------------------------------- the directory
+
+#: everything a run writes into its directory (a directory holding anything else is not a run's)
+RUN_FILES = (CONFIG_TOML, METRICS_CSV, SUMMARY_JSON, STATE_NPZ, REAL_CSV, REPORT_PDF, FIGURES_DIR)
+
+
+@dataclass(frozen=True)
+class DirState:
+    """What a run directory holds (:func:`inspect_run_dir`).
+
+    ``holds``: ``nothing`` (missing or empty), ``started`` (a config.toml and no summary:
+    a run stopped before its first checkpoint), ``incomplete`` or ``complete`` (per its
+    summary.json, whose ``steps_done`` and ``steps`` are copied).
+    """
+
+    holds: Literal["nothing", "started", "incomplete", "complete"]
+    steps_done: int = 0
+    steps: int = 0
+
+
+def inspect_run_dir(d: Path) -> DirState:
+    """What ``d`` holds, for a run about to write into it; reads, never writes.
+
+    Raises:
+        InvalidArgument: ``d`` is a file, a sweep directory, holds files that are not a
+            run's, or a summary.json that is unreadable or not a run's (names it).
+    """
+    names = _files.entries(d)
+    if not names:
+        return DirState("nothing")
+    if SWEEP_CSV in names or POINTS_DIR in names:
+        raise InvalidArgument(f"{d} is a fpreduce sweep directory, not a run's; choose another --out")
+    allowed = RUN_FILES if {CONFIG_TOML, SUMMARY_JSON} & set(names) else ()  # else nothing is a run's
+    _files.check_only(d, names, allowed, "run")
+    if SUMMARY_JSON not in names:
+        return DirState("started")
+    try:
+        s = read_summary(d)
+        done, steps = s.get("steps_done"), s.get("steps")
+        if not (isinstance(done, int) and isinstance(steps, int)):
+            raise InvalidArgument(f"{d / SUMMARY_JSON}: no steps_done and steps")
+    except InvalidArgument as e:
+        raise InvalidArgument(f"{e}; not writing into {d}: choose another --out") from None
+    return DirState("complete" if s.get("complete") is True else "incomplete", done, steps)
+
+
+def clear_run(d: Path) -> None:
+    """Delete what a previous run wrote into ``d`` (never anything else), summary.json first.
+
+    The summary goes first, so an interruption half-way leaves a directory that no
+    longer claims to hold the old run (``started``), never a complete-looking mix.
+    """
+    for name in (SUMMARY_JSON, METRICS_CSV, STATE_NPZ, REAL_CSV, REPORT_PDF, CONFIG_TOML):
+        (d / name).unlink(missing_ok=True)
+    _files.clear_figures(d)
+    _files.remove_leftovers(d, RUN_FILES)
+
+
+def lock(d: str | Path, *, shared: bool = False) -> DirLock:
+    """``with lock(d):`` the directory's advisory lock (:class:`fpreduce.run._files.DirLock`)."""
+    return DirLock(Path(d), shared=shared)
 
 
 def write_sweep(sweep_dir: Path, rows: Sequence[dict[str, Any]]) -> Path:
@@ -193,66 +246,7 @@ def write_sweep(sweep_dir: Path, rows: Sequence[dict[str, Any]]) -> Path:
     return sweep_dir / SWEEP_CSV
 
 
-def write_real(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
-    """Write ``real.csv`` (:data:`REAL_COLUMNS`; the agreements by ``repr``)."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(REAL_COLUMNS)
-    for r in rows:
-        w.writerow([r["step"], r["arm"], repr(float(r["real_agree"])), repr(float(r["ranks_agree"]))])
-    atomic_write(run_dir / REAL_CSV, buf.getvalue())
-
-
-STUDIES = ("price", "scale")  # studies without steps or arms: one JSON document each
-
-
-def write_study(out_dir: Path, kind: str, doc: dict[str, Any]) -> Path:
-    """Write a study's document ``<kind>.json`` (``price``: fpreduce price, ``scale``: fpreduce scale)."""
-    if kind not in STUDIES:
-        raise InvalidArgument(f"unknown study kind {kind!r} (choices: {', '.join(STUDIES)})")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(out_dir / f"{kind}.json", json.dumps(doc, indent=1, allow_nan=False) + "\n")
-    return out_dir / f"{kind}.json"
-
-
 # ----------------------------------------------------------------------------- reading
-
-T = TypeVar("T")
-
-
-def _require(path: Path, what: str) -> None:
-    if not path.is_file():
-        raise InvalidArgument(
-            f"{path} not found: is {path.parent} a fpreduce {what} directory? ({path.name} is missing)"
-        )
-
-
-def _read_csv(
-    path: Path, what: str, required: Sequence[str], parse: Callable[[dict[str, str]], T]
-) -> tuple[list[str], list[T]]:
-    """Header and parsed rows of a CSV; a truncated last row (interrupted writer) is dropped."""
-    _require(path, what)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InvalidArgument(f"{path}: cannot read ({e})") from None
-    lines = text.splitlines()
-    if len(lines) > 1 and not text.endswith("\n"):
-        lines = lines[:-1]  # the writer stopped mid-row
-    records = list(csv.reader(lines))
-    header, out = (records[0] if records else []), []
-    if missing := [c for c in required if c not in header]:
-        raise InvalidArgument(f"{path}: not a fpreduce {path.name} (missing column(s) {', '.join(missing)})")
-    for i, rec in enumerate(records[1:], start=2):
-        try:
-            if len(rec) != len(header):
-                raise ValueError(f"{len(rec)} fields, expected {len(header)}")
-            out.append(parse(dict(zip(header, rec, strict=True))))
-        except ValueError as e:
-            if i == len(records):
-                break  # truncated last row
-            raise InvalidArgument(f"{path}, line {i}: malformed row ({e})") from None
-    return header, out
 
 
 def _metrics_path(source: str | Path) -> Path:
@@ -273,7 +267,7 @@ def read_rows(source: str | Path) -> list[dict[str, Any]]:
             for k, v in r.items()
         }
 
-    return _read_csv(_metrics_path(source), "run", ("step", "arm"), parse)[1]
+    return _files.read_csv(_metrics_path(source), "run", ("step", "arm"), parse)[1]
 
 
 def read_metrics(source: str | Path) -> dict[str, dict[str, NDArray[Any]]]:
@@ -286,7 +280,7 @@ def read_metrics(source: str | Path) -> dict[str, dict[str, NDArray[Any]]]:
     final row (an interrupted writer: no final newline, too few fields or an
     unparsable number) is ignored; a malformed row elsewhere raises InvalidArgument.
     """
-    header, records = _read_csv(
+    header, records = _files.read_csv(
         _metrics_path(source),
         "run",
         ("step", "arm"),
@@ -312,7 +306,7 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
         InvalidArgument: the file is missing, not JSON, or not a fpreduce run summary.
     """
     path = Path(run_dir) / SUMMARY_JSON
-    _require(path, "run")
+    _files.require(path, "run")
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -335,33 +329,34 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
 
 
 def read_config(run_dir: str | Path) -> str | None:
-    """The text of ``RUN/config.toml``, or None if there is none."""
+    """The text of ``RUN/config.toml``, or None if there is none.
+
+    Raises:
+        InvalidArgument: the file cannot be read or is not UTF-8 (names it).
+    """
     path = Path(run_dir) / CONFIG_TOML
-    return path.read_text() if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidArgument(f"{path}: cannot read ({e})") from None
 
 
 def read_state(run_dir: Path) -> dict[str, NDArray[Any]]:
-    """The arrays of ``RUN/state.npz`` (copies; the file is closed)."""
-    with np.load(run_dir / STATE_NPZ, allow_pickle=False) as z:
-        return {k: z[k].copy() for k in z.files}
+    """The arrays of ``RUN/state.npz`` (copies; the file is closed); empty if it is missing.
 
-
-def read_real(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The rows of ``RUN/real.csv`` (empty if the run has none): step, arm, real_agree, ranks_agree."""
-    path = Path(run_dir) / REAL_CSV
+    Raises:
+        InvalidArgument: the file is not a readable .npz (names it).
+    """
+    path = run_dir / STATE_NPZ
     if not path.is_file():
-        return []
-    return _read_csv(
-        path,
-        "run",
-        REAL_COLUMNS,
-        lambda r: {
-            "step": int(r["step"]),
-            "arm": r["arm"],
-            "real_agree": float(r["real_agree"]),
-            "ranks_agree": float(r["ranks_agree"]),
-        },
-    )[1]
+        return {}
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k].copy() for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InvalidArgument(f"{path}: not a readable state file ({e})") from None
 
 
 def _number(v: str) -> float:
@@ -383,29 +378,12 @@ def read_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
     if not d.is_dir():
         raise InvalidArgument(f"{d}: no such sweep directory")
     required = [c for c in SWEEP_COLUMNS if c not in _SWEEP_OPTIONAL]
-    return _read_csv(
+    return _files.read_csv(
         d / SWEEP_CSV,
         "sweep",
         required,
         lambda r: {**r, "workers": int(r["workers"]), **{c: _number(r.get(c, "")) for c in _SWEEP_MEASURES}},
     )[1]
-
-
-def read_study(study_dir: str | Path, kind: str) -> dict[str, Any]:
-    """The document of a study directory (see :func:`write_study`).
-
-    Raises:
-        InvalidArgument: no such file, not JSON, or not an object with ``rows``.
-    """
-    path = Path(study_dir) / f"{kind}.json"
-    _require(path, f"{kind} study")
-    try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InvalidArgument(f"{path}: not a readable {kind} study ({e})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
-        raise InvalidArgument(f"{path}: not a {kind} study (an object with 'rows' expected)")
-    return doc
 
 
 def point_dir(sweep_dir: Path, name: str) -> Path:
@@ -416,6 +394,30 @@ def point_dir(sweep_dir: Path, name: str) -> Path:
 def point_dirs(sweep_dir: Path) -> list[Path]:
     """The run directories of a sweep's points that have a summary.json, in name order."""
     return sorted(p.parent for p in sweep_dir.glob(f"{POINTS_DIR}/*/{SUMMARY_JSON}"))
+
+
+def is_sweep_dir(d: str | Path) -> bool:
+    """Whether ``d`` is a sweep directory (it has a sweep.csv)."""
+    return (Path(d) / SWEEP_CSV).is_file()
+
+
+def inspect_sweep_dir(d: Path) -> bool:
+    """True if ``d`` holds a sweep (sweep.csv or points/), False if it is missing or empty.
+
+    Raises:
+        InvalidArgument: ``d`` is a file or holds anything else (a run included).
+    """
+    names = _files.entries(d)
+    _files.check_only(d, names, (SWEEP_CSV, POINTS_DIR, REPORT_PDF, FIGURES_DIR), "sweep")
+    return bool(names)
+
+
+def clear_sweep(d: Path) -> None:
+    """Delete a previous sweep's table (first), report and figures from ``d`` (its points stay: runs replace them)."""
+    for name in (SWEEP_CSV, REPORT_PDF):
+        (d / name).unlink(missing_ok=True)
+    _files.clear_figures(d)
+    _files.remove_leftovers(d, (SWEEP_CSV, REPORT_PDF))
 
 
 # ----------------------------------------------------------------------------- a whole run
@@ -487,6 +489,6 @@ def load_run(run_dir: str | Path, *, config_required: bool = True) -> Results:
     if not d.is_dir():
         raise InvalidArgument(f"{d}: no such run directory")
     for name in (METRICS_CSV, SUMMARY_JSON, CONFIG_TOML)[: 3 if config_required else 2]:
-        _require(d / name, "run")
+        _files.require(d / name, "run")
     summary = read_summary(d)
     return Results(d, summary, read_config(d), read_metrics(d))

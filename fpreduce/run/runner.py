@@ -29,16 +29,17 @@ from fpreduce.core.engine import reduce
 from fpreduce.core.exact import exact_sum_counting_zeros
 from fpreduce.core.formats import get_format
 from fpreduce.core.rounding import round_to
+from fpreduce.run import resume as resume_
 from fpreduce.run import rundir
 from fpreduce.run._summary import arm_summary
 from fpreduce.run._summary import wider as _wider
-from fpreduce.run.config import ArmSpec, Config, load_config, to_toml
+from fpreduce.run.config import ArmSpec, Config, load_config
 from fpreduce.run.policies import plan_for
 from fpreduce.run.rundir import Results, columns, load_run
-from fpreduce.run.sources import Source, open_source
+from fpreduce.run.sources import Source, check_memory, memory_needed, open_source
 from fpreduce.run.stepmetrics import ULP_EDGES, CompareStats, ErrorStats
 
-__all__ = ["run_experiment"]
+__all__ = ["check_run", "run_experiment"]
 
 Progress = Callable[[int, int, float], None]
 #: ``on_step(step, arm, y)``: called with every arm's result, right after its reduction (hook, e.g. a real backend)
@@ -120,17 +121,30 @@ def run_experiment(
     out: str | Path | None = None,
     *,
     resume: bool = False,
+    force: bool = False,
     progress: Progress | None = None,
     on_step: OnStep | None = None,
     summary_extra: SummaryExtra | None = None,
 ) -> Results:
     """Run an experiment and write its run directory; returns the results read back.
 
+    Nothing is written before everything is checked: the config, the source (a file
+    readable, with enough steps), the memory the run needs against this machine's
+    (:func:`fpreduce.run.sources.check_memory`), and what ``out`` holds. The run holds
+    ``out``'s lock (:func:`fpreduce.run.rundir.lock`) for its lifetime, so a second
+    run into the same directory stops with an InvalidArgument instead of mixing files.
+    After every step ``metrics.csv``, ``summary.json`` and ``state.npz`` (the resume
+    checkpoint, written last) are replaced atomically: a run killed at any point
+    resumes bit-identically from its last checkpoint.
+
     Args:
         config: a Config, a TOML path, or None for the embedded default.
-        out: the run directory (default ``runs/<name>``). An existing complete run
-            there is replaced; an incomplete one needs ``resume=True``.
-        resume: continue an interrupted run from its last complete step.
+        out: the run directory (default ``runs/<name>``): missing, empty, or a run. A
+            run there with steps done is replaced only with ``force``; a directory
+            holding anything else is refused, whatever ``force`` says.
+        resume: continue the interrupted run in ``out``, whose config.toml must equal
+            ``config``; a complete run is returned as it is.
+        force: replace a complete or incomplete run in ``out``.
         progress: called as ``progress(steps_done, steps, eta_seconds)``.
         on_step: called as ``on_step(step, arm, y)`` with each arm's result (in config
             order, before the step is checkpointed); used by the MPI backend.
@@ -139,29 +153,53 @@ def run_experiment(
     cfg = config if isinstance(config, Config) else load_config(config)
     e = cfg.experiment
     d = Path(out) if out is not None else Path("runs") / e.name
-    rows, start = _open_dir(d, cfg, resume=resume)
-    n = e.workers
-    source = open_source(cfg.source, workers=n, seed=e.seed)
+    source = check_run(cfg)
+    resume_.plan(d, cfg, resume=resume, force=force)  # refuse before the directory is touched
+    with rundir.lock(d):
+        todo = resume_.plan(d, cfg, resume=resume, force=force, locked=True)  # again: no other run changes it now
+        if todo == "done":
+            return load_run(d)
+        rows, start, saved = resume_.open_dir(d, cfg, resume=resume)
+        training = source.kind == "model"
+        arms = _init_arms(cfg, source, saved, training)
+        for i, a in enumerate(arms):
+            _restore(a, i, rows, saved)
+        t0 = time.perf_counter()
+        times = {"engine": 0.0, "source": 0.0, "exact": 0.0, "metrics": 0.0}
+        if start == 0:  # a readable (incomplete) run from the start
+            _checkpoint(d, cfg, rows, arms, 0, training, (0.0, times), summary_extra)
+        for step in range(start, e.steps):
+            _run_step(cfg, source, arms, step, rows, times, on_step)
+            wall = time.perf_counter() - t0
+            _checkpoint(d, cfg, rows, arms, step + 1, training, (wall, times), summary_extra)
+            if progress is not None:
+                done = step + 1 - start
+                progress(step + 1, e.steps, wall / done * (e.steps - step - 1))
+        with resume_.writing(d):
+            _write_summary(
+                d,
+                cfg,
+                rows,
+                arms,
+                e.steps,
+                complete=True,
+                times=(time.perf_counter() - t0, times),
+                extra=summary_extra,
+            )
+        return load_run(d)
+
+
+def check_run(cfg: Config) -> Source:
+    """The run's source, opened: InvalidArgument for an unreadable file, too few steps in it, or a
+    run needing more memory than this machine has available (checked before anything is written)."""
+    e = cfg.experiment
+    source = open_source(cfg.source, workers=e.workers, seed=e.seed)
     if source.max_steps is not None and source.max_steps < e.steps:
         raise InvalidArgument(f"the gradient file has {source.max_steps} steps but experiment.steps = {e.steps}")
-    training = source.kind == "model"
-    arms = _init_arms(cfg, source, d, start, training)
-    old = rundir.read_summary(d) if start > 0 else {}
-    for a in arms:
-        _restore(a, rows, old)
-    t0 = time.perf_counter()
-    times = {"engine": 0.0, "source": 0.0, "exact": 0.0, "metrics": 0.0}
-    for step in range(start, e.steps):
-        _run_step(cfg, source, arms, step, rows, times, on_step)
-        wall = time.perf_counter() - t0
-        _checkpoint(d, cfg, rows, arms, step + 1, training, (wall, times), summary_extra)
-        if progress is not None:
-            done = step + 1 - start
-            progress(step + 1, e.steps, wall / done * (e.steps - step - 1))
-    _write_summary(
-        d, cfg, rows, arms, e.steps, complete=True, times=(time.perf_counter() - t0, times), extra=summary_extra
-    )
-    return load_run(d)
+    width = source.elements if source.kind == "model" else chunk_width(e.workers)
+    need = memory_needed(source, arms=len(cfg.arms), inputs=len({a.input for a in cfg.arms}), width=width)
+    check_memory(need, f"this run ({e.workers} workers x {source.elements} elements, {len(cfg.arms)} arms)")
+    return source
 
 
 def _measure(
@@ -342,51 +380,26 @@ def _param_divergence(a: _Arm, ref: _Arm, row: dict[str, Any], step: int, *, tra
         a.first_param_div = step
 
 
-def _open_dir(d: Path, cfg: Config, *, resume: bool) -> tuple[list[dict[str, Any]], int]:
-    summary = d / rundir.SUMMARY_JSON
-    if d.exists() and not d.is_dir():
-        raise InvalidArgument(f"{d} exists and is not a directory")
-    if d.is_dir() and any(d.iterdir()) and not summary.is_file():
-        raise InvalidArgument(f"{d} is not empty and not a fpreduce run directory; choose another --out")
-    if resume:
-        if not summary.is_file():
-            raise InvalidArgument(f"nothing to resume in {d}: no summary.json")
-        if rundir.read_config(d) != to_toml(cfg):
-            raise InvalidArgument(f"{d}/config.toml differs from this config; resume with the same config")
-        rows = rundir.read_rows(d)
-        k = len(cfg.arms)
-        steps = len(rows) // k
-        return rows[: steps * k], steps
-    if summary.is_file() and not rundir.read_summary(d).get("complete"):
-        raise InvalidArgument(f"{d} holds an incomplete run: continue it with --resume or choose another --out")
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        rundir.write_config(d, to_toml(cfg))
-    except OSError as err:
-        raise InvalidArgument(f"cannot write to {d}: {err.strerror}") from None
-    rundir.remove_outputs(d)
-    return [], 0
-
-
-def _init_arms(cfg: Config, source: Source, d: Path, start: int, training: bool) -> list[_Arm]:
+def _init_arms(cfg: Config, source: Source, saved: dict[str, np.ndarray], training: bool) -> list[_Arm]:
     if not training:
         return [_Arm(a, None, {}) for a in cfg.arms]
-    if start > 0:
-        z = rundir.read_state(d)
+    if saved:
         return [
             _Arm(
                 a,
-                z[f"params/{a.name}"],
-                {k.split("/")[2]: v for k, v in z.items() if k.startswith(f"state/{a.name}/")},
+                saved[f"params/{i}"],
+                {k.split("/", 2)[2]: v for k, v in saved.items() if k.startswith(f"state/{i}/")},
             )
-            for a in cfg.arms
+            for i, a in enumerate(cfg.arms)
         ]
     p0 = source.init_params()  # type: ignore[attr-defined]
     return [_Arm(a, p0.copy(), source.init_state()) for a in cfg.arms]  # type: ignore[attr-defined]
 
 
-def _restore(a: _Arm, rows: list[dict[str, Any]], old: dict[str, Any]) -> None:
-    """Divergence steps and ulp histogram of the steps already done (resume)."""
+def _restore(a: _Arm, i: int, rows: list[dict[str, Any]], saved: dict[str, np.ndarray]) -> None:
+    """Arm ``i``'s divergence steps and ulp histogram from the steps already done (resume).
+
+    (``reproducible`` needs nothing: it derives from the rows' ``rerun_diff_frac``.)"""
     for r in rows:
         if r["arm"] != a.spec.name:
             continue
@@ -394,9 +407,8 @@ def _restore(a: _Arm, rows: list[dict[str, Any]], old: dict[str, Any]) -> None:
             a.first_div = r["step"]
         if r["param_diff_frac"] > 0 and a.first_param_div is None:
             a.first_param_div = r["step"]
-    for s in old.get("arms", []):
-        if s["name"] == a.spec.name and rows:
-            a.hist = np.array(s["ulp_hist"]["counts"], dtype=np.int64)
+    if rows:
+        a.hist = saved[f"hist/{i}"].astype(np.int64)
 
 
 def _checkpoint(
@@ -409,15 +421,11 @@ def _checkpoint(
     times: tuple[float, dict[str, float]],
     extra: SummaryExtra | None = None,
 ) -> None:
-    try:
+    """metrics.csv, summary.json, then state.npz (the commit point of the step: see :func:`fpreduce.run.resume`)."""
+    with resume_.writing(d):
         rundir.write_metrics(d, rows)
-        if training:
-            arrays = {f"params/{a.spec.name}": a.params for a in arms}
-            arrays.update({f"state/{a.spec.name}/{k}": v for a in arms for k, v in a.state.items()})
-            rundir.write_state(d, arrays)  # type: ignore[arg-type]
         _write_summary(d, cfg, rows, arms, steps_done, complete=False, times=times, extra=extra)
-    except OSError as err:
-        raise InvalidArgument(f"cannot write to {d}: {err.strerror}") from None
+        rundir.write_state(d, resume_.checkpoint_arrays(arms, steps_done, training))
 
 
 def _write_summary(

@@ -21,19 +21,18 @@ sweep figure answers with the sqrt(N) and N slopes drawn beside the data.
 from __future__ import annotations
 
 import itertools
-import tomllib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
-from fpreduce.run import rundir
-from fpreduce.run.config import ArmSpec, Config, from_dict
-from fpreduce.run.runner import run_experiment
+from fpreduce.run import _files, rundir
+from fpreduce.run.config import ArmSpec, Config, from_dict, read_toml
+from fpreduce.run.runner import check_run, run_experiment
 from fpreduce.run.sources import DISTS, SyntheticSpec
 
-__all__ = ["load_sweep_config", "run_sweep"]
+__all__ = ["load_sweep_config", "run_sweep", "sweep_dir"]
 
 _KEYS = ("workers", "plans", "dists", "formats", "order")
 
@@ -41,20 +40,14 @@ _KEYS = ("workers", "plans", "dists", "formats", "order")
 def load_sweep_config(path: str | Path) -> tuple[Config, list[Config]]:
     """The base config and one config per grid point, from a sweep file (a config with a ``[sweep]`` table)."""
     p = Path(path)
-    try:
-        d = tomllib.loads(p.read_text())
-    except OSError as e:
-        raise InvalidArgument(f"cannot read sweep config {p}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InvalidArgument(f"{p}: malformed TOML: {e}") from None
+    d = read_toml(p, "sweep config")
     sw = d.pop("sweep", None)
     if not isinstance(sw, dict):
         raise InvalidArgument(f"{p}: a sweep needs a [sweep] table (workers, plans, formats)")
     for k in sw:
         if k not in _KEYS:
             raise unknown_name("key in [sweep]", k, _KEYS)
-    d.setdefault("arms", [{"name": "A"}])
-    base = from_dict(d)
+    base = from_dict(d)  # (without [[arms]]: the default's; point i replaces them by its A and B)
     workers = sw.get("workers", [base.experiment.workers])
     plans = sw.get("plans", ["sequential"])
     formats = sw.get("formats", [f"{base.arms[0].input}:{base.arms[0].accumulate}"])
@@ -97,9 +90,9 @@ def _sources(base: Config, dists: object) -> list[tuple[str, Any]]:
     return out
 
 
-def _one(args: tuple[Config, str]) -> list[dict[str, Any]]:
-    cfg, out = args
-    res = run_experiment(cfg, out)
+def _one(args: tuple[Config, str, bool]) -> list[dict[str, Any]]:
+    cfg, out, force = args
+    res = run_experiment(cfg, out, force=force)
     plan = cfg.arms[0].policy.plan
     src = cfg.source
     dist = src.dist if isinstance(src, SyntheticSpec) else src.kind
@@ -125,21 +118,38 @@ def _one(args: tuple[Config, str]) -> list[dict[str, Any]]:
     return rows
 
 
-def run_sweep(path: str | Path, out: str | Path, *, jobs: int = 1) -> Path:
-    """Run every grid point (``jobs`` processes) and write ``sweep.csv``; returns its path."""
-    _, points = load_sweep_config(path)
-    d = Path(out)
-    if (
-        d.is_dir()
-        and any(d.iterdir())
-        and not (d / rundir.SWEEP_CSV).is_file()
-        and not (d / rundir.POINTS_DIR).is_dir()
-    ):
-        raise InvalidArgument(f"{d} is not empty and not a fpreduce sweep directory; choose another --out")
-    work = [(c, str(rundir.point_dir(d, c.experiment.name))) for c in points]
-    if jobs > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as ex:
-            results = list(ex.map(_one, work))
-    else:
-        results = [_one(w) for w in work]
-    return rundir.write_sweep(d, [r for rows in results for r in rows])
+def sweep_dir(base: Config, out: str | Path | None) -> Path:
+    """The sweep's directory: ``out``, or ``runs/<experiment.name>`` of the sweep file."""
+    return Path(out) if out is not None else Path("runs") / base.experiment.name
+
+
+def run_sweep(path: str | Path, out: str | Path | None = None, *, jobs: int = 1, force: bool = False) -> Path:
+    """Run every grid point (``jobs`` processes) and write ``sweep.csv``; returns its path.
+
+    Everything is checked before ``out`` (default ``runs/<experiment.name>``) is touched:
+    the grid, every point's source and memory. ``out`` must be missing, empty or a sweep
+    directory; an earlier sweep there is replaced only with ``force`` (its table goes
+    first; points no longer in the grid are removed). The sweep holds ``out``'s lock.
+    """
+    base, points = load_sweep_config(path)
+    d = sweep_dir(base, out)
+    for c in points:
+        check_run(c)
+    if rundir.inspect_sweep_dir(d) and not force:
+        raise InvalidArgument(f"{d} holds a sweep: replace it with --force, or choose another --out")
+    with rundir.lock(d):
+        if rundir.inspect_sweep_dir(d):
+            rundir.clear_sweep(d)
+            keep = {rundir.point_dir(d, c.experiment.name) for c in points}
+            for p in rundir.point_dirs(d):
+                if p not in keep and rundir.inspect_run_dir(p).holds != "nothing":
+                    with rundir.lock(p):
+                        rundir.clear_run(p)
+                    _files.remove_if_empty(p)
+        work = [(c, str(rundir.point_dir(d, c.experiment.name)), force) for c in points]
+        if jobs > 1:
+            with ProcessPoolExecutor(max_workers=jobs) as ex:
+                results = list(ex.map(_one, work))
+        else:
+            results = [_one(w) for w in work]
+        return rundir.write_sweep(d, [r for rows in results for r in rows])

@@ -1,0 +1,80 @@
+"""Documents beside a run's own files: ``real.csv`` (``--backend mpi``) and the study
+directories of ``fpreduce price`` and ``fpreduce scale`` (one JSON document each).
+
+Part of :mod:`fpreduce.run.rundir`, which re-exports these names: the only reader and
+writer of what fpreduce leaves on disk.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.run import _files
+from fpreduce.run._files import atomic_write
+
+__all__ = ["REAL_COLUMNS", "REAL_CSV", "STUDIES", "read_real", "read_study", "write_real", "write_study"]
+
+REAL_CSV = "real.csv"
+REAL_COLUMNS = ("step", "arm", "real_agree", "ranks_agree")
+
+STUDIES = ("price", "scale")  # studies without steps or arms: one JSON document each
+
+
+def write_study(out_dir: Path, kind: str, doc: dict[str, Any]) -> Path:
+    """Write a study's document ``<kind>.json`` (``price``: fpreduce price, ``scale``: fpreduce scale)."""
+    if kind not in STUDIES:
+        raise InvalidArgument(f"unknown study kind {kind!r} (choices: {', '.join(STUDIES)})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(out_dir / f"{kind}.json", json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    return out_dir / f"{kind}.json"
+
+
+def read_study(study_dir: str | Path, kind: str) -> dict[str, Any]:
+    """The document of a study directory (see :func:`write_study`).
+
+    Raises:
+        InvalidArgument: no such file, not JSON, or not an object with ``rows``.
+    """
+    path = Path(study_dir) / f"{kind}.json"
+    _files.require(path, f"{kind} study")
+    try:
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidArgument(f"{path}: not a readable {kind} study ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+        raise InvalidArgument(f"{path}: not a {kind} study (an object with 'rows' expected)")
+    return doc
+
+
+def write_real(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Write ``real.csv`` (:data:`REAL_COLUMNS`; the agreements by ``repr``)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(REAL_COLUMNS)
+    for r in rows:
+        w.writerow([r["step"], r["arm"], repr(float(r["real_agree"])), repr(float(r["ranks_agree"]))])
+    atomic_write(run_dir / REAL_CSV, buf.getvalue())
+
+
+def read_real(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of ``RUN/real.csv`` (empty if the run has none): step, arm, real_agree, ranks_agree."""
+    path = Path(run_dir) / REAL_CSV
+    if not path.is_file():
+        return []
+    return _files.read_csv(
+        path,
+        "run",
+        REAL_COLUMNS,
+        lambda r: {
+            "step": int(r["step"]),
+            "arm": r["arm"],
+            "real_agree": float(r["real_agree"]),
+            "ranks_agree": float(r["ranks_agree"]),
+        },
+    )[1]
