@@ -105,3 +105,17 @@ def test_findings_follow_the_numbers() -> None:
     assert "falls below 80% at N = 16" in text
     fast = scaling([1, 8, 16], ["ring"], compute=400.0, nbytes=1e8, profile=NODE)  # compute dominates
     assert "stays at or above 80% up to N = 16" in findings(fast)[0]
+
+
+def test_a_foreign_directory_is_never_written(tmp_path: Path) -> None:
+    from fpreduce.run import rundir
+
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(fr.InvalidArgument, match="holds other files"):
+        rundir.write_study(foreign, "scale", {"rows": []})
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+    rundir.write_study(tmp_path / "s", "scale", {"rows": [1]})
+    rundir.write_study(tmp_path / "s", "scale", {"rows": [2]})  # a study is rewritten
+    assert rundir.read_study(tmp_path / "s", "scale")["rows"] == [2]

@@ -27,9 +27,20 @@ STUDIES = ("price", "scale")  # studies without steps or arms: one JSON document
 
 
 def write_study(out_dir: Path, kind: str, doc: dict[str, Any]) -> Path:
-    """Write a study's document ``<kind>.json`` (``price``: fpreduce price, ``scale``: fpreduce scale)."""
+    """Write a study's document ``<kind>.json`` (``price``: fpreduce price, ``scale``: fpreduce scale).
+
+    A study directory is missing, empty or a study of that kind (rewritten: the same config
+    gives the same document); a directory holding anything else is refused.
+    """
     if kind not in STUDIES:
         raise InvalidArgument(f"unknown study kind {kind!r} (choices: {', '.join(STUDIES)})")
+    mine = {f"{kind}.json", "figures", "report.pdf", ".DS_Store", "Thumbs.db", "desktop.ini"}
+    if (
+        out_dir.is_dir()
+        and not (out_dir / f"{kind}.json").is_file()
+        and any(p.name not in mine for p in out_dir.iterdir())
+    ):
+        raise InvalidArgument(f"{out_dir} holds other files and no {kind}.json: choose another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(out_dir / f"{kind}.json", json.dumps(doc, indent=1, allow_nan=False) + "\n")
     return out_dir / f"{kind}.json"
