@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 import fpreduce as fr
 from fpreduce.base import jit
 from fpreduce.core import _tall
+from fpreduce.core.arith import _Arith
 from fpreduce.core.formats import get_format
+from fpreduce.core.rounding import Mode
 
 ACCS = ["fp32", "bf16", "fp16", "tf32", "fp64", "fp8_e4m3", "fp8_e5m2"]
 MODES = ["nearest_even", "toward_zero", "up", "down"]
@@ -130,12 +132,74 @@ def test_sequential_text_builds_no_tree_and_agrees_with_the_plan_object():
     assert by_text[0] < 0.5 * float(np.sum(X[:, 0], dtype=np.float64))
 
 
-def test_kernel_is_off_without_numba():
+def test_kernel_is_off_without_numba_in_deterministic_modes():
+    ar = _Arith(get_format("fp32"), Mode.NEAREST_EVEN, None)
     with jit.disabled():
-        assert _tall.fold_plan(None, np.zeros((2, 2), np.float32), None, None) is None  # type: ignore[arg-type]
+        assert _tall.fold_plan(None, np.zeros((2, 2), np.float32), None, ar) is None  # type: ignore[arg-type]
 
 
 def test_left_spine():
     assert _tall._left_spine(((2, 0), 1), 3).tolist() == [2, 0, 1]
     assert _tall._left_spine((0, (1, 2)), 3) is None
     assert _tall._left_spine(0, 1).tolist() == [0]
+
+
+# --- stochastic rounding: a counter-based generator (splitmix64 of seed, element, addition) ---
+
+M64 = (1 << 64) - 1
+
+
+def splitmix_uniform(key, e, t):
+    """An independent (pure Python integers) implementation of the documented generator."""
+
+    def mix(z):
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+        return z ^ (z >> 31)
+
+    g = 0x9E3779B97F4A7C15
+    z = mix((key + (e + 1) * g) & M64)
+    z = mix((z + (t + 1) * g) & M64)
+    return (z >> 11) / 2.0**53
+
+
+@pytest.mark.parametrize("seed", [0, 12345])
+def test_stochastic_rounding_law_exact_on_bf16(seed):
+    """1 + d * 2**-10 in bf16 (p = 8) lies between 1 and 1 + 2**-7: it rounds up iff u < d / 8, u from the generator."""
+    m = 512
+    d = np.arange(m) % 8  # the exact fraction d / 8 of the gap: 0 (exact) .. 7/8
+    X = np.stack([np.ones(m), d * 2.0**-10]).astype(np.float32)
+    got = fr.reduce(X, "sequential", input="fp32", accumulate="bf16", rounding="stochastic", seed=seed)
+    key = int(np.random.default_rng(seed).integers(0, 2**63))
+    u = np.array([splitmix_uniform(key, e, 0) for e in range(m)])
+    expect = np.where(u < d / 8, 1 + 2.0**-7, 1.0)
+    assert np.array_equal(got, expect.astype(np.float32))
+    # P(up) = #{u < d/8} / 2**53 = d/8 exactly: the observed rate is within 5 sigma of it
+    for k in range(1, 8):
+        rate = np.mean(got[d == k] > 1)
+        assert abs(rate - k / 8) <= 5 * np.sqrt(k / 8 * (1 - k / 8) / np.sum(d == k))
+
+
+@pytest.mark.parametrize("acc", ["bf16", "fp16", "fp32", "fp64", "fp8_e5m2"])
+@pytest.mark.parametrize("plan", ["sequential", "pairwise", "((0,(1,2)),((3,4),5))"])
+def test_stochastic_same_bits_compiled_numpy_pieces_and_reruns(acc, plan):
+    """Same seed: same bits with or without numba, whole or in pieces (offset), rerun; another seed differs."""
+    inp = {"fp64": "fp32", "fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "fp8_e5m2": "fp8_e5m2"}[acc]
+    X = data(inp, 6, 30, 4, specials=False)
+    kw = {"input": inp, "accumulate": acc, "rounding": "stochastic"}
+    whole = fr.reduce(X, plan, seed=11, **kw)
+    assert same(whole, fr.reduce(X, plan, seed=11, **kw))
+    with jit.disabled():
+        assert same(whole, fr.reduce(X, plan, seed=11, **kw))
+    parts = [fr.reduce(X[:, a:b], plan, seed=11, offset=a, total=30, **kw) for a, b in ((0, 7), (7, 30))]
+    assert same(whole, np.concatenate(parts))
+    assert not same(whole, fr.reduce(X, plan, seed=12, **kw))
+
+
+def test_stochastic_result_lies_between_the_directed_ones():
+    X = data("bf16", 20, 300, 9, specials=False)
+    kw = {"input": "bf16", "accumulate": "bf16"}
+    X2 = X[:2]
+    one = fr.reduce(X2, "sequential", rounding="stochastic", seed=3, **kw)  # one addition: down <= SR <= up
+    assert np.all(fr.reduce(X2, "sequential", rounding="down", **kw) <= one)
+    assert np.all(one <= fr.reduce(X2, "sequential", rounding="up", **kw))

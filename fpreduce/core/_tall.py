@@ -45,11 +45,12 @@ import numpy as np
 from fpreduce.base import jit
 from fpreduce.core._fastpath import _program
 from fpreduce.core.arith import _Arith, _Loader
+from fpreduce.core.formats import Format
 from fpreduce.core.rounding import Mode
 from fpreduce.plans import Tree
 
 _WIDTH = 2048  # columns per block: a few live rows of this stay in L1/L2
-_MODES = {Mode.NEAREST_EVEN: 0, Mode.TOWARD_ZERO: 1, Mode.UP: 2, Mode.DOWN: 3}
+_MODES = {Mode.NEAREST_EVEN: 0, Mode.TOWARD_ZERO: 1, Mode.UP: 2, Mode.DOWN: 3, Mode.STOCHASTIC: 4}
 _NARROW = 8  # up to this many columns, a left fold keeps each column's sum in a register
 _MAX_OPS = 1 << 26  # a tree of more leaves than this is not compiled into a program (memory)
 
@@ -59,8 +60,27 @@ def _veltkamp(s, sigma):  # type: ignore[no-untyped-def]
     return c - (c - s)
 
 
-def _round_scalar(s, err, a, b, p, emin, maxf, mode, has_inf):  # type: ignore[no-untyped-def]
-    """``s + err`` (the exact sum of a and b: s its float64 rounding) rounded to (p, emin, maxf) in ``mode``."""
+def _mix(z):  # type: ignore[no-untyped-def]
+    """The splitmix64 finalizer (Steele, Lea & Flood 2014): a bijection of uint64 with full avalanche."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _uniform(key, e, t):  # type: ignore[no-untyped-def]
+    """The uniform number of addition ``t`` of element ``e``: 53 bits of splitmix64(key, e, t) over 2**53."""
+    g = np.uint64(0x9E3779B97F4A7C15)
+    z = _mix(key + (np.uint64(e) + np.uint64(1)) * g)
+    z = _mix(z + (np.uint64(t) + np.uint64(1)) * g)
+    return np.float64(z >> np.uint64(11)) * 2.0**-53
+
+
+def _round_scalar(s, err, a, b, p, emin, maxf, mode, has_inf, u):  # type: ignore[no-untyped-def]
+    """``s + err`` (the exact sum of a and b: s its float64 rounding) rounded to (p, emin, maxf) in ``mode``.
+
+    Mode 4 (stochastic) rounds to the neighbour above with probability
+    ``frac = ((s - lo) + err) / (hi - lo)`` (float64) when ``u < frac``.
+    """
     if s != s:
         return s
     if math.isinf(s):  # an Inf operand (float64 cannot overflow on formats of p <= 52 bits... except fp64)
@@ -72,6 +92,7 @@ def _round_scalar(s, err, a, b, p, emin, maxf, mode, has_inf):  # type: ignore[n
         if (not na and not nb) or mode != 3:
             return 0.0
         return -0.0
+    s0 = s
     if mode != 0 and err != 0.0:
         q0 = math.ldexp(1.0, max(math.frexp(s)[1] - 1, emin) - p + 1)
         if math.floor(s / q0) * q0 == s:  # s on the grid: the remainder's sign decides
@@ -85,13 +106,20 @@ def _round_scalar(s, err, a, b, p, emin, maxf, mode, has_inf):  # type: ignore[n
         r = math.trunc(y) * 1.0
     elif mode == 2:
         r = math.ceil(y) * 1.0
-    else:
+    elif mode == 3:
         r = math.floor(y) * 1.0
+    else:  # stochastic: the neighbours lo < exact < hi (unbounded exponent), or the exact grid value
+        r = math.floor(y) * 1.0
+        if r != y or err != 0.0:
+            lo = math.ldexp(r, k)
+            frac = ((s0 - lo) + err) / math.ldexp(1.0, k)
+            if u < frac:
+                r += 1.0
     res = math.copysign(math.ldexp(r, k), s)
     if abs(res) > maxf:
         big = math.inf if has_inf else np.nan
         neg = s < 0
-        if mode == 0:
+        if mode == 0 or mode == 4:
             mag = big
         elif mode == 1:
             mag = maxf
@@ -103,8 +131,11 @@ def _round_scalar(s, err, a, b, p, emin, maxf, mode, has_inf):  # type: ignore[n
     return res
 
 
-def _add_fp64(a, b, mode, maxf):  # type: ignore[no-untyped-def]
-    """fp64 addition in a directed mode: the float64 sum stepped once toward its exact remainder."""
+def _add_fp64(a, b, mode, maxf, u):  # type: ignore[no-untyped-def]
+    """fp64 addition in a directed or stochastic mode: the float64 sum stepped once toward its exact remainder.
+
+    Stochastic: toward the remainder with probability |err| / (the gap between the two neighbours), if ``u`` is below.
+    """
     s = a + b
     if s != s:
         return s
@@ -114,7 +145,7 @@ def _add_fp64(a, b, mode, maxf):  # type: ignore[no-untyped-def]
         neg = s < 0
         if mode == 1 or (mode == 2 and neg) or (mode == 3 and not neg):
             return -maxf if neg else maxf
-        return s
+        return s  # nearest and stochastic: ±Inf
     if s == 0.0:
         na, nb = math.copysign(1.0, a) < 0, math.copysign(1.0, b) < 0
         if na and nb:
@@ -126,6 +157,9 @@ def _add_fp64(a, b, mode, maxf):  # type: ignore[no-untyped-def]
     err = (a - (s - bb)) + (b - bb)
     if err == 0.0:
         return s
+    if mode == 4:
+        other = np.nextafter(s, math.inf if err > 0 else -math.inf)
+        return other if u < abs(err) / abs(other - s) else s
     if mode == 2:
         return np.nextafter(s, math.inf) if err > 0 else s
     if mode == 3:
@@ -135,7 +169,7 @@ def _add_fp64(a, b, mode, maxf):  # type: ignore[no-untyped-def]
     return s
 
 
-def _add_rows(D, d, A, a, oa, B, b, ob, w, kind, prm):  # type: ignore[no-untyped-def]
+def _add_rows(D, d, A, a, oa, B, b, ob, w, kind, prm, key, t, e0):  # type: ignore[no-untyped-def]
     """D[d, j] <- A[a, oa + j] + B[b, ob + j] rounded, j < w (``kind`` and ``prm``: see the module)."""
     if kind == 0:
         for j in range(w):
@@ -167,14 +201,16 @@ def _add_rows(D, d, A, a, oa, B, b, ob, w, kind, prm):  # type: ignore[no-untype
             s = x + y
             bb = s - x
             err = (x - (s - bb)) + (y - bb)
-            D[d, j] = _round_scalar(s, err, x, y, p, emin, maxf, mode, has_inf)
+            u = _uniform(key, e0 + j, t) if mode == 4 else 0.0
+            D[d, j] = _round_scalar(s, err, x, y, p, emin, maxf, mode, has_inf, u)
     else:
         maxf, mode = prm[2], int(prm[3])
         for j in range(w):
-            D[d, j] = _add_fp64(np.float64(A[a, oa + j]), np.float64(B[b, ob + j]), mode, maxf)
+            u = _uniform(key, e0 + j, t) if mode == 4 else 0.0
+            D[d, j] = _add_fp64(np.float64(A[a, oa + j]), np.float64(B[b, ob + j]), mode, maxf, u)
 
 
-def _add1(s, x, kind, prm):  # type: ignore[no-untyped-def]
+def _add1(s, x, kind, prm, key, t, e):  # type: ignore[no-untyped-def]
     """One addition ``s + x`` rounded (a scalar ``_add_rows``)."""
     if kind == 0:
         return s + x
@@ -196,8 +232,10 @@ def _add1(s, x, kind, prm):  # type: ignore[no-untyped-def]
         u = a + b
         bb = u - a
         err = (a - (u - bb)) + (b - bb)
-        return _round_scalar(u, err, a, b, int(prm[0]), int(prm[1]), prm[2], int(prm[3]), prm[4] != 0)
-    return _add_fp64(np.float64(s), np.float64(x), int(prm[3]), prm[2])
+        v = _uniform(key, e, t) if prm[3] == 4 else 0.0
+        return _round_scalar(u, err, a, b, int(prm[0]), int(prm[1]), prm[2], int(prm[3]), prm[4] != 0, v)
+    v = _uniform(key, e, t) if prm[3] == 4 else 0.0
+    return _add_fp64(np.float64(s), np.float64(x), int(prm[3]), prm[2], v)
 
 
 def _left_k0(X, perm, j):  # type: ignore[no-untyped-def]
@@ -218,11 +256,11 @@ def _left_k1(X, perm, j, sigma):  # type: ignore[no-untyped-def]
     return s
 
 
-def _left_any(X, perm, j, kind, prm):  # type: ignore[no-untyped-def]
+def _left_any(X, perm, j, kind, prm, key, e):  # type: ignore[no-untyped-def]
     ident = perm.size == 0
     s = np.float64(X[0 if ident else perm[0], j])
     for k in range(1, X.shape[0]):
-        s = np.float64(_add1(s, X[k if ident else perm[k], j], kind, prm))
+        s = np.float64(_add1(s, X[k if ident else perm[k], j], kind, prm, key, k - 1, e))
     return s
 
 
@@ -253,7 +291,7 @@ def _all_fp16(x):  # type: ignore[no-untyped-def]
     return True
 
 
-def _left_columns(X, perm, out, kind, prm):  # type: ignore[no-untyped-def]
+def _left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-def]
     """out[j] <- the left fold of column j of X in the order ``perm`` (empty: rows in order), a register each."""
     for j in range(X.shape[1]):
         if kind == 0:
@@ -261,10 +299,10 @@ def _left_columns(X, perm, out, kind, prm):  # type: ignore[no-untyped-def]
         elif kind == 1:
             out[j] = _left_k1(X, perm, j, np.float32(prm[5]))
         else:
-            out[j] = _left_any(X, perm, j, kind, prm)
+            out[j] = _left_any(X, perm, j, kind, prm, key, e0 + j)
 
 
-def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm):  # type: ignore[no-untyped-def]
+def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0):  # type: ignore[no-untyped-def]
     """out[j] <- the fold of column j of X along ``ops`` (or a left fold in ``perm`` when ops is empty)."""
     n, m = X.shape
     W = bufs.shape[1]
@@ -275,26 +313,37 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm):  # type: ignore[no-u
             for j in range(w):
                 bufs[0, j] = X[r0, lo + j]
             for k in range(1, n):
-                _add_rows(bufs, 0, bufs, 0, 0, X, perm[k], lo, w, kind, prm)
+                _add_rows(bufs, 0, bufs, 0, 0, X, perm[k], lo, w, kind, prm, key, k - 1, e0 + lo)
             res = 0
         else:
             for t in range(ops.shape[0]):
                 o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
                 d = -1 - o
                 if a >= 0 and b >= 0:
-                    _add_rows(bufs, d, X, perm[a], lo, X, perm[b], lo, w, kind, prm)
+                    _add_rows(bufs, d, X, perm[a], lo, X, perm[b], lo, w, kind, prm, key, t, e0 + lo)
                 elif a >= 0:
-                    _add_rows(bufs, d, X, perm[a], lo, bufs, -1 - b, 0, w, kind, prm)
+                    _add_rows(bufs, d, X, perm[a], lo, bufs, -1 - b, 0, w, kind, prm, key, t, e0 + lo)
                 elif b >= 0:
-                    _add_rows(bufs, d, bufs, -1 - a, 0, X, perm[b], lo, w, kind, prm)
+                    _add_rows(bufs, d, bufs, -1 - a, 0, X, perm[b], lo, w, kind, prm, key, t, e0 + lo)
                 else:
-                    _add_rows(bufs, d, bufs, -1 - a, 0, bufs, -1 - b, 0, w, kind, prm)
+                    _add_rows(bufs, d, bufs, -1 - a, 0, bufs, -1 - b, 0, w, kind, prm, key, t, e0 + lo)
             res = -1 - root
         for j in range(w):
             out[lo + j] = bufs[res, j]
 
 
-_HELPERS = ("_veltkamp", "_round_scalar", "_add_fp64", "_add_rows", "_add1", "_left_k0", "_left_k1", "_left_any")
+_HELPERS = (
+    "_veltkamp",
+    "_round_scalar",
+    "_add_fp64",
+    "_add_rows",
+    "_add1",
+    "_left_k0",
+    "_left_k1",
+    "_left_any",
+    "_mix",
+    "_uniform",
+)
 _COMPILED = tuple(jit.jit(f) for f in (_fold_kernel, _left_columns, _any_bits, _all_fp16))
 
 
@@ -316,10 +365,8 @@ def _compile_helpers() -> None:
 
 
 def _kind(ar: _Arith) -> tuple[int, np.ndarray] | None:
-    """The kernel's kind and parameters for the accumulator format and mode, or None (stochastic)."""
+    """The kernel's kind and parameters for the accumulator format and mode."""
     fa, mode = ar.fa, ar.mode
-    if mode not in _MODES:
-        return None
     p = fa.precision
     sigma = 2.0 ** (24 - p) + 1 if p < 24 else 1.0
     prm = np.array([p, fa.emin, fa.max_finite, _MODES[mode], float(fa.has_inf), sigma, 2.0**fa.emin])
@@ -333,26 +380,39 @@ def _kind(ar: _Arith) -> tuple[int, np.ndarray] | None:
     return (4 if p == 53 else 3), prm
 
 
-def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith) -> np.ndarray | None:
+def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith, offset: int = 0) -> np.ndarray | None:
     """Every column of ``A`` folded along the tree ``root`` over its rows (None: ``sequential``), or None.
 
-    None when the compiled kernel is off (no numba, ``FPREDUCE_NO_JIT``,
-    :func:`fpreduce.base.jit.disabled`), for stochastic rounding, or for a tree
-    too large to compile into a program: the engine's numpy paths then run (same
+    Column j is element ``offset + j`` (stochastic rounding draws by element, so a
+    vector reduced piece by piece gives the bits of the whole). None when the
+    compiled kernel is off (no numba, ``FPREDUCE_NO_JIT``,
+    :func:`fpreduce.base.jit.disabled`) in a deterministic mode, or for a tree too
+    large to compile into a program: the engine's numpy paths then run (same bits).
+    Stochastic rounding always runs here (compiled, or :func:`_fold_numpy_sr`: same
     bits). Inputs are loaded once (input format, then accumulator format, as the
     engine's ``_Loader``), kept in float32 when the accumulator's values fit in it.
     """
-    if _COMPILED[0] is None or not jit.enabled():
+    stochastic = ar.mode is Mode.STOCHASTIC
+    compiled = _COMPILED[0] is not None and jit.enabled()
+    if not compiled and not stochastic:
         return None
     kp = _kind(ar)
     if kp is None:
         return None
     kind, prm = kp
     n, m = A.shape
+    if kind <= 2 and m > _WIDTH:
+        return None  # nearest even on wide rows: the engine's vectorized numpy fold is faster (few calls per row)
     fa = ar.fa
     order = np.zeros(0, dtype=np.int64) if root is None else _left_spine(root, n)
     if order is None and n > _MAX_OPS:
         return None
+    key = np.uint64(0)
+    if stochastic:
+        assert ar.rng is not None
+        key = np.uint64(int(ar.rng.integers(0, 2**63)))  # the first draw of the seed's generator
+        if not compiled:
+            return _fold_numpy_sr(root, order, _load(A, load, ar), fa, key, offset)
     narrow = fa.precision <= 24  # accumulator values are float32 values
     X = _load(A, load, ar)
     acc = np.float32 if kind in (1, 2) or (kind == 0 and narrow) else np.float64
@@ -372,9 +432,9 @@ def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith) -> np
     with np.errstate(over="ignore", invalid="ignore"):
         for k in (kind, 3):  # kind 1 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond Veltkamp)
             if left:
-                _kernels()[1](X, perm, out, k, prm)
+                _kernels()[1](X, perm, out, k, prm, key, offset)
             else:
-                _kernels()[0](X, perm, ops.reshape(-1, 3), base, out, bufs, k, prm)
+                _kernels()[0](X, perm, ops.reshape(-1, 3), base, out, bufs, k, prm, key, offset)
             if k != 1 or not np.isnan(out.max(initial=0.0)):
                 break
             out, bufs = out.astype(np.float64), bufs.astype(np.float64)
@@ -415,3 +475,73 @@ def _left_spine(root: Tree, n: int) -> np.ndarray | None:
         node = node[0]
     rights.append(node)
     return np.array(rights[::-1], dtype=np.int64)
+
+
+def _uniform_numpy(key: np.uint64, e: np.ndarray, t: int) -> np.ndarray:
+    """:func:`_uniform` for an array of elements ``e`` (uint64), in numpy (uint64 products wrap as in numba)."""
+    g = np.uint64(0x9E3779B97F4A7C15)
+
+    def mix(z: np.ndarray) -> np.ndarray:
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+    z = mix(key + (e + np.uint64(1)) * g)
+    z = mix(z + np.uint64(t + 1) * g)
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def _add_sr_numpy(x: np.ndarray, y: np.ndarray, fa: Format, key: np.uint64, t: int, e: np.ndarray) -> np.ndarray:
+    """x + y stochastically rounded to ``fa``: the numpy twin of ``_round_scalar`` / ``_add_fp64`` in mode 4."""
+    s = x + y
+    bb = s - x
+    err = (x - (s - bb)) + (y - bb)
+    u = _uniform_numpy(key, e, t)
+    fin = np.isfinite(s)
+    err = np.where(fin, err, 0.0)
+    up = np.where(err > 0, np.inf, -np.inf)
+    if fa.precision == 53:
+        other = np.nextafter(s, up)
+        res = np.where((err != 0) & (u < np.abs(err) / np.abs(other - s)), other, s)
+    else:
+        p, emin = fa.precision, fa.emin
+        sf = np.where(fin, s, 1.0)
+        q0 = np.ldexp(1.0, np.maximum(np.frexp(sf)[1] - 1, emin) - p + 1)
+        on = np.floor(sf / q0) * q0 == sf
+        tt = np.where(on & (err != 0), np.nextafter(sf, up), sf)
+        k = np.maximum(np.frexp(tt)[1] - 1, emin) - p + 1
+        yy = np.ldexp(tt, -k)
+        r = np.floor(yy)
+        lo = np.ldexp(r, k)
+        frac = ((sf - lo) + err) / np.ldexp(1.0, k)
+        r = r + (((r != yy) | (err != 0)) & (u < frac))
+        res = np.copysign(np.ldexp(r, k), sf)
+        big = np.inf if fa.has_inf else np.nan
+        res = np.where(np.abs(res) > fa.max_finite, np.copysign(big, sf), res)
+        res = np.where(fin, res, s if fa.has_inf else np.where(np.isnan(s), s, np.nan))
+    both_neg = np.signbit(x) & np.signbit(y)
+    return np.where(s == 0, np.where(both_neg, -0.0, 0.0), res)
+
+
+def _fold_numpy_sr(
+    root: Tree | None, order: np.ndarray | None, X: np.ndarray, fa: Format, key: np.uint64, offset: int
+) -> np.ndarray:
+    """The stochastic fold of the kernel, row by row in numpy (no numba): the same generator, the same bits."""
+    n, m = X.shape
+    e = np.arange(offset, offset + m, dtype=np.uint64)
+    X64 = X.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if order is not None:
+            rows = np.arange(n) if order.size == 0 else order
+            acc = X64[rows[0]].copy()
+            for k in range(1, n):
+                acc = _add_sr_numpy(acc, X64[rows[k]], fa, key, k - 1, e)
+            return acc
+        assert root is not None
+        prog, nbuf, top = _program(root, n)
+        bufs: list[np.ndarray] = [X64[0]] * max(nbuf, 1)
+        for t, (o, a, b) in enumerate(prog):
+            bufs[-1 - o] = _add_sr_numpy(
+                X64[a] if a >= 0 else bufs[-1 - a], X64[b] if b >= 0 else bufs[-1 - b], fa, key, t, e
+            )
+        return bufs[-1 - top]

@@ -216,7 +216,7 @@ def _fold_blocks(
     """The plain or compensated reduction of every column of ``A``, block by block."""
     nel = A.shape[1]
     if algorithm == "plain" and (p is None or isinstance(p, Plan)):  # one tree for every element: compiled
-        res = fold_plan(None if p is None else p.root, A, load, ar)
+        res = fold_plan(None if p is None else p.root, A, load, ar, offset)
         if res is not None:
             return res
     if p is None:
