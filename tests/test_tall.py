@@ -203,3 +203,13 @@ def test_stochastic_result_lies_between_the_directed_ones():
     one = fr.reduce(X2, "sequential", rounding="stochastic", seed=3, **kw)  # one addition: down <= SR <= up
     assert np.all(fr.reduce(X2, "sequential", rounding="down", **kw) <= one)
     assert np.all(one <= fr.reduce(X2, "sequential", rounding="up", **kw))
+
+
+def test_stochastic_without_numba_installed(monkeypatch):
+    """As with FPREDUCE_NO_JIT=1 (no compiled function at all): the numpy twin, same bits."""
+    X = data("bf16", 7, 12, 5, specials=False)
+    kw = {"input": "bf16", "accumulate": "bf16", "rounding": "stochastic", "seed": 2}
+    want = fr.reduce(X, "sequential", **kw)
+    monkeypatch.setattr(_tall, "_COMPILED", (None, None, None, None))
+    assert same(fr.reduce(X, "sequential", **kw), want)
+    assert same(fr.reduce(X, "pairwise", **kw), fr.reduce(X, fr.plans.pairwise(7), **kw))

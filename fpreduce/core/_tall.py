@@ -373,8 +373,9 @@ def _compile_helpers() -> None:
         return
     import numba
 
-    for name in _HELPERS:  # inlined by numba: no call, no reference counting per row
-        g[name] = numba.njit(cache=True, nogil=True, inline="always")(g[name])
+    for name in _HELPERS:  # numba inlines the hot left folds (one call site each); more would slow compiling
+        how = "always" if name in ("_left_k0", "_left_k1") else "never"
+        g[name] = numba.njit(cache=True, nogil=True, inline=how)(g[name])
 
 
 def _kind(ar: _Arith) -> tuple[int, np.ndarray] | None:
@@ -463,7 +464,8 @@ def _load(A: np.ndarray, load: _Loader, ar: _Arith) -> np.ndarray:
     """
     fin, fa = load.fin, ar.fa
     narrow = fa.precision <= 24  # accumulator values are float32 values
-    if A.dtype == np.float32 and narrow and load.fits and load.premul is None and A.flags.c_contiguous:
+    compiled = jit.enabled() and _COMPILED[2] is not None
+    if compiled and A.dtype == np.float32 and narrow and load.fits and load.premul is None and A.flags.c_contiguous:
         if fin.precision >= 24:
             return A
         low = np.uint32((1 << (24 - fin.precision)) - 1)
