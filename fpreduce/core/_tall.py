@@ -374,8 +374,8 @@ def _compile_helpers() -> None:
     import numba
 
     for name in _HELPERS:  # numba inlines the hot left folds (one call site each); more would slow compiling
-        how = "always" if name in ("_left_k0", "_left_k1") else "never"
-        g[name] = numba.njit(cache=True, nogil=True, inline=how)(g[name])
+        hot = name in ("_left_k0", "_left_k1")
+        g[name] = numba.njit(cache=True, nogil=True, inline="always" if hot else "never")(g[name])
 
 
 def _kind(ar: _Arith) -> tuple[int, np.ndarray] | None:
