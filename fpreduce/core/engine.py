@@ -28,6 +28,7 @@ from fpreduce.base.fpflags import own_flags
 from fpreduce.core import algorithms
 from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders
 from fpreduce.core._reference import add_exact, round_float, round_fraction
+from fpreduce.core._tall import fold_plan
 from fpreduce.core.arith import _Arith, _Loader, _scale
 from fpreduce.core.formats import Format, get_format
 from fpreduce.core.options import Algorithm, Average, get_algorithm, get_average
@@ -39,12 +40,17 @@ __all__ = ["reduce", "reduce_reference"]
 _BLOCK = 1 << 15  # elements per block: a few rows of this stay in L2 while they are summed
 
 
-def _prepare(X: ArrayLike, plan: AnyPlan | str, seed: int | None = None) -> tuple[np.ndarray, AnyPlan]:
+def _prepare(
+    X: ArrayLike, plan: AnyPlan | str, seed: int | None = None, *, lazy: bool = False
+) -> tuple[np.ndarray, AnyPlan | None]:
+    """X as a 2-D float array and the plan (None for the text ``sequential`` with ``lazy``: built when needed)."""
     A = as_float_array(X, "X must be a float array of shape (workers, elements), got {dtype}")
     if A.ndim == 1:
         A = A[:, None]
     if A.ndim != 2:
         raise InvalidArgument(f"X must have shape (workers, elements), got shape {A.shape}")
+    if lazy and isinstance(plan, str) and plan.strip() == "sequential" and A.shape[0] >= 1:
+        return A, None  # the compiled left fold needs no tree of n leaves
     p = parse(plan, A.shape[0], seed=seed or 0) if isinstance(plan, str) else plan
     if p.n != A.shape[0]:
         raise InvalidArgument(f"plan has {p.n} workers but X has {A.shape[0]} rows")
@@ -147,7 +153,7 @@ def reduce(
     if m is Mode.STOCHASTIC and seed is None:
         raise InvalidArgument("stochastic rounding needs seed= for reproducibility")
     plan_seed = seed if isinstance(seed, int | np.integer) else None
-    A, p = _prepare(X, plan, None if plan_seed is None else int(plan_seed))
+    A, p = _prepare(X, plan, None if plan_seed is None else int(plan_seed), lazy=get_algorithm(algorithm) == "plain")
     fin, fa = get_format(input), get_format(accumulate)
     fo = fa if output is None else get_format(output)
     alg, avg = get_algorithm(algorithm), get_average(average)
@@ -213,10 +219,16 @@ class _Block:
 
 
 def _fold_blocks(
-    p: AnyPlan, A: np.ndarray, load: _Loader, ar: _Arith, algorithm: Algorithm, offset: int, total: int
+    p: AnyPlan | None, A: np.ndarray, load: _Loader, ar: _Arith, algorithm: Algorithm, offset: int, total: int
 ) -> np.ndarray:
     """The plain or compensated reduction of every column of ``A``, block by block."""
     nel = A.shape[1]
+    if algorithm == "plain" and (p is None or isinstance(p, Plan)):  # one tree for every element: compiled
+        res = fold_plan(None if p is None else p.root, A, load, ar, offset)
+        if res is not None:
+            return res
+    if p is None:
+        p = sequential(A.shape[0])
     out = np.empty(nel, dtype=ar.dtype)
     for blk in _pieces(p, nel, offset, total):
         dest = out[blk.lo : blk.hi] if blk.cols is None else None
@@ -394,6 +406,7 @@ def reduce_reference(
     is not supported here.
     """
     A, p = _prepare(X, plan)
+    assert p is not None
     avg = get_average(average)
     fin, fa = get_format(input), get_format(accumulate)
     fo = fa if output is None else get_format(output)

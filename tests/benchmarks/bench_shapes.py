@@ -1,0 +1,91 @@
+"""Benchmark of the engine on every shape: ns per addition and ratios to numpy, same process.
+
+Run: python tests/benchmarks/bench_shapes.py [--small] [--numpy]
+
+For each shape (rows x columns) it prints the time per addition of ``fr.reduce`` for
+the sequential and pairwise plans over several (input -> accumulator, rounding)
+cases, and two numpy references measured in the same run: ``np.cumsum(X, axis=0)``
+of the same float32 array, and the in-place row adds ``np.add(acc, X[i], out=acc)``.
+``--numpy`` measures the numpy-only paths (as with ``FPREDUCE_NO_JIT=1``).
+A call's time includes building the plan (a tree of n leaves for ``pairwise``).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+
+import numpy as np
+
+import fpreduce as fr
+from fpreduce.base import jit
+
+CASES = [
+    ("fp32", "fp32", "nearest_even"),
+    ("bf16", "bf16", "nearest_even"),
+    ("bf16", "fp32", "nearest_even"),
+    ("fp16", "fp16", "nearest_even"),
+    ("tf32", "tf32", "nearest_even"),
+    ("fp32", "fp64", "nearest_even"),
+    ("bf16", "bf16", "toward_zero"),
+    ("bf16", "bf16", "up"),
+    ("bf16", "bf16", "stochastic"),
+]
+
+
+def best(fn: Callable[[], object], repeat: int = 2) -> float:
+    t = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        t = min(t, time.perf_counter() - t0)
+    return t
+
+
+def inplace_adds(X: np.ndarray) -> np.ndarray:
+    acc = X[0].copy()
+    for i in range(1, X.shape[0]):
+        np.add(acc, X[i], out=acc)
+    return acc
+
+
+def run(n: int, m: int, plans: list[str], budget: float) -> None:
+    X = np.random.default_rng(0).random((n, m), dtype=np.float32)
+    adds = (n - 1) * m
+    cs = best(lambda: np.cumsum(X, axis=0))
+    ip = best(lambda: inplace_adds(X), 1)
+    print(f"\n{n} x {m}: np.cumsum {cs / adds * 1e9:.2f} ns/add, in-place np.add rows {ip / adds * 1e9:.2f} ns/add")
+    for plan in plans:
+        for inp, acc, mode in CASES:
+            Xi = fr.round_to(X, inp).astype(np.float32)
+            kw = {"input": inp, "accumulate": acc, "rounding": mode, "seed": 1}
+            t0 = time.perf_counter()
+            fr.reduce(Xi[: min(n, 64)], plan, **kw)  # compile / warm up
+            t = best(lambda Xi=Xi, kw=kw, plan=plan: fr.reduce(Xi, plan, **kw), 1)
+            print(
+                f"  {plan:10s} {inp}->{acc:5s} {mode:13s} {t / adds * 1e9:10.2f} ns/add"
+                f" {t / cs:8.2f} x cumsum {t / ip:8.2f} x in-place"
+            )
+            if time.perf_counter() - t0 > budget:
+                print("  (stopping this shape: over the time budget)")
+                return
+
+
+def main() -> None:
+    small = "--small" in sys.argv
+    ctx = jit.disabled() if "--numpy" in sys.argv else nullcontext()
+    shapes = [(10**4, 1), (10**4, 16), (10**3, 1000)] if small else [(10**5, 1), (10**5, 16), (10**4, 1000)]
+    with ctx:
+        print("numpy-only paths" if "--numpy" in sys.argv else f"compiled kernels: {jit.enabled()}")
+        for n, m in shapes:
+            run(n, m, ["sequential", "pairwise"], 60.0)
+        if not small and "--numpy" not in sys.argv:
+            CASES.pop()  # stochastic: far over budget at 10^7 terms
+            run(10**7, 1, ["sequential"], 60.0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""The compiled fold of one plan over every column (core/_tall.py) against the references.
+
+For every accumulator format, every deterministic rounding mode, left-deep and other
+trees, and shapes from one column to more than a block of columns, ``reduce`` with the
+compiled kernel, ``reduce`` on the numpy paths (``jit.disabled()``) and the exact
+rational ``reduce_reference`` agree bit for bit, also on subnormals, ties, overflow,
+signed zeros, NaN and Inf.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fpreduce as fr
+from fpreduce.base import jit
+from fpreduce.core import _tall
+from fpreduce.core.arith import _Arith
+from fpreduce.core.formats import get_format
+from fpreduce.core.rounding import Mode
+
+ACCS = ["fp32", "bf16", "fp16", "tf32", "fp64", "fp8_e4m3", "fp8_e5m2"]
+MODES = ["nearest_even", "toward_zero", "up", "down"]
+
+needs_jit = pytest.mark.skipif(not jit.enabled(), reason="numba not installed or FPREDUCE_NO_JIT set")
+
+
+def same(a, b):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return a.shape == b.shape and bool(np.all((np.isnan(a) & np.isnan(b)) | (a.view(np.uint64) == b.view(np.uint64))))
+
+
+def data(fmt, n, m, seed, specials):
+    """float32 values of ``fmt``: wide exponents, subnormals, ties, signed zeros, near-overflow, NaN/Inf."""
+    f = get_format(fmt)
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, m)) * np.exp2(rng.integers(-30, 30, (n, m)))
+    tiny = 2.0 ** (f.emin - f.precision + 1)
+    pick = rng.random((n, m))
+    X = np.where(pick < 0.15, rng.integers(-9, 10, (n, m)) * tiny, X)  # subnormals
+    ties = rng.choice([1.0, 2.0**-f.precision, -(2.0**-f.precision), 3 * 2.0**-f.precision, -0.0, 0.0], (n, m))
+    X = np.where((pick >= 0.15) & (pick < 0.35), ties, X)
+    big = rng.choice([1, -1], (n, m)) * f.max_finite * rng.choice([0.25, 0.5, 1.0], (n, m))
+    X = np.where((pick >= 0.35) & (pick < 0.42), big, X)
+    X = np.where((pick >= 0.42) & (pick < 0.47), -0.0, X)
+    if specials:
+        for v in (np.nan, np.inf, -np.inf):
+            X[rng.integers(0, n), rng.integers(0, m)] = v
+    return fr.round_to(X, "fp32" if f.precision > 24 else f).astype(np.float32)
+
+
+def plan_of(kind, n, seed):
+    if kind == "random":
+        return fr.plans.random_tree(n, np.random.default_rng(seed))
+    if kind == "shuffled":
+        return fr.plans.sequential(n, np.random.default_rng(seed).permutation(n))
+    return kind
+
+
+@needs_jit
+@given(
+    n=st.integers(1, 24),
+    m=st.sampled_from([1, 3, 9, 40]),
+    acc=st.sampled_from(ACCS),
+    mode=st.sampled_from(MODES),
+    plan=st.sampled_from(["sequential", "pairwise", "reverse", "shuffled", "random"]),
+    inp=st.sampled_from(["fp32", "bf16", "fp16", "input=acc"]),
+    specials=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_compiled_fold_equals_numpy_and_fraction_reference(n, m, acc, mode, plan, inp, specials, seed):
+    inp = acc if inp == "input=acc" else inp
+    if get_format(inp).precision > 24:
+        inp = "fp32"  # float32 data: fp64 inputs are the fp32 values
+    X = data(inp, n, m, seed, specials)
+    p = plan_of(plan, n, seed)
+    kw = {"input": inp, "accumulate": acc, "rounding": mode}
+    got = fr.reduce(X, p, **kw)
+    with jit.disabled():
+        numpy_path = fr.reduce(X, p, **kw)
+    assert same(got, numpy_path)
+    assert same(got, fr.reduce_reference(X, p, **kw))
+
+
+@needs_jit
+@pytest.mark.parametrize("acc", ACCS)
+@pytest.mark.parametrize("mode", MODES)
+def test_block_kernel_many_columns(acc, mode):
+    """More columns than one block of the row kernel, and more than the register path takes."""
+    n, m = 5, _tall._WIDTH + 37
+    X = data("bf16", n, m, 3, True)
+    for plan in ("sequential", "pairwise", "((0,(1,2)),(3,4))"):
+        kw = {"input": "bf16", "accumulate": acc, "rounding": mode}
+        got = fr.reduce(X, plan, **kw)
+        with jit.disabled():
+            assert same(got, fr.reduce(X, plan, **kw))
+        cols = np.r_[0:40, m - 40 : m]  # the reference is slow: both ends of the row
+        assert same(got[cols], fr.reduce_reference(X[:, cols], plan, **kw))
+
+
+@needs_jit
+@pytest.mark.parametrize("acc", ["bf16", "tf32"])
+def test_veltkamp_range_falls_back_to_exact_path(acc):
+    """Sums near fp32's top make Veltkamp splitting give NaN; the kernel reruns exactly (Inf, not NaN)."""
+    X = np.array([[3e38, 1.0], [3e38, 2.0], [-3e38, 3.0]], dtype=np.float32)
+    X = fr.round_to(X, acc).astype(np.float32)
+    got = fr.reduce(X, "sequential", input=acc, accumulate=acc)
+    assert np.isinf(got[0])  # (3e38 + 3e38) overflows, Inf - 3e38 = Inf
+    assert got[0] > 0
+    assert same(got, fr.reduce_reference(X, "sequential", input=acc, accumulate=acc))
+
+
+@needs_jit
+def test_inputs_that_need_rounding_are_loaded():
+    """fp32 data given as bf16/fp16 input is rounded first (the compiled input check must fail it)."""
+    X = np.random.default_rng(5).standard_normal((50, 3)).astype(np.float32)
+    for inp in ("bf16", "fp16", "tf32"):
+        got = fr.reduce(X, "sequential", input=inp, accumulate="fp32")
+        assert same(got, fr.reduce_reference(X, "sequential", input=inp, accumulate="fp32"))
+        assert not same(got, fr.reduce(X, "sequential", input="fp32", accumulate="fp32"))
+
+
+@needs_jit
+def test_sequential_text_builds_no_tree_and_agrees_with_the_plan_object():
+    X = fr.round_to(np.random.default_rng(2).random((3000, 2)), "bf16").astype(np.float32)
+    by_text = fr.reduce(X, "sequential", input="bf16", accumulate="bf16")
+    by_plan = fr.reduce(X, fr.plans.sequential(3000), input="bf16", accumulate="bf16")
+    assert same(by_text, by_plan)
+    assert same(by_text, fr.reduce_reference(X, "sequential", input="bf16", accumulate="bf16"))
+    # swamping: 3000 terms of [0, 1) stagnate in bf16 far below their exact sum
+    assert by_text[0] < 0.5 * float(np.sum(X[:, 0], dtype=np.float64))
+
+
+def test_kernel_is_off_without_numba_in_deterministic_modes():
+    ar = _Arith(get_format("fp32"), Mode.NEAREST_EVEN, None)
+    with jit.disabled():
+        assert _tall.fold_plan(None, np.zeros((2, 2), np.float32), None, ar) is None  # type: ignore[arg-type]
+
+
+def test_left_spine():
+    assert _tall._left_spine(((2, 0), 1), 3).tolist() == [2, 0, 1]
+    assert _tall._left_spine((0, (1, 2)), 3) is None
+    assert _tall._left_spine(0, 1).tolist() == [0]
+
+
+# --- stochastic rounding: a counter-based generator (splitmix64 of seed, element, addition) ---
+
+M64 = (1 << 64) - 1
+
+
+def splitmix_uniform(key, e, t):
+    """An independent (pure Python integers) implementation of the documented generator."""
+
+    def mix(z):
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+        return z ^ (z >> 31)
+
+    g = 0x9E3779B97F4A7C15
+    z = mix((key + (e + 1) * g) & M64)
+    z = mix((z + (t + 1) * g) & M64)
+    return (z >> 11) / 2.0**53
+
+
+@pytest.mark.parametrize("seed", [0, 12345])
+def test_stochastic_rounding_law_exact_on_bf16(seed):
+    """1 + d * 2**-10 in bf16 (p = 8) lies between 1 and 1 + 2**-7: it rounds up iff u < d / 8, u from the generator."""
+    m = 512
+    d = np.arange(m) % 8  # the exact fraction d / 8 of the gap: 0 (exact) .. 7/8
+    X = np.stack([np.ones(m), d * 2.0**-10]).astype(np.float32)
+    got = fr.reduce(X, "sequential", input="fp32", accumulate="bf16", rounding="stochastic", seed=seed)
+    key = int(np.random.default_rng(seed).integers(0, 2**63))
+    u = np.array([splitmix_uniform(key, e, 0) for e in range(m)])
+    expect = np.where(u < d / 8, 1 + 2.0**-7, 1.0)
+    assert np.array_equal(got, expect.astype(np.float32))
+    # P(up) = #{u < d/8} / 2**53 = d/8 exactly: the observed rate is within 5 sigma of it
+    for k in range(1, 8):
+        rate = np.mean(got[d == k] > 1)
+        assert abs(rate - k / 8) <= 5 * np.sqrt(k / 8 * (1 - k / 8) / np.sum(d == k))
+
+
+@pytest.mark.parametrize("acc", ["bf16", "fp16", "fp32", "fp64", "fp8_e5m2"])
+@pytest.mark.parametrize("plan", ["sequential", "pairwise", "((0,(1,2)),((3,4),5))"])
+def test_stochastic_same_bits_compiled_numpy_pieces_and_reruns(acc, plan):
+    """Same seed: same bits with or without numba, whole or in pieces (offset), rerun; another seed differs."""
+    inp = {"fp64": "fp32", "fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "fp8_e5m2": "fp8_e5m2"}[acc]
+    X = data(inp, 6, 30, 4, specials=False)
+    kw = {"input": inp, "accumulate": acc, "rounding": "stochastic"}
+    whole = fr.reduce(X, plan, seed=11, **kw)
+    assert same(whole, fr.reduce(X, plan, seed=11, **kw))
+    with jit.disabled():
+        assert same(whole, fr.reduce(X, plan, seed=11, **kw))
+    parts = [fr.reduce(X[:, a:b], plan, seed=11, offset=a, total=30, **kw) for a, b in ((0, 7), (7, 30))]
+    assert same(whole, np.concatenate(parts))
+    assert not same(whole, fr.reduce(X, plan, seed=12, **kw))
+
+
+def test_stochastic_result_lies_between_the_directed_ones():
+    X = data("bf16", 20, 300, 9, specials=False)
+    kw = {"input": "bf16", "accumulate": "bf16"}
+    X2 = X[:2]
+    one = fr.reduce(X2, "sequential", rounding="stochastic", seed=3, **kw)  # one addition: down <= SR <= up
+    assert np.all(fr.reduce(X2, "sequential", rounding="down", **kw) <= one)
+    assert np.all(one <= fr.reduce(X2, "sequential", rounding="up", **kw))
+
+
+def test_stochastic_without_numba_installed(monkeypatch):
+    """As with FPREDUCE_NO_JIT=1 (no compiled function at all): the numpy twin, same bits."""
+    X = data("bf16", 7, 12, 5, specials=False)
+    kw = {"input": "bf16", "accumulate": "bf16", "rounding": "stochastic", "seed": 2}
+    want = fr.reduce(X, "sequential", **kw)
+    monkeypatch.setattr(_tall, "_COMPILED", (None, None, None, None))
+    assert same(fr.reduce(X, "sequential", **kw), want)
+    assert same(fr.reduce(X, "pairwise", **kw), fr.reduce(X, fr.plans.pairwise(7), **kw))
