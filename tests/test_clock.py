@@ -146,3 +146,15 @@ def test_price_command(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr.startswith("fpreduce: error:")
     assert "did you mean 'async'" in bad.stderr
+
+
+def test_async_local_sgd_with_equal_speeds_has_a_known_staleness_and_differs_from_local() -> None:
+    """Every worker's H-step delta arrives together: applied in rank order (stale 0..N-1, then N-1)."""
+    n = 4
+    tr = simulate(_src(n), parse_mode("local_async:2", n), steps=6, compute=EVEN, profile=FREE)
+    assert tr.staleness == [*range(n), *([n - 1] * (2 * n))]
+    assert tr.time == [2.0, 2.0, 4.0, 4.0, 6.0, 6.0]  # a round of H = 2 gradients per worker every 2 s
+    sync_local = simulate(_src(n), parse_mode("local:2", n), steps=6, compute=EVEN, profile=FREE)
+    assert (_bits(tr.params) != _bits(sync_local.params)).any()  # stale deltas are not the averaged ones
+    with pytest.raises(fr.InvalidArgument, match="at least 2"):
+        parse_mode("local_async:2", 1)

@@ -21,6 +21,10 @@ Modes (text as in a config):
   ``master`` after every update.
 * ``local:H``: Local-SGD: each worker takes H SGD steps on its own replica, then the
   replicas' deltas are all-reduced with ``plan`` and averaged (a barrier every H steps).
+* ``local_async:H``: Async Local-SGD (Liu et al. 2024): each worker takes H SGD steps
+  from the weights it last read and sends its delta to a server, which adds ``delta / N``
+  to the global weights on arrival (no barrier; staleness counts the deltas applied
+  in between); the worker then reads the new weights and goes on.
 * ``m_sync:M``: each step takes the first M of N gradients to arrive (the others are
   dropped) and averages them: a barrier that waits for M workers only.
 
@@ -48,8 +52,8 @@ from fpreduce.run.model import ModelSource, loss_and_grad
 
 __all__ = ["ComputeModel", "Mode", "Trace", "parse_mode", "simulate"]
 
-ModeKind = Literal["sync", "sync:arrival", "async", "local", "m_sync"]
-_KINDS = ("sync", "sync:arrival", "async", "local", "m_sync")
+ModeKind = Literal["sync", "sync:arrival", "async", "local", "local_async", "m_sync"]
+_KINDS = ("sync", "sync:arrival", "async", "local", "local_async", "m_sync")
 EVAL_STEP = 1 << 30  # the fixed evaluation batch (a step index no training step uses)
 _JITTERS = ("none", "exponential", "normal", "lognormal")
 
@@ -63,23 +67,26 @@ class Mode:
 
     @property
     def text(self) -> str:
-        return f"{self.kind}:{self.param}" if self.kind in ("local", "m_sync") else self.kind
+        return f"{self.kind}:{self.param}" if self.kind in ("local", "local_async", "m_sync") else self.kind
 
 
 def parse_mode(text: str, workers: int) -> Mode:
-    """``sync``, ``sync:arrival``, ``async``, ``local:H`` (H >= 1) or ``m_sync:M`` (1 <= M <= N)."""
+    """``sync``, ``sync:arrival``, ``async``, ``local:H``, ``local_async:H`` (H >= 1) or ``m_sync:M`` (1 <= M <= N)."""
     s = str(text).strip()
     kind, _, arg = s.partition(":")
     if s in ("sync", "sync:arrival", "async"):
         if s == "async" and workers < 2:
             raise InvalidArgument("mode 'async' needs at least 2 workers (with one it is plain SGD)")
         return Mode(s)  # type: ignore[arg-type]
-    if kind not in ("local", "m_sync"):
-        raise unknown_name("training mode", s, ("sync", "sync:arrival", "async", "local:H", "m_sync:M"))
+    if kind not in ("local", "local_async", "m_sync"):
+        choices = ("sync", "sync:arrival", "async", "local:H", "local_async:H", "m_sync:M")
+        raise unknown_name("training mode", s, choices)
     try:
         k = int(arg)
     except ValueError:
         raise InvalidArgument(f"mode {s!r}: write {kind}:<integer>, e.g. {kind}:4") from None
+    if kind == "local_async" and workers < 2:
+        raise InvalidArgument("mode 'local_async' needs at least 2 workers")
     if k < 1 or (kind == "m_sync" and k > workers):
         raise InvalidArgument(f"mode {s!r}: {'M must be in 1..' + str(workers) if kind == 'm_sync' else 'H >= 1'}")
     return Mode(kind, k)  # type: ignore[arg-type]
@@ -268,6 +275,42 @@ def _local(s: _Setup, steps: int, h: int, tr: Trace) -> NDArray[np.float32]:
     return params
 
 
+def _local_async(s: _Setup, steps: int, h: int, tr: Trace) -> NDArray[np.float32]:
+    """Async Local-SGD: H local steps from the weights last read, then the delta applied on arrival."""
+    params = s.source.init_params()
+    msg = s.profile.alpha + s.nbytes * s.profile.beta
+    apply_cost = s.nbytes * s.profile.gamma
+
+    def work(w: int, k0: int, start: float, weights: NDArray[np.float32]) -> tuple[float, NDArray[np.float64]]:
+        local, busy = weights.copy(), 0.0
+        for k in range(k0, k0 + h):
+            local = s.apply(local, s.grad(k, w, local), 1)  # the worker's own full SGD step
+            busy += float(s.compute.times(s.n, k, s.seed)[w])
+        return start + busy + msg, local.astype(np.float64) - weights.astype(np.float64)
+
+    events = []
+    for w in range(s.n):
+        arrive, delta = work(w, 0, 0.0, params)
+        events.append((arrive, w, 0, 0, delta))
+    heapq.heapify(events)
+    server, version, done = 0.0, 0, 0
+    while done < steps * s.n:
+        arrive, w, k, read, delta = heapq.heappop(events)
+        server = max(server, arrive) + apply_cost
+        new = params.astype(np.float64) + delta.astype(np.float32).astype(np.float64) / s.n
+        params = new.astype(np.float32) if s.master == "fp32" else round_to(new.astype(np.float32), s.master)
+        tr.staleness.append(version - read)
+        version += 1
+        for _ in range(h):  # one delta = H gradients of this worker
+            done += 1
+            if done % s.n == 0 and len(tr.time) < steps:
+                tr.time.append(server)
+                tr.loss.append(s.loss(params))
+        nxt, d2 = work(w, k + h, server + msg, params)
+        heapq.heappush(events, (nxt, w, k + h, version, d2))
+    return params
+
+
 def _m_sync(s: _Setup, steps: int, m: int, tr: Trace) -> NDArray[np.float32]:
     params, t = s.source.init_params(), 0.0
     for k in range(steps):
@@ -311,6 +354,8 @@ def simulate(
         tr.params = _async(s, steps, tr)
     elif mode.kind == "local":
         tr.params = _local(s, steps, mode.param, tr)
+    elif mode.kind == "local_async":
+        tr.params = _local_async(s, steps, mode.param, tr)
     elif mode.kind == "m_sync":
         tr.params = _m_sync(s, steps, mode.param, tr)
     else:
