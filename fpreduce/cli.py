@@ -7,6 +7,8 @@ Bad input (unknown names, unreadable files, bad values) prints one line
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shlex
 import sys
 import warnings
@@ -498,6 +500,10 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.func(args))
         except InvalidArgument as e:
             print(f"fpreduce: error: {e}", file=sys.stderr)
+        except BrokenPipeError:  # stdout closed early (`fpreduce ... | head`): the reader has what it wanted
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+            return 0
         except OSError as e:
             print(f"fpreduce: error: {_os_error(e)}", file=sys.stderr)
         except UnicodeDecodeError as e:

@@ -119,3 +119,27 @@ def test_a_foreign_directory_is_never_written(tmp_path: Path) -> None:
     rundir.write_study(tmp_path / "s", "scale", {"rows": [1]})
     rundir.write_study(tmp_path / "s", "scale", {"rows": [2]})  # a study is rewritten
     assert rundir.read_study(tmp_path / "s", "scale")["rows"] == [2]
+
+
+def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
+    """`fpreduce scale | head -1`: the closed pipe ends the command quietly with status 0."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "big.toml"  # a table far larger than a pipe's buffer, so that printing hits the closed pipe
+    plans = ["ring", "rd", "rabenseifner", "linear", "sequential", "pairwise"]
+    cfg.write_text(f"[scale]\nworkers = {list(range(1, 201))}\nplans = {plans}\n")  # 1200 rows, ~100 KB
+    p = subprocess.Popen(
+        [sys.executable, "-m", "fpreduce.cli", "scale", str(cfg), "--no-report"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
+    )
+    assert p.stdout is not None
+    assert p.stderr is not None
+    assert p.stdout.read(10) == b"plan      "
+    p.stdout.close()  # like head: stop reading
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    assert p.wait(timeout=60) == 0
+    assert err == ""
