@@ -55,7 +55,7 @@ def test_example_reproduces_eight_and_ten() -> None:
         ("[scale]\nplans = ['rign']\n", "did you mean 'ring'"),
         ("[cluster]\nbandwidth = -1\n", "bandwidth"),
         ("[scale]\nworkers = [0]\n", "workers"),
-        ("[scale\n", "cannot read"),
+        ("[scale\n", "malformed TOML"),
     ],
     ids=["key-typo", "table-typo", "zero-compute", "plan-typo", "negative-bandwidth", "zero-workers", "bad-toml"],
 )

@@ -20,13 +20,13 @@ nodes, and its ``2 (N-1)/N n beta`` no longer shrinks as N grows while the compu
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.base.tomlfile import read_toml
 from fpreduce.core.timing import Profile, bus_bandwidth, cost
 from fpreduce.plans import FAMILIES, parse
 
@@ -140,12 +140,8 @@ _SCALE_KEYS = ("name", "workers", "plans", "compute", "bytes", "elements", "byte
 
 def load_scale_config(path: str | Path) -> ScaleConfig:
     """Read a scale config (TOML); every key is optional, unknown keys are errors with a hint."""
-    p = Path(path)
-    try:
-        d = tomllib.loads(p.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise InvalidArgument(f"{p}: cannot read the scale config: {e}") from None
-    return scale_config_from_dict(d, where=str(p))
+    d = read_toml(path, "the scale config")
+    return scale_config_from_dict(d, where=str(path))
 
 
 def scale_config_from_dict(d: Mapping[str, Any], *, where: str = "config") -> ScaleConfig:

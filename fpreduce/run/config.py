@@ -19,6 +19,7 @@ from typing import Any, Literal, cast, get_args
 import tomli_w
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.base.tomlfile import parse_toml, read_toml
 from fpreduce.core.formats import FORMATS
 from fpreduce.core.options import ALGORITHMS, AVERAGES
 from fpreduce.core.rounding import MODES
@@ -328,28 +329,6 @@ def _set(d: dict[str, Any], assignment: str) -> None:
     if not isinstance(table, dict):
         raise InvalidArgument(f"--set {key}: [{parts[0]}] must be a table, got {table!r}")
     table[parts[1]] = value
-
-
-def read_toml(path: str | Path, what: str = "config") -> dict[str, Any]:
-    """The parsed TOML file ``path``; InvalidArgument naming it if unreadable, not UTF-8 or malformed."""
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise InvalidArgument(f"cannot read {what} {p}: {e.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidArgument(f"{p}: not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start})") from None
-    return parse_toml(text, str(p))
-
-
-def parse_toml(text: str, where: str) -> dict[str, Any]:
-    """``tomllib.loads(text)``; InvalidArgument naming ``where`` if malformed."""
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise InvalidArgument(f"{where}: malformed TOML: {e}") from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

@@ -15,7 +15,6 @@ Every key is optional (``examples/price.toml``).
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.base.tomlfile import read_toml
 from fpreduce.core.timing import Profile
 from fpreduce.run import rundir
 from fpreduce.run._tables import build, in_range
@@ -107,11 +107,7 @@ class PriceRow:
 
 def load_price_config(path: str | Path) -> PriceConfig:
     """Read a price config; unknown tables and keys are errors with a close-match hint."""
-    p = Path(path)
-    try:
-        d = tomllib.loads(p.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise InvalidArgument(f"{p}: cannot read the price config: {e}") from None
+    d = read_toml(path, "the price config")
     return price_config_from_dict(d)
 
 
