@@ -341,14 +341,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def _cmd_price(args: argparse.Namespace) -> int:
     import json
 
-    from fpreduce.run import rundir
     from fpreduce.run.price import PriceConfig, load_price_config, price, save_price
 
     cfg = load_price_config(args.config) if args.config else PriceConfig()
     out = Path(args.out) if args.out else Path("runs") / cfg.spec.name
-    rows, traces = price(cfg)
-    save_price(out, cfg, rows, traces)
-    doc = rundir.read_study(out, "price")
+    doc = save_price(out, cfg, *price(cfg))
     from fpreduce.report.price import findings, table, write_price_report
 
     if args.json:

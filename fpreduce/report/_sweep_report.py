@@ -22,17 +22,9 @@ from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.formats import get_format
 from fpreduce.report._figure import percent_axis, series_style
 from fpreduce.report.pdf import _H, Doc, Rect, cell, render
-from fpreduce.run.rundir import SWEEP_CSV, read_sweep
+from fpreduce.run.rundir import SWEEP_CSV, SWEEP_MEASURES, read_sweep
 
-_SWEEP_NUM = (
-    "workers",
-    "mean_err_norm",
-    "mean_err_rel",
-    "max_err_rel",
-    "mean_diff_frac",
-    "max_ulp",
-    "mean_rerun_diff_frac",
-)
+_SWEEP_NUM = ("workers", *SWEEP_MEASURES)  # the numeric columns, as rundir.read_sweep parses them
 #: (column, axis label, caption, scale); the error column falls back to mean_err_rel for older sweeps
 _SWEEP_FIGS = (
     (

@@ -14,13 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from fpreduce.report._figure import legend, new_figure, save_figures
+from fpreduce.report._figure import legend, new_figure, save_figures, series_style
 from fpreduce.report.pdf import Doc, draw_png, render
 from fpreduce.run import rundir
 
 __all__ = ["findings", "plot_price", "table", "write_price_report"]
 
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 Row = Mapping[str, Any]
 
 
@@ -79,7 +78,7 @@ def plot_price(
         fig, (ax, bx, cx) = new_figure(title, f"dashed: the target loss {target:.3g}", 1, 3)
         entries = []
         for i, (m, tr) in enumerate(traces.items()):
-            style: dict[str, Any] = {"marker": _MARKERS[i % len(_MARKERS)], "color": f"C{i % 10}"}
+            style: dict[str, Any] = series_style(i)
             style["markevery"] = max(1, len(tr["time"]) // 8)
             if i == 0:  # the reference: wide and pale, so a mode drawn on top of it stays visible
                 style.update(lw=5, alpha=0.35)
@@ -88,7 +87,7 @@ def plot_price(
             entries.append((line, m))
             stale = tr.get("staleness", [])
             if max(stale, default=0) > 0:
-                cx.hist(stale, bins=np.arange(max(stale) + 2) - 0.5, color=f"C{i % 10}", alpha=0.6)
+                cx.hist(stale, bins=np.arange(max(stale) + 2) - 0.5, color=style["color"], alpha=0.6)
         for a, xl in ((ax, "simulated time (s)"), (bx, "step (N gradients each)")):
             a.set_yscale("log")
             a.axhline(target, ls="--", color="0.4", lw=0.9)

@@ -16,13 +16,11 @@ from typing import Any
 import numpy as np
 
 from fpreduce.analysis.scaling import ScaleRow, format_table
-from fpreduce.report._figure import legend, new_figure, save_figures
+from fpreduce.report._figure import legend, new_figure, save_figures, series_style
 from fpreduce.report.pdf import Doc, draw_png, render
 from fpreduce.run import rundir
 
 __all__ = ["findings", "plot_scaling", "write_scale_report"]
-
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 
 
 def _by_plan(rows: Sequence[ScaleRow]) -> dict[str, list[ScaleRow]]:
@@ -69,7 +67,7 @@ def plot_scaling(rows: Sequence[ScaleRow], out_dir: Path, *, title: str = "Speed
         entries.append((ideal, "ideal (speed-up = N)"))
         for i, (plan, rs) in enumerate(_by_plan(rows).items()):
             x = np.array([r.workers for r in rs])
-            style = {"marker": _MARKERS[i % len(_MARKERS)], "color": f"C{i % 10}"}
+            style = series_style(i)
             (line,) = ax.plot(x, [r.speedup for r in rs], **style)
             multi = [r for r in rs if r.workers > 1]  # one worker has no all-reduce (0 on a log axis)
             bx.plot([r.workers for r in multi], [r.comm_s * 1e3 for r in multi], **style)

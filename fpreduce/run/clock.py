@@ -196,14 +196,17 @@ class _Setup:
     def reduce(self, G: NDArray[np.float32], plan: plans.AnyPlan) -> NDArray[np.floating]:
         return reduce(round_to(G, self.input), plan, input=self.input, accumulate=self.accumulate)
 
+    def init_params(self) -> NDArray[np.float32]:
+        """The source's initial weights in the master format (every mode starts from the same)."""
+        p = self.source.init_params()
+        return p if self.master == "fp32" else round_to(p, self.master)
+
     def loss(self, params: NDArray[np.float32]) -> float:
         return self.source.loss(EVAL_STEP, params)
 
 
 def _sync(s: _Setup, steps: int, arrival: bool, tr: Trace) -> NDArray[np.float32]:
-    params, t = s.source.init_params(), 0.0
-    if s.master != "fp32":
-        params = round_to(params, s.master)
+    params, t = s.init_params(), 0.0
     fixed = plans.parse(s.plan, s.n)
     for k in range(steps):
         ready = t + s.compute.times(s.n, k, s.seed)
@@ -225,9 +228,7 @@ def _sync(s: _Setup, steps: int, arrival: bool, tr: Trace) -> NDArray[np.float32
 
 def _async(s: _Setup, steps: int, tr: Trace) -> NDArray[np.float32]:
     """Parameter server: apply each gradient on arrival; the worker then reads the new weights."""
-    params = s.source.init_params()
-    if s.master != "fp32":
-        params = round_to(params, s.master)
+    params = s.init_params()
     msg = s.profile.alpha + s.nbytes * s.profile.beta  # one gradient or one weight vector over the network
     apply_cost = s.nbytes * s.profile.gamma
     c0 = s.compute.times(s.n, 0, s.seed)
@@ -251,7 +252,7 @@ def _async(s: _Setup, steps: int, tr: Trace) -> NDArray[np.float32]:
 
 
 def _local(s: _Setup, steps: int, h: int, tr: Trace) -> NDArray[np.float32]:
-    params, t = s.source.init_params(), 0.0
+    params, t = s.init_params(), 0.0
     plan = plans.parse(s.plan, s.n)
     for r in range(-(-steps // h)):
         ks = range(r * h, min((r + 1) * h, steps))
@@ -277,7 +278,7 @@ def _local(s: _Setup, steps: int, h: int, tr: Trace) -> NDArray[np.float32]:
 
 def _local_async(s: _Setup, steps: int, h: int, tr: Trace) -> NDArray[np.float32]:
     """Async Local-SGD: H local steps from the weights last read, then the delta applied on arrival."""
-    params = s.source.init_params()
+    params = s.init_params()
     msg = s.profile.alpha + s.nbytes * s.profile.beta
     apply_cost = s.nbytes * s.profile.gamma
 
@@ -312,7 +313,7 @@ def _local_async(s: _Setup, steps: int, h: int, tr: Trace) -> NDArray[np.float32
 
 
 def _m_sync(s: _Setup, steps: int, m: int, tr: Trace) -> NDArray[np.float32]:
-    params, t = s.source.init_params(), 0.0
+    params, t = s.init_params(), 0.0
     for k in range(steps):
         ready = t + s.compute.times(s.n, k, s.seed)
         first = np.argsort(ready, kind="stable")[:m]

@@ -195,8 +195,9 @@ def _plain(v: object) -> object:
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
-def save_price(out: Path, cfg: PriceConfig, rows: list[PriceRow], traces: dict[str, Trace]) -> Path:
-    """Write the study's ``price.json`` (config, target, rows, traces) through :mod:`fpreduce.run.rundir`."""
+def save_price(out: Path, cfg: PriceConfig, rows: list[PriceRow], traces: dict[str, Trace]) -> dict[str, Any]:
+    """Write the study's ``price.json`` (config, target, rows, traces) through :mod:`fpreduce.run.rundir`;
+    the document written (what :func:`fpreduce.run.rundir.read_study` reads back)."""
     doc = {
         "config": {
             "price": asdict(cfg.spec),
@@ -208,4 +209,5 @@ def save_price(out: Path, cfg: PriceConfig, rows: list[PriceRow], traces: dict[s
         "rows": [{k: _plain(v) for k, v in asdict(r).items()} for r in rows],
         "traces": {m: {"time": tr.time, "loss": tr.loss, "staleness": tr.staleness} for m, tr in traces.items()},
     }
-    return rundir.write_study(out, "price", doc)
+    rundir.write_study(out, "price", doc)
+    return doc

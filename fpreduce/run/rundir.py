@@ -50,6 +50,7 @@ __all__ = [
     "SWEEP_CSV",
     "STUDIES",
     "SWEEP_COLUMNS",
+    "SWEEP_MEASURES",
     "DirState",
     "Results",
     "atomic_write",
@@ -131,7 +132,7 @@ SWEEP_COLUMNS = (
     "max_ulp",
     "mean_rerun_diff_frac",
 )
-_SWEEP_MEASURES = SWEEP_COLUMNS[SWEEP_COLUMNS.index("compare_to") + 1 :]
+SWEEP_MEASURES = SWEEP_COLUMNS[SWEEP_COLUMNS.index("compare_to") + 1 :]
 #: columns older sweep.csv files lack (no data dimension; before normwise errors and re-runs): NaN when read
 _SWEEP_OPTIONAL = ("dist", "compare_to", "mean_err_norm", "mean_rerun_diff_frac")
 #: the columns of real.csv (``--backend mpi``), one row per step and arm
@@ -382,7 +383,7 @@ def read_sweep(sweep_dir: str | Path) -> list[dict[str, Any]]:
         d / SWEEP_CSV,
         "sweep",
         required,
-        lambda r: {**r, "workers": int(r["workers"]), **{c: _number(r.get(c, "")) for c in _SWEEP_MEASURES}},
+        lambda r: {**r, "workers": int(r["workers"]), **{c: _number(r.get(c, "")) for c in SWEEP_MEASURES}},
     )[1]
 
 
