@@ -173,7 +173,7 @@ def test_ctrl_c_prints_the_exact_resume_command_and_it_works(reference, tmp_path
     d, err = tmp_path / "run", tmp_path / "stderr"
 
     def child() -> int:
-        import fpreduce.cli as cli
+        import fpreduce.cli._experiment as cli
 
         def progress(done: int, total: int, eta: float) -> None:
             if done == 2:
@@ -202,7 +202,7 @@ def test_resume_with_another_config_names_the_difference(tmp_path, capsys):
     def stop(*_: object) -> None:
         raise KeyboardInterrupt
 
-    import fpreduce.cli as cli
+    import fpreduce.cli._experiment as cli
 
     cli_progress = cli._progress
     try:
@@ -227,7 +227,7 @@ def hold_run(d: Path, argv: list[str]) -> tuple[int, int, int]:
     if pid == 0:
         code = 70
         try:
-            import fpreduce.cli as cli
+            import fpreduce.cli._experiment as cli
 
             def progress(done: int, total: int, eta: float) -> None:
                 if done == 1:

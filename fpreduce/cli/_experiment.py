@@ -1,0 +1,222 @@
+"""The commands of a run directory: ``run``, ``sweep``, ``plot`` and ``report``."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fpreduce._version import __version__
+from fpreduce.base.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from fpreduce.run.config import Config
+    from fpreduce.run.rundir import Results
+
+
+def _progress(done: int, total: int, eta: float) -> None:
+    if done == 1 and eta > 60:
+        sys.stderr.write(
+            f"fpreduce: estimated time {eta / 60:.1f} min for {total} steps (Ctrl-C stops; --resume continues)\n"
+        )
+    width = 30
+    fill = int(width * done / total)
+    sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] step {done}/{total}  ETA {eta:5.1f} s")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def _artifacts(run_dir: Path) -> list[Path]:
+    """Figures and the PDF report of a finished (or interrupted) run."""
+    from fpreduce.report import plots, report
+
+    files = [p for p in plots.plot_run(run_dir) if p.suffix == ".png"]
+    files.append(report.write_report(run_dir))
+    return files
+
+
+def _summary_table(results: Results) -> str:
+    from fpreduce.report.tables import summary_table
+
+    return summary_table(results)
+
+
+def _run_config(args: argparse.Namespace) -> Config:
+    """The config of ``fpreduce run``: CONFIG (or the embedded default) with --set and --steps.
+
+    ``--resume`` without CONFIG continues from the run's own config.toml (every override
+    is stored in it): ``fpreduce run --out RUN --resume`` is the whole command.
+    """
+    from fpreduce.run.config import default_config, load_config, with_steps
+    from fpreduce.run.rundir import CONFIG_TOML, inspect_run_dir
+
+    if args.resume and args.force:
+        raise InvalidArgument("--resume continues the run in --out and --force replaces it: give one of them")
+    path = args.config
+    if args.resume and path is None:
+        d = Path(args.out) if args.out else Path("runs") / default_config().experiment.name
+        path = d / CONFIG_TOML
+        if not path.is_file():
+            inspect_run_dir(d)  # a foreign directory says so
+            raise InvalidArgument(f"nothing to resume in {d}: no {CONFIG_TOML}" + ("" if args.out else " (give --out)"))
+    cfg = load_config(path, args.set or [])
+    if args.steps is not None:
+        if args.steps < 1:
+            raise InvalidArgument("--steps must be >= 1")
+        cfg = with_steps(cfg, args.steps)
+    return cfg
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from fpreduce.run.rundir import SUMMARY_JSON, lock
+    from fpreduce.run.runner import run_experiment
+
+    cfg = _run_config(args)
+    for w in cfg.warnings():
+        print(f"fpreduce: warning: {w}", file=sys.stderr)
+    runner, root = run_experiment, True
+    if args.backend == "mpi":  # one rank of `mpirun -np N python -m fpreduce.cli run ... --backend mpi`
+        from fpreduce.backends.mpi_run import MpiRunner, describe, require_real
+
+        mr = MpiRunner(cfg, algorithm=args.mpi_algorithm)
+        runner, root = mr.run, mr.root  # type: ignore[assignment]
+        modes = list(mr.modes.values())
+        if root:  # say, per arm, whether the real library runs it
+            for line in describe(modes, mr.algorithm):
+                print(f"fpreduce: --backend mpi: {line}", file=sys.stderr)
+        require_real(modes, allow_emulated=args.allow_emulated)  # on every rank alike
+    e = cfg.experiment
+    out = Path(args.out) if args.out else Path("runs") / e.name
+    if root:
+        print(
+            f"fpreduce {__version__}: experiment {e.name!r}: {len(cfg.arms)} arms, {e.workers} workers, "
+            f"{e.steps} steps, source {cfg.source.kind} -> {out}"
+        )
+    try:
+        res = runner(
+            cfg, out, resume=args.resume, force=args.force, progress=None if args.quiet or not root else _progress
+        )
+    except KeyboardInterrupt:
+        if not (out / SUMMARY_JSON).is_file():
+            print("\nfpreduce: interrupted before the first step", file=sys.stderr)
+            return 130
+        again = f"`fpreduce run --out {shlex.quote(str(out))} --resume`"
+        if args.backend == "mpi":
+            again = f"the same mpirun command, with `run --out {shlex.quote(str(out))} --resume --backend mpi`"
+        print(
+            f"\nfpreduce: interrupted; the partial run in {out} is readable and marked incomplete: "
+            f"continue it with {again}",
+            file=sys.stderr,
+        )
+        return 130
+    if res is None:  # an MPI rank other than 0: rank 0 writes the run
+        return 0
+    print(_summary_table(res))
+    with lock(out, shared=True):  # no other run replaces it while its figures and report are drawn
+        files = [] if args.no_report else _artifacts(out)
+    print(f"wrote {out}/config.toml, metrics.csv, summary.json" + "".join(f", {p.relative_to(out)}" for p in files))
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from fpreduce.report import plots
+    from fpreduce.run.rundir import is_sweep_dir, load_run, lock
+
+    d = Path(args.run)
+    with lock(d, shared=True):  # not while a run writes there
+        if is_sweep_dir(d):
+            files = plots.plot_sweep(d)
+        else:
+            load_run(d)  # a clear error for a missing or foreign directory
+            files = plots.plot_run(d)
+    for p in files:
+        print(p)
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from fpreduce.report import plots, report
+    from fpreduce.run.rundir import lock
+    from fpreduce.run.sweep import load_sweep_config, run_sweep, sweep_dir
+
+    base, points = load_sweep_config(args.config)
+    if args.jobs < 1:
+        raise InvalidArgument("--jobs must be >= 1")
+    out = sweep_dir(base, args.out)
+    print(f"fpreduce sweep: {len(points)} points (A vs B each), {args.jobs} process(es) -> {out}")
+    table = run_sweep(args.config, out, jobs=args.jobs, force=args.force)
+    with lock(out, shared=True):
+        files = [table, *plots.plot_sweep(out), report.write_sweep_report(out)]
+    print("wrote " + ", ".join(str(p) for p in files))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from fpreduce.report import report
+    from fpreduce.run.rundir import REPORT_PDF, check_report_target, is_sweep_dir, lock
+
+    d = Path(args.run)
+    target = check_report_target(args.output if args.output is not None else d / REPORT_PDF)
+    with lock(d, shared=True):  # not while a run writes there
+        print(report.write_sweep_report(d, target) if is_sweep_dir(d) else report.write_report(d, target))
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``run``, ``plot``, ``sweep`` and ``report``."""
+    r = sub.add_parser("run", help="run an experiment (default: the embedded A-vs-B config)")
+    r.add_argument("config", nargs="?", default=None, help="TOML config (default: the embedded one)")
+    r.add_argument("--out", default=None, help="run directory (default: runs/<experiment name>)")
+    r.add_argument("--steps", type=int, default=None, help="override experiment.steps")
+    r.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. experiment.workers=32 or arms.B.accumulate=fp32",
+    )
+    r.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted run in --out; its config.toml holds every setting, so "
+        "`fpreduce run --out RUN --resume` is the whole command",
+    )
+    r.add_argument("--force", action="store_true", help="replace a run (complete or not) already in --out")
+    r.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument(
+        "--backend",
+        choices=("emulate", "mpi"),
+        default="emulate",
+        help="mpi: run under `mpirun -np N` (N = experiment.workers); real MPI_Allreduce for the arms "
+        "Open MPI can do, RUN/real.csv compares its bits (docs/verification.md)",
+    )
+    r.add_argument(
+        "--allow-emulated",
+        action="store_true",
+        help="with --backend mpi: run even when no arm can run on the real library (else an error)",
+    )
+    r.add_argument(
+        "--mpi-algorithm",
+        default=None,
+        help="with --backend mpi: the allreduce forced for this launch: ring:ompi, rd, rabenseifner, "
+        "linear (or an Open MPI name); default: the first real-capable arm's",
+    )
+    r.set_defaults(func=_cmd_run)
+    pl = sub.add_parser("plot", help="regenerate a run's (or a sweep's) figures from its results")
+    pl.add_argument("run", help="run or sweep directory")
+    pl.set_defaults(func=_cmd_plot)
+    sw = sub.add_parser("sweep", help="run A vs B over a grid of workers, plans and formats")
+    sw.add_argument("config", help="TOML config with a [sweep] table (see examples/sweep-ring.toml)")
+    sw.add_argument("--out", default=None, help="sweep directory (default: runs/<experiment.name>)")
+    sw.add_argument("--force", action="store_true", help="replace a sweep already in --out")
+    sw.add_argument("--jobs", type=int, default=1, help="worker processes")
+    sw.set_defaults(func=_cmd_sweep)
+    rp = sub.add_parser("report", help="write a run's (or a sweep's) PDF report")
+    rp.add_argument("run", help="run or sweep directory")
+    rp.add_argument(
+        "-o", "--output", default=None, help="PDF path (default RUN/report.pdf); never overwrites a file but a report"
+    )
+    rp.set_defaults(func=_cmd_report)
