@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -10,31 +11,35 @@ from typing import TYPE_CHECKING
 
 from fpreduce._version import __version__
 from fpreduce.base.errors import InvalidArgument
+from fpreduce.cli._progress import Bar
 
 if TYPE_CHECKING:
     from fpreduce.run.config import Config
     from fpreduce.run.rundir import Results
 
 
-def _progress(done: int, total: int, eta: float) -> None:
-    if done == 1 and eta > 60:
+def _progress_line(done: int, total: int, eta: float) -> None:
+    if done == 1 and eta > 60:  # said once, also in a log: how long, and how to stop and go on
         sys.stderr.write(
             f"fpreduce: estimated time {eta / 60:.1f} min for {total} steps (Ctrl-C stops; --resume continues)\n"
         )
-    width = 30
-    fill = int(width * done / total)
-    sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] step {done}/{total}  ETA {eta:5.1f} s")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
+    _BAR(done, total, eta)
+
+
+_BAR = Bar("step")
+_progress = _progress_line  # the runner's callback (tests replace it)
 
 
 def _artifacts(run_dir: Path) -> list[Path]:
     """Figures and the PDF report of a finished (or interrupted) run."""
     from fpreduce.report import plots, report
 
+    bar = Bar("file", desc="figures and report")
+    bar(1, 3)
     files = [p for p in plots.plot_run(run_dir) if p.suffix == ".png"]
+    bar(2, 3)
     files.append(report.write_report(run_dir))
+    bar(3, 3)
     return files
 
 
@@ -62,7 +67,9 @@ def _run_config(args: argparse.Namespace) -> Config:
         if not path.is_file():
             inspect_run_dir(d)  # a foreign directory says so
             raise InvalidArgument(f"nothing to resume in {d}: no {CONFIG_TOML}" + ("" if args.out else " (give --out)"))
-    cfg = load_config(path, args.set or [])
+    if args.source is not None and args.resume:
+        raise InvalidArgument("--resume takes the source from the run's config.toml: leave out --source")
+    cfg = load_config(path, args.set or [], source=args.source)
     if args.steps is not None:
         if args.steps < 1:
             raise InvalidArgument("--steps must be >= 1")
@@ -90,7 +97,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         require_real(modes, allow_emulated=args.allow_emulated)  # on every rank alike
     e = cfg.experiment
     out = Path(args.out) if args.out else Path("runs") / e.name
-    if root:
+    if root and not args.json:
         print(
             f"fpreduce {__version__}: experiment {e.name!r}: {len(cfg.arms)} arms, {e.workers} workers, "
             f"{e.steps} steps, source {cfg.source.kind} -> {out}"
@@ -114,10 +121,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 130
     if res is None:  # an MPI rank other than 0: rank 0 writes the run
         return 0
-    print(_summary_table(res))
+    if not args.json:
+        print(_summary_table(res))
     with lock(out, shared=True):  # no other run replaces it while its figures and report are drawn
         files = [] if args.no_report else _artifacts(out)
-    print(f"wrote {out}/config.toml, metrics.csv, summary.json" + "".join(f", {p.relative_to(out)}" for p in files))
+    written = [out / n for n in ("config.toml", "metrics.csv", "summary.json")] + files
+    if args.json:
+        print(json.dumps({"run": str(out), "summary": res.summary, "files": [str(p) for p in written]}))
+    else:
+        print(f"wrote {out}/config.toml, metrics.csv, summary.json" + "".join(f", {p.relative_to(out)}" for p in files))
     return 0
 
 
@@ -167,10 +179,24 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """``run``, ``plot``, ``sweep`` and ``report``."""
-    r = sub.add_parser("run", help="run an experiment (default: the embedded A-vs-B config)")
-    r.add_argument("config", nargs="?", default=None, help="TOML config (default: the embedded one)")
+    r = sub.add_parser(
+        "run",
+        help="run an experiment: arms A (fixed order) vs B (order changes every step); results, figures, PDF",
+        description="Run an experiment: every arm sums the same workers' gradients every step in its own "
+        "order, format and rounding; the run directory gets metrics.csv, summary.json, figures and report.pdf. "
+        "Without CONFIG: the embedded default (bf16, 16 workers, A vs B). `--source PATH` analyses gradients "
+        "you recorded (see `fpreduce.torch.Recorder` or the file layout in docs/run-format.md).",
+    )
+    r.add_argument("config", nargs="?", default=None, help="TOML config (default: the embedded A-vs-B experiment)")
+    r.add_argument(
+        "--source",
+        default=None,
+        metavar="PATH",
+        help="your own gradients: a .npy/.npz (steps, workers, elements) or a directory of per-step .npy "
+        "(workers, elements); workers and steps are read from it, the arms are the default ones",
+    )
     r.add_argument("--out", default=None, help="run directory (default: runs/<experiment name>)")
-    r.add_argument("--steps", type=int, default=None, help="override experiment.steps")
+    r.add_argument("--steps", type=int, default=None, help="number of steps (overrides experiment.steps)")
     r.add_argument(
         "--set",
         action="append",
@@ -185,7 +211,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     )
     r.add_argument("--force", action="store_true", help="replace a run (complete or not) already in --out")
     r.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
-    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--quiet", action="store_true", help="no progress bar (none is drawn when output is not a terminal)")
+    r.add_argument(
+        "--json", action="store_true", help="print one JSON object (run directory, summary, files) and nothing else"
+    )
     r.add_argument(
         "--backend",
         choices=("emulate", "mpi"),
@@ -205,14 +234,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "linear (or an Open MPI name); default: the first real-capable arm's",
     )
     r.set_defaults(func=_cmd_run)
-    pl = sub.add_parser("plot", help="regenerate a run's (or a sweep's) figures from its results")
+    pl = sub.add_parser("plot", help="redraw a run's (or a sweep's) figures from its files, without re-running")
     pl.add_argument("run", help="run or sweep directory")
     pl.set_defaults(func=_cmd_plot)
     sw = sub.add_parser("sweep", help="run A vs B over a grid of workers, plans and formats")
     sw.add_argument("config", help="TOML config with a [sweep] table (see examples/sweep-ring.toml)")
     sw.add_argument("--out", default=None, help="sweep directory (default: runs/<experiment.name>)")
     sw.add_argument("--force", action="store_true", help="replace a sweep already in --out")
-    sw.add_argument("--jobs", type=int, default=1, help="worker processes")
+    sw.add_argument("--jobs", type=int, default=1, help="local worker processes running points in parallel (default 1)")
     sw.set_defaults(func=_cmd_sweep)
     rp = sub.add_parser("report", help="write a run's (or a sweep's) PDF report")
     rp.add_argument("run", help="run or sweep directory")

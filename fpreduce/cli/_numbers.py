@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import zipfile
+from typing import Any
 
 import numpy as np
 
@@ -49,8 +51,27 @@ def _split_top(text: str) -> list[str]:
     return [p for p in [*out, cur.strip()] if p]
 
 
-def _cmd_sum(args: argparse.Namespace) -> int:
+def _sum_options(args: argparse.Namespace, n: int) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """Every option of ``sum`` checked (and its names made canonical) before anything is printed."""
     from fpreduce import plans
+    from fpreduce.base.errors import unknown_name
+    from fpreduce.core.formats import format_name
+    from fpreduce.core.options import ALGORITHMS
+    from fpreduce.core.rounding import MODES
+
+    opts: dict[str, Any] = {k: format_name(getattr(args, k)) for k in ("input", "accumulate")}
+    opts["output"] = format_name(args.output) if args.output else None
+    if args.rounding not in MODES:
+        raise unknown_name("rounding mode", args.rounding, MODES)
+    if args.algorithm not in ALGORITHMS:
+        raise unknown_name("algorithm", args.algorithm, ALGORITHMS)
+    opts.update(rounding=args.rounding, seed=args.seed, algorithm=args.algorithm)
+    if args.orders < 0:
+        raise InvalidArgument("--orders must be >= 0")
+    return opts, [(name, plans.parse(name, n, seed=args.seed)) for name in _split_top(args.plans)]
+
+
+def _cmd_sum(args: argparse.Namespace) -> int:
     from fpreduce.analysis.outcomes import order_outcomes
     from fpreduce.core.engine import reduce
     from fpreduce.core.exact import exact_sum
@@ -63,60 +84,74 @@ def _cmd_sum(args: argparse.Namespace) -> int:
     if bad.any():
         i, j = np.argwhere(bad)[0]
         raise InvalidArgument(f"value [{i}{'' if x.ndim == 1 else f', {j}'}] is {X[i, j]}: NaN/Inf are not allowed")
-    Xi = round_to(X, args.input)
+    n, d = X.shape
+    opts, plan_list = _sum_options(args, n)
+    if args.orders and d != 1:
+        raise InvalidArgument("--orders needs a single sum: N values, not an (N, d) array")
+    Xi = round_to(X, opts["input"])
     ex = exact_sum(Xi)
     s = ex.to_float64()
-    n, d = X.shape
-    out_fmt = args.output or args.accumulate
-    print(
-        f"{n} values{'' if d == 1 else f' x {d} columns'}, {args.input} -> {args.accumulate}"
-        + (f" -> {args.output}" if args.output else "")
-        + f", {args.rounding}, algorithm {args.algorithm}"
-    )
+    out_fmt = opts["output"] or opts["accumulate"]
+    doc: dict[str, Any] = {"values": n, "columns": d, **opts, "plans": []}
     if d == 1:
-        print(
-            f"exact sum of the {args.input} inputs: {float(s[0])!r} ({float(s[0]).hex()})"
-            + ("" if ex.lo[0] == 0 else " (rounded to float64)")
-        )
-    for name in _split_top(args.plans):
-        p = plans.parse(name, n, seed=args.seed)
-        y = reduce(
-            Xi,
-            p,
-            input=args.input,
-            accumulate=args.accumulate,
-            rounding=args.rounding,
-            seed=args.seed,
-            algorithm=args.algorithm,
-            output=args.output,
-        )
+        doc.update(exact=float(s[0]), exact_hex=float(s[0]).hex(), exact_is_rounded=bool(ex.lo[0] != 0))
+    for name, p in plan_list:
+        y = reduce(Xi, p, **opts)
         ue = ulp_error(y, ex, out_fmt)
-        bound = apriori_bound(Xi, p, args.accumulate)
-        informative = backward_bounds(int(np.max(p.depths())), args.accumulate)["deterministic"] is not None
+        informative = backward_bounds(int(np.max(p.depths())), opts["accumulate"])["deterministic"] is not None
+        bound = apriori_bound(Xi, p, opts["accumulate"]) if informative else None
+        row: dict[str, Any] = {"plan": name}
         if d == 1:
-            print(
-                f"{name:>14}: {float(y[0])!r:<24} {float(y[0]).hex():<24} error {float(ue[0]):6.2f} ulp   "
-                + (f"bound {float(bound[0]):.3g}" if informative else "bound not informative (d u >= 1)")
-            )
+            row.update(value=float(y[0]), hex=float(y[0]).hex(), error_ulp=float(ue[0]))
+            row["abs_error_bound"] = None if bound is None else float(bound[0])
         else:
             cr = np.mean(y.astype(np.float64) == ex.round(out_fmt).astype(np.float64))
-            print(f"{name:>14}: max error {float(np.nanmax(ue)):.2f} ulp, {100 * cr:.1f}% correctly rounded")
+            row.update(max_error_ulp=float(np.nanmax(ue)), correctly_rounded=float(cr))
+        doc["plans"].append(row)
+    oc = None
     if args.orders:
-        if d != 1:
-            raise InvalidArgument("--orders needs a single sum: N values, not an (N, d) array")
-        oc = order_outcomes(
-            X[:, 0],
-            args.family,
-            samples=args.orders,
-            input=args.input,
-            accumulate=args.accumulate,
-            rounding=args.rounding,
-            seed=args.seed,
-            algorithm=args.algorithm,
-            output=args.output,
-        )
-        print(oc.summary())
+        oc = order_outcomes(X[:, 0], args.family, samples=args.orders, **opts)
+        doc["orders"] = {
+            "family": args.family,
+            "samples": args.orders,
+            "distinct": [float(v) for v in oc.distinct],
+            "counts": [int(c) for c in oc.counts],
+        }
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(_sum_text(doc))
+        if oc is not None:
+            print(oc.summary())
     return 0
+
+
+def _sum_text(doc: dict[str, Any]) -> str:
+    """The human-readable form of ``sum``'s result document."""
+    cols = "" if doc["columns"] == 1 else f" x {doc['columns']} columns"
+    out = f" -> {doc['output']}" if doc["output"] else ""
+    lines = [
+        f"{doc['values']} values{cols}, {doc['input']} -> {doc['accumulate']}{out}, "
+        f"{doc['rounding']}, algorithm {doc['algorithm']}"
+    ]
+    if "exact" in doc:
+        lines.append(
+            f"exact sum of the {doc['input']} inputs: {doc['exact']!r} ({doc['exact_hex']})"
+            + (" (rounded to float64)" if doc["exact_is_rounded"] else "")
+        )
+    for r in doc["plans"]:
+        if "value" in r:
+            b = r["abs_error_bound"]
+            lines.append(
+                f"{r['plan']:>14}: {r['value']!r:<24} {r['hex']:<24} error {r['error_ulp']:6.2f} ulp   "
+                + ("a-priori bound not informative (d u >= 1)" if b is None else f"a-priori |error| <= {b:.3g}")
+            )
+        else:
+            lines.append(
+                f"{r['plan']:>14}: max error {r['max_error_ulp']:.2f} ulp, "
+                f"{100 * r['correctly_rounded']:.1f}% correctly rounded"
+            )
+    return "\n".join(lines)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -127,7 +162,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     except BackendError as e:
         print(f"fpreduce: error: {e}", file=sys.stderr)
         return 1
-    print(r.summary())
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps({**asdict(r), "ok": r.ok}))
+    else:
+        print(r.summary())
     return 0 if r.ok else 1
 
 
@@ -135,9 +175,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     """``sum`` and ``verify``."""
     s = sub.add_parser("sum", help="sum N values along several plans against the exact sum")
     s.add_argument("values", help="comma-separated values or a .npy file of shape (N,) or (N, d)")
-    s.add_argument("--input", default="fp32")
-    s.add_argument("--accumulate", default="fp32")
-    s.add_argument("--rounding", default="nearest_even")
+    s.add_argument("--input", default="fp32", help="format the values are rounded to first (fp32, bf16, bfloat16, ...)")
+    s.add_argument("--accumulate", default="fp32", help="format of the running sum (default fp32)")
+    s.add_argument(
+        "--rounding", default="nearest_even", help="nearest_even (default), toward_zero, up, down or stochastic"
+    )
     s.add_argument("--output", default=None, help="round the sum once to this format at the end")
     s.add_argument("--algorithm", default="plain", help="plain, kahan, neumaier, binned or exact")
     s.add_argument(
@@ -145,12 +187,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         default="sequential,reverse,pairwise",
         help="comma-separated plans: sequential, pairwise, kary:4, ring:nccl, rd, atomic, ((0,1),2) ...",
     )
-    s.add_argument("--orders", type=int, default=0, help="also sample K random orders of --family")
+    s.add_argument(
+        "--orders", type=int, default=0, help="also sample K random orders of --family and count the distinct results"
+    )
     s.add_argument("--family", default="sequential", help="plan family for --orders (or random_tree)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="seed of random orders and stochastic rounding (default 0)")
+    s.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     s.set_defaults(func=_cmd_sum)
     v = sub.add_parser("verify", help="run a real all-reduce (Open MPI or gloo) and compare its bits with the plan")
-    v.add_argument("--backend", required=True, choices=("mpi", "gloo"))
+    v.add_argument("--backend", required=True, choices=("mpi", "gloo"), help="Open MPI (mpirun) or gloo (torch)")
     v.add_argument("--np", type=int, required=True, help="number of local processes (ranks)")
     v.add_argument(
         "--algorithm",
@@ -158,7 +203,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="ring (default), recursive_doubling, rabenseifner, segmented_ring, basic_linear, ...",
     )
     v.add_argument("--dtype", default="fp32", help="fp32 or fp64 (mpi); fp32, fp16, bf16, fp64 (gloo)")
-    v.add_argument("--elements", type=int, default=1000)
-    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--elements", type=int, default=1000, help="elements of the all-reduced vector (default 1000)")
+    v.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    v.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     v.add_argument("--timeout", type=float, default=120.0, help="seconds before a hung run is aborted")
     v.set_defaults(func=_cmd_verify)

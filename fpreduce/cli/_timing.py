@@ -89,7 +89,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     pr.add_argument("--no-report", action="store_true", help="write price.json only: no figures, no PDF")
     pr.set_defaults(func=_cmd_price)
     ca = sub.add_parser("calibrate", help="time Open MPI's allreduce algorithms and fit alpha, beta, gamma")
-    ca.add_argument("--backend", choices=("mpi",), default="mpi")
+    ca.add_argument("--backend", choices=("mpi",), default="mpi", help="only mpi: Open MPI through mpirun")
     ca.add_argument("--np", type=int, default=2, help="local ranks (default 2)")
     ca.add_argument("--algorithms", default=None, help="comma-separated: ring,recursive_doubling,rabenseifner,...")
     ca.add_argument("--sizes", default=None, help="comma-separated element counts (default 1, 4, ..., 4^11)")

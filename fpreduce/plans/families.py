@@ -15,7 +15,7 @@ from fpreduce.plans.per_element import PerElementPlan, atomic
 from fpreduce.plans.segmented import SegmentedPlan
 from fpreduce.plans.trees import Plan, blocked, kary, numpy_pairwise, pairwise, reverse, sequential, tree
 
-__all__ = ["FAMILIES", "AnyPlan", "parse"]
+__all__ = ["DESCRIPTIONS", "FAMILIES", "AnyPlan", "parse"]
 
 #: Any plan: one tree for every element, one per chunk, or one order per element.
 AnyPlan = Union[Plan, SegmentedPlan, PerElementPlan]
@@ -36,6 +36,23 @@ FAMILIES = (
     "hier",
     "atomic",
 )
+
+#: One line per family for ``fpreduce list plans``: the syntax, then what it models.
+DESCRIPTIONS: dict[str, str] = {
+    "sequential": "sequential: ((x0 + x1) + x2) + ... in worker order (a left-deep fold)",
+    "reverse": "reverse: the fold from the last worker to the first",
+    "pairwise": "pairwise: a balanced binary tree over consecutive workers",
+    "kary": "kary:K: K-ary tree, each node folding its K children in order (K >= 2)",
+    "blocked": "blocked:B: fold blocks of B workers, then fold the block sums (B >= 1)",
+    "numpy": "numpy: np.sum's association (8 strided accumulators, halves above 128)",
+    "ring": "ring[:nccl|mpich|ompi|gloo]: ring all-reduce, one order per chunk, as that library does",
+    "rd": "rd: recursive doubling (Open MPI, MPICH); beyond a power of two, pairs fold first",
+    "rabenseifner": "rabenseifner: reduce-scatter by halving, then allgather (Open MPI, MPICH)",
+    "linear": "linear: Open MPI basic_linear: rank 0 folds every rank in order",
+    "tree": "tree:nccl:G: NCCL's double binary tree across nodes of G GPUs (G divides n)",
+    "hier": "hier:G: Horovod hierarchical: reduce-scatter in nodes of G, rd across nodes",
+    "atomic": "atomic: every element its own random order (GPU atomicAdd), seeded",
+}
 
 
 def parse(text: str, n: int | None = None, *, seed: int | None = 0) -> AnyPlan:

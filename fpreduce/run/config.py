@@ -20,12 +20,12 @@ import tomli_w
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.base.tomlfile import parse_toml, read_toml
-from fpreduce.core.formats import FORMATS
+from fpreduce.core.formats import format_name
 from fpreduce.core.options import ALGORITHMS, AVERAGES
 from fpreduce.core.rounding import MODES
 from fpreduce.plans import parse
 from fpreduce.run._tables import build
-from fpreduce.run.sources import SourceSpec, spec_from_dict
+from fpreduce.run.sources import SourceSpec, file_shape, spec_from_dict
 
 __all__ = [
     "ArmSpec",
@@ -186,8 +186,10 @@ class ArmSpec:
         check_name("arms[].name", self.name)
         key = f"arms.{self.name}"
         for k in ("input", "accumulate") + (("output",) if self.output else ()):
-            if getattr(self, k) not in FORMATS:
-                raise unknown_name(f"{key}.{k} format", getattr(self, k), tuple(FORMATS))
+            try:  # "bfloat16", "float32", ... become the canonical bf16, fp32 in config.toml too
+                object.__setattr__(self, k, format_name(getattr(self, k)))
+            except InvalidArgument as e:
+                raise InvalidArgument(f"{key}.{k}: {e}") from None
         if self.rounding not in MODES:
             raise unknown_name(f"{key}.rounding", self.rounding, MODES)
         if self.algorithm not in ALGORITHMS:
@@ -268,6 +270,14 @@ class Config:
                     f"arm {a.name}: an {a.accumulate} accumulator with "
                     f"{self.experiment.workers} workers will mostly saturate"
                 )
+        by_name = {a.name: a for a in self.arms}
+        for a in self.arms:
+            b = by_name.get(a.compare_to)
+            if b is not None and b.average != a.average:
+                out.append(
+                    f"arm {a.name} (average {a.average}) is compared with {b.name} (average {b.average}): "
+                    "their difference is mostly the averaging, not the order; give both the same average"
+                )
         return out
 
 
@@ -328,15 +338,42 @@ def _set(d: dict[str, Any], assignment: str) -> None:
     table = d.setdefault(parts[0], {})
     if not isinstance(table, dict):
         raise InvalidArgument(f"--set {key}: [{parts[0]}] must be a table, got {table!r}")
+    if key == "source.kind" and value != table.get("kind", "synthetic"):
+        table.clear()  # another kind: the old kind's keys (dist, path, ...) do not carry over
     table[parts[1]] = value
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a TOML config (the embedded default when ``path`` is None), apply overrides."""
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), *, source: str | Path | None = None
+) -> Config:
+    """Read a TOML config (the embedded default when ``path`` is None), apply overrides.
+
+    ``source`` (``fpreduce run --source PATH``): gradients recorded in a file or directory
+    replace the whole ``[source]`` table; the workers and steps are the recording's (all of
+    its steps) and the experiment is named after it. Overrides still win.
+    """
     d = parse_toml(_default_text(), "the default config") if path is None else read_toml(path)
+    if source is not None:
+        steps, workers, _ = file_shape(source)
+        d["source"] = {"kind": "file", "path": str(source)}
+        e = d.setdefault("experiment", {})
+        if isinstance(e, dict):
+            e.update(workers=workers, steps=steps)
+            p = Path(source).resolve()
+            name = p.stem if p.is_file() else p.name
+            if path is None and _plain_name(name):
+                e["name"] = name
     for s in overrides:
         _set(d, s)
     return from_dict(d)
+
+
+def _plain_name(name: str) -> bool:
+    try:
+        check_name("experiment.name", name)
+    except InvalidArgument:
+        return False
+    return True
 
 
 def default_config() -> Config:

@@ -305,8 +305,9 @@ class FileSource(Source):
 
     kind = "file"
 
-    def __init__(self, spec: FileSpec, *, workers: int) -> None:
-        self.spec, self.workers = spec, workers
+    def __init__(self, spec: FileSpec, *, workers: int | None) -> None:
+        """Open ``spec.path``; ``workers`` None takes the recording's own count."""
+        self.spec, self.workers = spec, workers or 0  # 0: the recording's own, set by _check_shape
         path = Path(spec.path)
         self._files: list[Path] | None = None
         self._array: Any = None
@@ -335,6 +336,8 @@ class FileSource(Source):
     def _check_shape(self, path: Path, shape: tuple[int, ...]) -> tuple[int, int, int]:
         if 0 in shape:
             raise InvalidArgument(f"{path}: empty gradients, shape (steps, workers, elements) = {shape}")
+        if not self.workers:
+            self.workers = shape[1]
         if shape[1] != self.workers:
             raise InvalidArgument(f"{path}: holds {shape[1]} workers but the experiment has workers = {self.workers}")
         return shape[0], shape[1], shape[2]
@@ -354,6 +357,12 @@ class FileSource(Source):
             a = self._array[step]
         with np.errstate(over="ignore"):
             return np.array(a[:, lo:hi], dtype=np.float32)
+
+
+def file_shape(path: str | Path) -> tuple[int, int, int]:
+    """(steps, workers, elements) of recorded gradients, read from the headers (checked as a run would)."""
+    f = FileSource(FileSpec(str(path)), workers=None)
+    return f.max_steps, f.workers, f.elements
 
 
 def _npy_header(path: Path, ndim: int) -> tuple[tuple[int, ...], np.dtype[Any]]:

@@ -1,0 +1,158 @@
+"""The command as scripts and people use it: --source, --json, show, list, names, help."""
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from fpreduce.cli import build_parser, main
+from fpreduce.core.formats import FORMATS
+from fpreduce.plans import FAMILIES
+from fpreduce.run.config import load_config
+from fpreduce.run.rundir import load_run
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    """Gradients as a user dumps them: (steps, workers, elements) float32, 3 workers."""
+    d = tmp_path_factory.mktemp("rec")
+    g = np.random.default_rng(5).normal(size=(4, 3, 200)).astype(np.float32)
+    np.save(d / "my-grads.npy", g)
+    return d / "my-grads.npy"
+
+
+def test_run_source_takes_workers_steps_and_name_from_the_file(recording, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "--source", str(recording), "--out", str(out), "--no-report", "--quiet"]) == 0
+    s = load_run(out).summary
+    assert (s["workers"], s["steps"], s["elements"], s["name"]) == (3, 4, 200, "my-grads")
+    assert s["source"] == "file"
+    assert "3 workers, 4 steps, source file" in capsys.readouterr().out
+
+
+def test_run_source_lets_steps_and_set_win(recording):
+    cfg = load_config(None, ["experiment.steps=2"], source=recording)
+    assert (cfg.experiment.workers, cfg.experiment.steps) == (3, 2)
+
+
+def test_run_source_errors_name_the_file(tmp_path, capsys):
+    bad = tmp_path / "g.npy"
+    np.save(bad, np.zeros((2, 3), np.float32))  # 2-D: not (steps, workers, elements)
+    assert main(["run", "--source", str(bad), "--out", str(tmp_path / "r")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("fpreduce: error: ")
+    assert str(bad) in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_set_source_kind_starts_a_fresh_source_table(recording):
+    """Switching kind drops the default synthetic keys (once: 'source.dist: unknown key')."""
+    cfg = load_config(None, ["source.kind=file", f"source.path={recording}", "experiment.workers=3"])
+    assert cfg.source.kind == "file"
+    with pytest.raises(Exception, match="dist"):  # a key of another kind is still refused
+        load_config(None, ["source.kind=file", f"source.path={recording}", "source.dist=normal"])
+
+
+@pytest.mark.parametrize(("written", "canonical"), [("bfloat16", "bf16"), ("float32", "fp32"), ("HALF", "fp16")])
+def test_config_formats_accept_aliases_and_store_the_canonical_name(written, canonical):
+    cfg = load_config(None, [f"arms.A.accumulate={written}"])
+    assert cfg.arms[0].accumulate == canonical
+
+
+def test_run_json_is_one_object_and_nothing_else(recording, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "--source", str(recording), "--out", str(out), "--no-report", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)  # the whole stdout parses: nothing else printed there
+    assert doc["run"] == str(out)
+    assert doc["summary"] == load_run(out).summary
+    assert str(out / "metrics.csv") in doc["files"]
+
+
+def test_sum_validates_before_printing(capsys):
+    assert main(["sum", "1,2,3", "--accumulate", "bfloat17"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "did you mean 'bf16'" in captured.err
+    assert main(["sum", "1,2,3", "--plans", "sequential,kary:1"]) == 2
+    assert capsys.readouterr().out == ""
+
+
+def test_sum_json_matches_the_text(capsys):
+    argv = ["sum", "1,1e-8,-1,3e-8", "--accumulate", "bfloat16", "--plans", "sequential,reverse", "--orders", "6"]
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["accumulate"] == "bf16"  # the canonical name
+    assert [r["plan"] for r in doc["plans"]] == ["sequential", "reverse"]
+    assert sum(doc["orders"]["counts"]) == 6
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    for r in doc["plans"]:
+        assert r["hex"] in text
+
+
+def test_list_names_every_format_and_family(capsys):
+    assert main(["list", "formats", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == list(FORMATS)
+    assert "bfloat16" in next(r for r in rows if r["name"] == "bf16")["aliases"]
+    assert main(["list", "plans", "--json"]) == 0
+    assert list(json.loads(capsys.readouterr().out)) == list(FAMILIES)
+    assert main(["list", "plans"]) == 0
+    text = capsys.readouterr().out
+    assert all(f in text for f in FAMILIES)
+
+
+def test_show_prints_the_runs_table_without_running(recording, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "--source", str(recording), "--out", str(out), "--no-report", "--quiet"]) == 0
+    table = capsys.readouterr().out.split("\n", 1)[1].rsplit("wrote", 1)[0]
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir())
+    assert main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert table.strip() in shown
+    assert "complete" in shown
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir()) == before
+    assert main(["show", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == load_run(out).summary
+    assert main(["show", str(tmp_path / "none")]) == 2
+
+
+def test_progress_is_silent_when_output_is_not_a_terminal(recording, tmp_path, capsys):
+    assert main(["run", "--source", str(recording), "--out", str(tmp_path / "r")]) == 0
+    assert "\r" not in capsys.readouterr().err
+
+
+def _actions(parser: argparse.ArgumentParser):
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sp in a.choices.items():
+                yield from ((name, b) for _, b in _actions(sp))
+        else:
+            yield parser.prog, a
+
+
+def test_every_option_and_command_has_help():
+    missing = [(cmd, a.dest) for cmd, a in _actions(build_parser()) if not a.help]
+    assert missing == []
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert all(c.help for c in sub._choices_actions)
+
+
+def test_comparing_arms_that_average_differently_is_warned_and_the_example_does_not():
+    cfg = load_config("examples/file-source.toml", [])
+    assert cfg.warnings() == []
+    bad = load_config("examples/file-source.toml", ["arms.B-bf16.average=none"])
+    assert any("B-bf16" in w and "averaging" in w for w in bad.warnings())
+
+
+def test_file_source_example_runs_on_a_recording(recording, tmp_path, capsys):
+    argv = ["run", "examples/file-source.toml", "--source", str(recording), "--out", str(tmp_path / "r")]
+    assert main([*argv, "--no-report", "--quiet"]) == 0
+    s = load_run(tmp_path / "r").summary
+    assert s["workers"] == 3
+    assert s["name"] == "my-run"
+    b = next(a for a in s["arms"] if a["name"] == "B-fp64acc")
+    assert b["mean_diff_frac"] == 0.0  # 3 fp32 normal(0,1) values sum exactly in fp64: any order, same bits
