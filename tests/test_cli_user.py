@@ -156,3 +156,24 @@ def test_file_source_example_runs_on_a_recording(recording, tmp_path, capsys):
     assert s["name"] == "my-run"
     b = next(a for a in s["arms"] if a["name"] == "B-fp64acc")
     assert b["mean_diff_frac"] == 0.0  # 3 fp32 normal(0,1) values sum exactly in fp64: any order, same bits
+
+
+def test_compare_says_identical_then_names_the_first_differing_step(recording, tmp_path, capsys):
+    base = ["run", "--source", str(recording), "--no-report", "--quiet"]
+    for name, extra in (("a", []), ("b", []), ("c", ["--set", "experiment.seed=3"])):
+        assert main([*base, "--out", str(tmp_path / name), *extra]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert same["identical"] is True
+    assert all(r["identical"] and r["steps_differing"] == 0 for r in same["arms"])
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "c"), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    by = {r["arm"]: r for r in doc["arms"]}
+    assert by["A"]["identical"] is True  # a fixed order ignores the seed
+    assert by["B"]["identical"] is False  # arrival order: another seed, other bits
+    assert by["B"]["first_differing_step"] == 0
+    assert doc["config_differences"] == ["experiment.seed: 0 -> 3"]
+    assert 1 <= by["B"]["steps_differing"] <= 4  # steps whose arrival orders happen to agree have equal bits
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "c")]) == 1
+    assert "DIFFER" in capsys.readouterr().out

@@ -415,3 +415,41 @@ def _one_row(y, hi, lo, cr, absum):  # type: ignore[no-untyped-def]
     for s in (slice(0, 1000), slice(1000, 3000)):
         e.add(y[s], hi[s], lo[s], cr[s], get_format("bf16"), absum[s])
     return e.row()
+
+
+# ----------------------------------------------------------------------------- digest
+
+
+@given(
+    st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=1, max_size=60),
+    st.integers(0, 60),
+    st.integers(0, 2**40),
+)
+def test_digest_of_slices_adds_up_to_the_whole(values, cut, offset):
+    """The law a run split over element ranges relies on: digests merge exactly, compiled or not."""
+    from fpreduce.base.jit import disabled
+    from fpreduce.run.digest import DIGEST_BITS, digest
+
+    y = np.array(values, dtype=np.float32)
+    cut = min(cut, y.size)
+    whole = digest(y, offset)
+    assert whole == (digest(y[:cut], offset) + digest(y[cut:], offset + cut)) % 2**DIGEST_BITS
+    with disabled():
+        assert digest(y, offset) == whole
+
+
+def test_digest_tells_apart_what_bits_tell_apart():
+    from fpreduce.run.digest import digest
+
+    y = np.array([1.0, -0.0, 3.5, np.inf], dtype=np.float32)
+    base = digest(y)
+    assert digest(y.copy()) == base
+    assert digest(y.astype(np.float64)) == base  # the values, not the container
+    for i, v in [(1, 0.0), (0, np.nextafter(np.float32(1), np.float32(2))), (3, -np.inf)]:
+        z = y.copy()
+        z[i] = v
+        assert digest(z) != base, (i, v)
+    assert digest(y[::-1]) != base  # the position counts: a permutation is another result
+    nan1 = np.array([np.nan], dtype=np.float64)
+    nan2 = np.array([0x7FF8000000000001], dtype=np.uint64).view(np.float64)
+    assert digest(nan1) == digest(nan2) == digest(-nan1)  # every NaN alike

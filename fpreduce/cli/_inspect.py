@@ -5,6 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fpreduce.base.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from fpreduce.run.rundir import Results
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -23,6 +31,73 @@ def _cmd_show(args: argparse.Namespace) -> int:
     print(f"{d}: {len(res.arms)} arms, {state}")
     print(summary_table(res))
     return 0
+
+
+def compare_runs(a: Results, b: Results) -> dict[str, Any]:
+    """Arm by arm, whether two runs' results are bit-identical, from metrics.csv's per-step digests."""
+    ma, mb = a.metrics, b.metrics
+    arms = []
+    for name in [n for n in ma if n in mb]:
+        da, db = ma[name].get("digest"), mb[name].get("digest")
+        steps = min(len(ma[name]["step"]), len(mb[name]["step"]))
+        row: dict[str, Any] = {"arm": name, "steps": steps}
+        if da is None or db is None or np.isnan(da[:steps]).any() or np.isnan(db[:steps]).any():
+            row.update(identical=None, first_differing_step=None, steps_differing=None)
+        else:
+            differ = np.flatnonzero(da[:steps] != db[:steps])
+            row.update(
+                identical=differ.size == 0 and len(da) == len(db),
+                first_differing_step=int(ma[name]["step"][differ[0]]) if differ.size else None,
+                steps_differing=int(differ.size),
+            )
+        arms.append(row)
+    return {
+        "runs": [str(a.dir), str(b.dir)],
+        "arms": arms,
+        "only_in_first": [n for n in ma if n not in mb],
+        "only_in_second": [n for n in mb if n not in ma],
+    }
+
+
+def _config_diff(a: Path, b: Path) -> list[str]:
+    from fpreduce.run.config import diff, load_config
+    from fpreduce.run.rundir import CONFIG_TOML
+
+    try:
+        return diff(load_config(a / CONFIG_TOML), load_config(b / CONFIG_TOML))
+    except InvalidArgument:
+        return []  # a run without a readable config.toml: compared by its results alone
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from fpreduce.run.rundir import load_run, lock
+
+    ra, rb = Path(args.run1), Path(args.run2)
+    with lock(ra, shared=True), lock(rb, shared=True):
+        doc = compare_runs(load_run(ra), load_run(rb))
+    doc["config_differences"] = _config_diff(ra, rb)
+    if not doc["arms"]:
+        raise InvalidArgument(f"{ra} and {rb} have no arm in common")
+    same = all(r["identical"] for r in doc["arms"])
+    if args.json:
+        print(json.dumps({**doc, "identical": same}))
+        return 0 if same else 1
+    print(f"{'arm':<14} {'steps':>5}  {'bits':<10} {'first differing step':>20} {'steps differing':>16}")
+    for r in doc["arms"]:
+        verdict = {True: "identical", False: "DIFFER", None: "unknown"}[r["identical"]]
+        first = "-" if r["first_differing_step"] is None else str(r["first_differing_step"])
+        nd = "-" if r["steps_differing"] is None else f"{r['steps_differing']} of {r['steps']}"
+        print(f"{r['arm']:<14} {r['steps']:>5}  {verdict:<10} {first:>20} {nd:>16}")
+    for key, what in (("only_in_first", ra), ("only_in_second", rb)):
+        if doc[key]:
+            print(f"only in {what}: {', '.join(doc[key])}")
+    if doc["config_differences"]:
+        print("configs differ: " + "; ".join(doc["config_differences"]))
+    print(
+        "bits: every step's result has the same per-step digest (metrics.csv); unknown: a run written "
+        "before digests; a differing step means at least one element's bits differ"
+    )
+    return 0 if same else 1
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -72,6 +147,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     sh.add_argument("run", help="run directory")
     sh.add_argument("--json", action="store_true", help="print its summary.json as one JSON object")
     sh.set_defaults(func=_cmd_show)
+    cp = sub.add_parser(
+        "compare",
+        help="are two runs' results bit-identical, arm by arm? first differing step (exit 0 same, 1 different)",
+    )
+    cp.add_argument("run1", help="a run directory")
+    cp.add_argument("run2", help="another run directory")
+    cp.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
+    cp.set_defaults(func=_cmd_compare)
     ls = sub.add_parser("list", help="the formats or plan families fpreduce knows, with their syntax")
     ls.add_argument("what", choices=("formats", "plans"), help="formats or plans")
     ls.add_argument("--json", action="store_true", help="print one JSON value and nothing else")

@@ -113,8 +113,9 @@ COLUMNS = (
     "param_dist",
     "param_diff_frac",
     "underflow",
+    "digest",
 )
-_INT_COLUMNS = ("step", "elements", "nonfinite", "underflow")
+_INT_COLUMNS = ("step", "elements", "nonfinite", "underflow", "digest")
 #: the columns of sweep.csv, one row per grid point and arm (per arm: its summary.json aggregates;
 #: the diff fraction and ulps against its compare_to arm)
 SWEEP_COLUMNS = (

@@ -34,6 +34,7 @@ from fpreduce.run import rundir
 from fpreduce.run._summary import arm_summary
 from fpreduce.run._summary import wider as _wider
 from fpreduce.run.config import ArmSpec, Config, load_config
+from fpreduce.run.digest import digest
 from fpreduce.run.policies import plan_for
 from fpreduce.run.rundir import Results, columns, load_run
 from fpreduce.run.sources import Source, check_memory, memory_needed, open_source
@@ -353,6 +354,7 @@ def _record(
             **st.cmp[i].row(),
             "rerun_diff_frac": rerun["diff_frac"],
             "rerun_ulp_max": rerun["ulp_max"],
+            "digest": digest(st.ys[i]),
         }
         a.hist += st.cmp[i].hist
         if row["diff_frac"] > 0 and a.first_div is None:
