@@ -26,7 +26,7 @@ from fpreduce._version import __version__
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.engine import reduce, reduce_reference
 from fpreduce.core.exact import ExactSum, exact_sum, exact_sum_mpmath
-from fpreduce.core.formats import FORMATS, Format, from_bits, get_format, to_bits, ulp
+from fpreduce.core.formats import FORMATS, Format, as_native, format_name, from_bits, get_format, to_bits, ulp
 from fpreduce.core.rounding import MODES, Mode, round_to
 
 __all__ = [
@@ -39,8 +39,10 @@ __all__ = [
     "OrderOutcomes",
     "Results",
     "__version__",
+    "as_native",
     "exact_sum",
     "exact_sum_mpmath",
+    "format_name",
     "from_bits",
     "get_format",
     "load_config",

@@ -165,3 +165,31 @@ def test_unknown_format_names() -> None:
         get_format(np.int32)
     with pytest.raises(InvalidArgument, match="unknown format"):
         get_format(None)
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_as_native_holds_the_same_bits_as_ml_dtypes_lays_them_out(name):
+    """A result handed back in its own dtype: same values, and the dtype's own bits are ours."""
+    from fpreduce.core.formats import NATIVE_DTYPES, as_native, to_bits
+
+    f = get_format(name)
+    rng = np.random.default_rng(1)
+    big = min(f.max_finite, 1e30)
+    x = np.concatenate([rng.normal(size=200) * 10.0 ** rng.integers(-8, 8, 200), [0.0, -0.0, big, -big]])
+    if f.precision < 53:
+        x = np.concatenate([x, [f.smallest_subnormal, -3 * f.smallest_subnormal]])
+    y = fr.round_to(np.clip(x, -big, big), name)
+    z = as_native(y, name)
+    assert z.dtype.name == NATIVE_DTYPES[name]
+    np.testing.assert_array_equal(z.astype(np.float64), np.asarray(y, dtype=np.float64))
+    assert np.array_equal(np.signbit(z.astype(np.float64)), np.signbit(np.asarray(y, dtype=np.float64)))
+    if name != "tf32":  # tf32 has no storage type of its own
+        raw = z.view(np.dtype(f"uint{z.dtype.itemsize * 8}"))
+        np.testing.assert_array_equal(raw, to_bits(y, name))
+
+
+def test_as_native_refuses_to_round():
+    from fpreduce.core.formats import as_native
+
+    with pytest.raises(InvalidArgument, match="bf16"):
+        as_native(np.array([1.0 + 2.0**-10]), "bfloat16")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 from fpreduce.base.dtypes import is_float_dtype
 from fpreduce.base.errors import InvalidArgument, unknown_name
 
-__all__ = ["ALIASES", "FORMATS", "Format", "format_name", "from_bits", "get_format", "to_bits", "ulp"]
+__all__ = ["ALIASES", "FORMATS", "NATIVE_DTYPES", "Format", "as_native", "format_name", "from_bits", "get_format", "to_bits", "ulp"]
 
 Overflow = Literal["inf", "nan"]
 
@@ -306,3 +306,41 @@ def from_bits(bits: ArrayLike, fmt: str | Format) -> NDArray[np.floating]:
         val = np.where((expf == emax_field) & (frac == (1 << f.fraction_bits) - 1), np.nan, val)
     val = np.where(sign == 1, -val, val)
     return val.astype(f.value_dtype)
+
+
+#: the dtype holding each format natively: numpy's own, else ml_dtypes' (tf32 has none: float32)
+NATIVE_DTYPES = {
+    "fp64": "float64",
+    "fp32": "float32",
+    "tf32": "float32",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
+}
+
+
+def as_native(values: ArrayLike, fmt: object) -> NDArray[Any]:
+    """Values of ``fmt`` (as ``reduce`` returns them, float32 or float64) in the format's own dtype.
+
+    numpy's float16/32/64, ml_dtypes' bfloat16 and float8 types (``pip install
+    ml_dtypes``), float32 for tf32 (no native type). The values must already be
+    representable: the cast is exact and checked, never a second rounding.
+
+    Raises:
+        InvalidArgument: a value not representable in ``fmt``, or ml_dtypes missing.
+    """
+    f = get_format(fmt)
+    name = NATIVE_DTYPES[f.name]
+    if name in ("float64", "float32", "float16"):
+        dtype: Any = np.dtype(name)
+    else:
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise InvalidArgument(f"{f.name} arrays need ml_dtypes: pip install ml_dtypes") from None
+        dtype = np.dtype(getattr(ml_dtypes, name))
+    a = _as_float64(values)
+    to_bits(a, f)  # refuses a value fmt cannot hold (the cast below would round it)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return a.astype(dtype)
