@@ -21,7 +21,18 @@ from numpy.typing import ArrayLike, NDArray
 from fpreduce.base.dtypes import is_float_dtype
 from fpreduce.base.errors import InvalidArgument, unknown_name
 
-__all__ = ["ALIASES", "FORMATS", "NATIVE_DTYPES", "Format", "as_native", "format_name", "from_bits", "get_format", "to_bits", "ulp"]
+__all__ = [
+    "ALIASES",
+    "FORMATS",
+    "NATIVE_DTYPES",
+    "Format",
+    "as_native",
+    "format_name",
+    "from_bits",
+    "get_format",
+    "to_bits",
+    "ulp",
+]
 
 Overflow = Literal["inf", "nan"]
 
