@@ -1,0 +1,56 @@
+"""One rank of tests/test_replay.py's real DDP run: ``python tests/ddp_record_worker.py DIR RANK N STEPS``.
+
+Trains a tiny MLP with DistributedDataParallel (CPU, gloo, rendezvous through a file in DIR,
+gloo bound to ``lo``) for STEPS steps in fp32 and in bf16, recording each with
+``fpreduce.torch.Recorder`` into ``DIR/rec-fp32`` and ``DIR/rec-bf16``. A twin model
+(same initialization, same batches) trains under plain DDP, without a hook: the recorder
+must change no bit of the training (exit status 3 if it does).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+
+
+def main(argv: list[str]) -> int:
+    out, rank, n, steps = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    import fpreduce.torch
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{out}/store", rank=rank, world_size=n, timeout=timedelta(seconds=60)
+    )
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        models = []
+        for _ in range(2):
+            torch.manual_seed(0)
+            net = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.Tanh(), torch.nn.Linear(20, 3)).to(dtype)
+            models.append(DistributedDataParallel(net))
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+        gen = torch.Generator().manual_seed(1000 + rank)
+        with fpreduce.torch.Recorder(f"{out}/rec-{name}") as rec:
+            rec.attach(models[0])
+            for _ in range(steps):
+                x, y = torch.randn(8, 12, generator=gen).to(dtype), torch.randn(8, 3, generator=gen).to(dtype)
+                for m, opt in zip(models, opts, strict=True):
+                    ((m(x) - y) ** 2).mean().backward()
+                    opt.step()
+                    opt.zero_grad()
+                for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True):
+                    if not torch.equal(
+                        p.detach().reshape(-1).view(torch.uint8), q.detach().reshape(-1).view(torch.uint8)
+                    ):
+                        return 3
+    dist.barrier()
+    sys.stdout.flush()
+    os._exit(0)  # DDP's reducer threads can abort the interpreter's teardown; everything is written
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
