@@ -2,7 +2,8 @@
 
 Trains a tiny MLP with DistributedDataParallel (CPU, gloo, rendezvous through a file in DIR,
 gloo bound to ``lo``) for STEPS steps in fp32 and in bf16, recording each with
-``fpreduce.torch.Recorder`` into ``DIR/rec-fp32`` and ``DIR/rec-bf16``. A twin model
+``fpreduce.torch.Recorder`` into ``DIR/rec-fp32`` and ``DIR/rec-bf16``; then records 2 of 3
+steps of a model under torch's ``allreduce_hook``, wrapped, into ``DIR/rec-hook``. A twin model
 (same initialization, same batches) trains under plain DDP, without a hook: the recorder
 must change no bit of the training (exit status 3 if it does).
 """
@@ -47,6 +48,16 @@ def main(argv: list[str]) -> int:
                         p.detach().reshape(-1).view(torch.uint8), q.detach().reshape(-1).view(torch.uint8)
                     ):
                         return 3
+    # a user's hook wrapped (torch's allreduce_hook: divide by N, then sum), 2 of 3 steps recorded
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(12, 5))
+    with fpreduce.torch.Recorder(f"{out}/rec-hook", steps=2) as rec:
+        rec.attach(model, default_hooks.allreduce_hook, None, average="predivide")
+        for _ in range(3):
+            model(torch.randn(4, 12, generator=gen)).square().mean().backward()
+            model.zero_grad()
     dist.barrier()
     sys.stdout.flush()
     os._exit(0)  # DDP's reducer threads can abort the interpreter's teardown; everything is written

@@ -90,6 +90,12 @@ def test_real_ddp_replays_bit_exact(recorded: dict[str, Any], dtype: str) -> Non
     assert sum(r["differ_order"] + r["differ_relaunch"] + r["differ_world"] for r in rows) > 0
 
 
+def test_a_wrapped_user_hook_replays_with_its_average(recorded: dict[str, Any]) -> None:
+    rec = open_recording(recorded["dir"] / "rec-hook")
+    assert (rec.steps, rec.average, rec.elements) == (2, "predivide", 12 * 5 + 5)  # steps=2 of 3 trained
+    assert replay(rec)["differ"] == 0
+
+
 def test_replay_cli_json_and_run_directory(recorded: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     out = recorded["dir"] / "run-bf16"
     assert main(["replay", str(recorded["dir"] / "rec-bf16"), "--json", "--out", str(out)]) == 0
