@@ -116,7 +116,8 @@ class Recorder:
         self._world, self._rank = dist.get_world_size(group), dist.get_rank(group)
         self._names = {id(p): name for name, p in ddp_model.module.named_parameters()}
         dtypes = {str(p.dtype) for p in ddp_model.module.parameters() if p.requires_grad}
-        if len(dtypes) != 1 or (dtype := dtypes.pop()) not in _DTYPES:
+        dtype = next(iter(dtypes)) if len(dtypes) == 1 else ""
+        if dtype not in _DTYPES:
             raise InvalidArgument(f"Recorder: one gradient dtype of {sorted(_DTYPES)} needed, got {sorted(dtypes)}")
         self._user = (hook, state)
         self._manifest = {
@@ -134,12 +135,7 @@ class Recorder:
             "layouts": self._layouts,
             "step_layout": self._step_layout,
         }
-        if self._rank == 0:
-            if (self.out_dir / MANIFEST).exists():
-                raise InvalidArgument(f"{self.out_dir} already holds a recording: choose another directory")
-            for sub in ("grads", "real"):
-                (self.out_dir / sub).mkdir(parents=True, exist_ok=True)
-            self._write_manifest()
+        self._prepare_dir(dist, group)
 
         def recording_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP refuses other annotations
             return self._hook(state, bucket)
@@ -147,6 +143,24 @@ class Recorder:
         ddp_model.register_comm_hook(None, recording_hook)
         self._attached = True
         return self
+
+    def _prepare_dir(self, dist: Any, group: Any) -> None:
+        """Rank 0 creates the directory and the manifest; every rank learns whether it could
+        (else rank 0 alone would stop and the others wait for it in the first gather)."""
+        error = None
+        if self._rank == 0:
+            try:
+                if (self.out_dir / MANIFEST).exists():
+                    raise InvalidArgument(f"{self.out_dir} already holds a recording: choose another directory")
+                for sub in ("grads", "real"):
+                    (self.out_dir / sub).mkdir(parents=True, exist_ok=True)
+                self._write_manifest()
+            except (InvalidArgument, OSError) as e:
+                error = f"Recorder: {e}"
+        box = [error]
+        dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
+        if box[0] is not None:
+            raise InvalidArgument(str(box[0]))
 
     # ------------------------------------------------------------------ the hook
     def _hook(self, _state: Any, bucket: Any) -> Any:

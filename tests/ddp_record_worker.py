@@ -5,7 +5,8 @@ gloo bound to ``lo``) for STEPS steps in fp32 and in bf16, recording each with
 ``fpreduce.torch.Recorder`` into ``DIR/rec-fp32`` and ``DIR/rec-bf16``; then records 2 of 3
 steps of a model under torch's ``allreduce_hook``, wrapped, into ``DIR/rec-hook``. A twin model
 (same initialization, same batches) trains under plain DDP, without a hook: the recorder
-must change no bit of the training (exit status 3 if it does).
+must change no bit of the training (exit status 3 if it does). A second recorder into
+``rec-fp32`` must fail on every rank (else exit status 4 or 5).
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ def main(argv: list[str]) -> int:
                         p.detach().reshape(-1).view(torch.uint8), q.detach().reshape(-1).view(torch.uint8)
                     ):
                         return 3
+    # a directory holding a recording is refused on every rank (none waits for rank 0 in vain)
+    try:
+        fpreduce.torch.Recorder(f"{out}/rec-fp32").attach(DistributedDataParallel(torch.nn.Linear(2, 2)))
+        return 4
+    except fpreduce.InvalidArgument as e:
+        if "already holds a recording" not in str(e):
+            return 5
     # a user's hook wrapped (torch's allreduce_hook: divide by N, then sum), 2 of 3 steps recorded
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
