@@ -19,9 +19,10 @@ average=...)`` instead (``average`` says what your hook does, for the replay:
 
 Rank 0 writes, one step at a time (memory: one step's ``N x elements`` values)::
 
-    REC/manifest.json          world size, backend, dtype, torch version, average, and the
-                               bucket layouts: per bucket its elements and, per parameter,
-                               name, shape and offset; ``step_layout[t]`` names step t's
+    REC/manifest.json          world size (ranks per node, if torchrun says), backend, dtype,
+                               torch version, average, and the bucket layouts: per bucket
+                               its elements and, per parameter, name, shape and offset;
+                               ``step_layout[t]`` names step t's layout
     REC/grads/step_000000.npy  (N, elements) float32: row r is rank r's buckets, concatenated
                                in bucket order (bf16 and fp16 values are exact in float32)
     REC/real/step_000000.npy   (elements,) float32: the all-reduced buckets rank 0 received
@@ -124,6 +125,7 @@ class Recorder:
             "format": FORMAT,
             "version": 1,
             "world_size": self._world,
+            "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE") or 0) or None,  # torchrun's
             "backend": str(dist.get_backend(group)),
             "dtype": _DTYPES[dtype],
             "torch": str(torch.__version__),

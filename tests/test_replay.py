@@ -156,10 +156,28 @@ def test_replay_of_a_hand_made_recording(tmp_path: Path) -> None:
 
 
 def test_nccl_is_replayed_as_modelled(tmp_path: Path) -> None:
-    res = replay(open_recording(_fake(tmp_path / "rec", backend="nccl")))
+    d = _fake(tmp_path / "rec", backend="nccl", world=4)
+    manifest = json.loads((d / "manifest.json").read_text())
+    (d / "manifest.json").write_text(json.dumps({**manifest, "local_world_size": 2}))
+    res = replay(open_recording(d))
     assert res["plan"] == "ring:nccl"
     assert res["verified"] is False
     assert res["real_match"] == 1.0
+    assert list(res["contrast"]) == ["ring:gloo", "tree:nccl:2", "rd"]
+    assert replay(open_recording(d), "tree:nccl:2")["plan"] == "tree:nccl:2"
+
+
+def test_a_mismatch_is_counted_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = _fake(tmp_path / "rec")
+    real = np.load(d / "real/step_000001.npy")
+    real[2] = np.nextafter(real[2], np.float32(np.inf))  # one element one ulp off
+    np.save(d / "real/step_000001.npy", real)
+    res = replay(open_recording(d))
+    assert [s["differ"] for s in res["per_step"]] == [0, 1]
+    assert main(["replay", str(d), "--out", str(tmp_path / "run"), "--no-report", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["real_match"] == 1 - 1 / 14
+    assert doc["layers"][0]["differ_emulated"] == 1
 
 
 @pytest.mark.parametrize(

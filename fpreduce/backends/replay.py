@@ -35,7 +35,16 @@ from fpreduce.core.formats import get_format
 from fpreduce.core.metrics import ulp_gap
 from fpreduce.plans import AnyPlan, parse, ring
 
-__all__ = ["MODELLED", "VARIANTS", "Recording", "layer_rows", "open_recording", "replay", "run_config"]
+__all__ = [
+    "MODELLED",
+    "VARIANTS",
+    "Recording",
+    "contrast_plans",
+    "layer_rows",
+    "open_recording",
+    "replay",
+    "run_config",
+]
 
 #: backend -> (default plan text, verified against the real library here)
 MODELLED = {"gloo": ("ring:gloo", True), "nccl": ("ring:nccl", False)}
@@ -82,6 +91,7 @@ class Recording:
     elements: int
     layouts: list[list[dict[str, Any]]]
     step_layout: list[int]
+    local_world: int | None = None  # ranks per node (torchrun's LOCAL_WORLD_SIZE), if known
 
     def step(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         """(grads (world, elements), real (elements,)) of step ``t``, float32."""
@@ -137,6 +147,7 @@ def open_recording(path: str | Path) -> Recording:
             int(m["elements"]),
             list(m["layouts"]),
             [int(i) for i in m["step_layout"]],
+            int(m["local_world_size"]) if m.get("local_world_size") else None,
         )
     except (KeyError, TypeError, ValueError) as e:
         raise InvalidArgument(f"{d / _MANIFEST}: incomplete manifest ({type(e).__name__}: {e})") from None
@@ -203,7 +214,9 @@ def replay(rec: Recording, plan: str | None = None) -> dict[str, Any]:
 
     Returns a JSON-ready dict: ``real_match`` (the fraction of elements, over all steps,
     whose bits equal the real result), ``differ``, ``elements``, ``plan``, ``verified``
-    (whether this plan was checked against the running library here) and ``per_step``.
+    (whether this plan was checked against the running library here), ``per_step`` and
+    ``contrast``: step 0's differing elements under the other plans of :func:`contrast_plans`
+    (does the check tell plans apart on this data?).
     """
     text, _ = rec.plan(plan)
     rows, bad = [], 0
@@ -212,6 +225,8 @@ def replay(rec: Recording, plan: str | None = None) -> dict[str, Any]:
         d = int(_differ(_emulate(rec, X, t, plan), real).sum())
         bad += d
         rows.append({"step": t, "elements": rec.elements, "differ": d, "match": 1.0 - d / rec.elements})
+    X, real = rec.step(0)
+    contrast = {c: int(_differ(_emulate(rec, X, 0, c), real).sum()) for c in contrast_plans(rec, text)}
     total = rec.steps * rec.elements
     return {
         "recording": str(rec.path),
@@ -227,7 +242,16 @@ def replay(rec: Recording, plan: str | None = None) -> dict[str, Any]:
         "differ": bad,
         "real_match": 1.0 - bad / total,
         "per_step": rows,
+        "contrast": contrast,
     }
+
+
+def contrast_plans(rec: Recording, used: str) -> list[str]:
+    """The other plans a replay tries on step 0: the gloo and NCCL rings, NCCL's tree (when the
+    recording knows the GPUs per node and they divide N), recursive doubling."""
+    g = rec.local_world
+    tree = [f"tree:nccl:{g}"] if g and rec.world % g == 0 and g < rec.world else []
+    return [p for p in ("ring:gloo", "ring:nccl", *tree, "rd") if p != used]
 
 
 def _params(rec: Recording, t: int) -> list[tuple[str, list[int], int, int]]:

@@ -27,6 +27,8 @@ def _step_lines(res: dict[str, Any]) -> list[str]:
         f"real_match = {res['real_match']:.6g}: {res['elements'] - res['differ']} of {res['elements']} elements "
         "bit-identical to the recorded real all-reduce"
     )
+    other = ", ".join(f"{p}: {d}" for p, d in res["contrast"].items())
+    lines.append(f"contrast, step 0's differing elements under other plans: {other}")
     return lines
 
 
