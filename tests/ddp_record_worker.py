@@ -1,7 +1,7 @@
 """One rank of tests/test_replay.py's real DDP run: ``python tests/ddp_record_worker.py DIR RANK N STEPS``.
 
-Trains a tiny MLP with DistributedDataParallel (CPU, gloo, rendezvous through a file in DIR,
-gloo bound to ``lo``) for STEPS steps in fp32 and in bf16, recording each with
+Trains a tiny MLP (12-20-20-3, buckets of 1 KB: two in fp32) with DistributedDataParallel (CPU,
+gloo, rendezvous through a file in DIR, gloo bound to ``lo``) for STEPS steps in fp32 and in bf16, recording each with
 ``fpreduce.torch.Recorder`` into ``DIR/rec-fp32`` and ``DIR/rec-bf16``; then records 2 of 3
 steps of a model under torch's ``allreduce_hook``, wrapped, into ``DIR/rec-hook``. A twin model
 (same initialization, same batches) trains under plain DDP, without a hook: the recorder
@@ -32,8 +32,9 @@ def main(argv: list[str]) -> int:
         models = []
         for _ in range(2):
             torch.manual_seed(0)
-            net = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.Tanh(), torch.nn.Linear(20, 3)).to(dtype)
-            models.append(DistributedDataParallel(net))
+            layers = [torch.nn.Linear(12, 20), torch.nn.Tanh(), torch.nn.Linear(20, 20), torch.nn.Tanh()]
+            net = torch.nn.Sequential(*layers, torch.nn.Linear(20, 3)).to(dtype)
+            models.append(DistributedDataParallel(net, bucket_cap_mb=0.001))  # fp32: two buckets
         opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
         gen = torch.Generator().manual_seed(1000 + rank)
         with fpreduce.torch.Recorder(f"{out}/rec-{name}") as rec:

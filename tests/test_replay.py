@@ -71,8 +71,15 @@ def test_real_ddp_replays_bit_exact(recorded: dict[str, Any], dtype: str) -> Non
     rec = open_recording(recorded["dir"] / f"rec-{dtype}")
     assert (rec.world, rec.backend, rec.dtype, rec.average, rec.steps) == (N, "gloo", dtype, "ddp", STEPS)
     names = {p["name"]: p["shape"] for b in rec.buckets(STEPS - 1) for p in b["params"]}
-    assert names == {"0.weight": [20, 12], "0.bias": [20], "2.weight": [3, 20], "2.bias": [3]}
-    assert rec.elements == 12 * 20 + 20 + 20 * 3 + 3
+    assert names == {
+        "0.weight": [20, 12],
+        "0.bias": [20],
+        "2.weight": [20, 20],
+        "2.bias": [20],
+        "4.weight": [3, 20],
+    } | {"4.bias": [3]}
+    assert rec.elements == 12 * 20 + 20 + 20 * 20 + 20 + 20 * 3 + 3
+    assert len(rec.buckets(STEPS - 1)) == (2 if dtype == "fp32" else 1)  # gloo's ring runs per bucket
     res = replay(rec)
     sys.stderr.write(  # shown with -s: the figures of the closing note
         f"\n{dtype}: {res['elements']} elements over {res['steps']} steps, {N} ranks: {res['differ']} differ, "
@@ -86,7 +93,7 @@ def test_real_ddp_replays_bit_exact(recorded: dict[str, Any], dtype: str) -> Non
     other = replay(rec, "ring:nccl")
     assert not other["verified"]
     rows = layer_rows(rec)
-    assert [r["differ_emulated"] for r in rows] == [0] * 4
+    assert [r["differ_emulated"] for r in rows] == [0] * 6
     assert sum(r["differ_order"] + r["differ_relaunch"] + r["differ_world"] for r in rows) > 0
 
 
@@ -104,7 +111,7 @@ def test_replay_cli_json_and_run_directory(recorded: dict[str, Any], capsys: pyt
     assert doc["real_match"] == 1.0
     assert len(doc["per_step"]) == STEPS
     assert doc["run"] == str(out)
-    assert {r["param"] for r in doc["layers"]} == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert {r["param"] for r in doc["layers"]} == {f"{i}.{k}" for i in (0, 2, 4) for k in ("weight", "bias")}
     for f in ("metrics.csv", "summary.json", "replay.json", "report.pdf", "figures/layers.png"):
         assert (out / f).is_file(), f
     summary = json.loads((out / "summary.json").read_text())
@@ -112,7 +119,7 @@ def test_replay_cli_json_and_run_directory(recorded: dict[str, Any], capsys: pyt
     kept = read_replay(out)
     assert kept is not None
     assert kept["differ"] == 0
-    assert len(kept["rows"]) == 4
+    assert len(kept["rows"]) == 6
 
 
 # ----------------------------------------------------------------------------- recordings by hand
