@@ -125,8 +125,12 @@ def test_replay_cli_json_and_run_directory(recorded: dict[str, Any], capsys: pyt
 # ----------------------------------------------------------------------------- recordings by hand
 
 
-def _fake(d: Path, *, world: int = 3, backend: str = "gloo", steps: int = 2, rows: int | None = None) -> Path:
-    """A recording as fpreduce.torch writes it, its real results computed by the model of ``backend``."""
+def _fake(
+    d: Path, *, world: int = 3, backend: str = "gloo", steps: int = 2, rows: int | None = None, big: bool = False
+) -> Path:
+    """A recording as fpreduce.torch writes it, its real results computed by the model of ``backend``
+    (``big``: values near float32's largest, summed without averaging, so that some orders overflow
+    and others do not)."""
     rng = np.random.default_rng(0)
     m = 7
     layout = [{"index": 0, "elements": m, "start": 0, "params": [{"name": "w", "shape": [m], "offset": 0}]}]
@@ -135,8 +139,11 @@ def _fake(d: Path, *, world: int = 3, backend: str = "gloo", steps: int = 2, row
     plan = ring(world, "gloo") if backend == "gloo" else ring(world, "nccl")
     for t in range(steps):
         X = (rng.standard_normal((world, m)) * 2.0 ** rng.integers(-6, 6, (world, m))).astype(np.float32)
+        if big:
+            X = np.float32(2.0**127) * np.sign(X) * np.float32(1.5)
         np.save(d / f"grads/step_{t:06d}.npy", X[: rows or world])
-        np.save(d / f"real/step_{t:06d}.npy", fr.reduce(X, plan, input="fp32", accumulate="fp32", average="ddp"))
+        y = fr.reduce(X, plan, input="fp32", accumulate="fp32", average="none" if big else "ddp")
+        np.save(d / f"real/step_{t:06d}.npy", y)
     manifest = {
         "format": "fpreduce-ddp-recording",
         "version": 1,
@@ -144,7 +151,7 @@ def _fake(d: Path, *, world: int = 3, backend: str = "gloo", steps: int = 2, row
         "backend": backend,
         "dtype": "fp32",
         "torch": "none",
-        "average": "ddp",
+        "average": "none" if big else "ddp",
         "steps": steps,
         "elements": m,
         "layouts": [layout],
@@ -160,6 +167,14 @@ def test_replay_of_a_hand_made_recording(tmp_path: Path) -> None:
     cfg = run_config(rec)
     assert cfg["source"]["path"].endswith("grads")
     assert cfg["experiment"]["workers"] == 3
+
+
+def test_overflow_in_some_orders_stays_json(tmp_path: Path) -> None:
+    rec = open_recording(_fake(tmp_path / "rec", big=True))
+    assert replay(rec)["real_match"] == 1.0
+    rows = layer_rows(rec)
+    assert max(r[f"ulp_max_{v}"] for r in rows for v in ("order", "relaunch", "world", "wide")) == 2.0**20
+    json.dumps(rows, allow_nan=False)
 
 
 def test_nccl_is_replayed_as_modelled(tmp_path: Path) -> None:

@@ -57,6 +57,8 @@ VARIANTS = {
 }
 _ITEM = {"fp32": 4, "bf16": 2, "fp16": 2}
 _AVERAGES = ("ddp", "predivide", "after", "none")
+#: largest ulp distance written (as metrics.csv does): a NaN or Inf against a number counts as this
+_ULP_CAP = 2.0**20
 _MANIFEST = "manifest.json"  # fpreduce.torch.MANIFEST (that module sits outside the layers)
 
 
@@ -284,7 +286,8 @@ def _variants(rec: Recording, X: np.ndarray, t: int, plan: str | None, seed: int
 def layer_rows(rec: Recording, plan: str | None = None, seed: int = 0) -> list[dict[str, Any]]:
     """Per parameter (in the order of the last step's buckets): elements (over all steps) and, per
     variant of :data:`VARIANTS` and for the emulation itself (``emulated``), the fraction of
-    elements whose bits differ from the recorded real result and the largest distance in ulps."""
+    elements whose bits differ from the recorded real result and the largest distance in ulps
+    (at most 2**20: a NaN or an infinity against a number counts as that, as in metrics.csv)."""
     acc: dict[str, dict[str, Any]] = {}
     fmt = get_format(rec.dtype)
     for t in range(rec.steps):
@@ -295,7 +298,7 @@ def layer_rows(rec: Recording, plan: str | None = None, seed: int = 0) -> list[d
             row["elements"] = row.get("elements", 0) + (hi - lo)
             for v, y in ys.items():
                 row[f"differ_{v}"] = row.get(f"differ_{v}", 0) + int(_differ(y[lo:hi], real[lo:hi]).sum())
-                gap = float(np.max(ulp_gap(y[lo:hi], real[lo:hi], fmt), initial=0.0))
+                gap = float(np.max(np.minimum(ulp_gap(y[lo:hi], real[lo:hi], fmt), _ULP_CAP), initial=0.0))
                 row[f"ulp_max_{v}"] = max(row.get(f"ulp_max_{v}", 0.0), gap)
     last = [name for name, *_ in _params(rec, rec.steps - 1)]
     rows = [acc[k] for k in sorted(acc, key=lambda k: last.index(k) if k in last else len(last))]
