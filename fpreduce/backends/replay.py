@@ -14,10 +14,11 @@ Each bucket is summed in the gradients' dtype (every hop rounds to it) after the
 recording's averaging (``ddp``: DDP's default ``grad * float32(1/N)``).
 
 :func:`layer_rows` then asks, per parameter, how many elements' bits would change
-against the recorded result under another order (the ring re-ranked every step:
-Experiment B), a relaunch (one other rank assignment for the whole run), another world
-size (each rank's gradient held by two ranks: 2N ranks, a model) and a wider
-accumulator (fp32; fp64 for fp32 gradients), the result rounded once to the dtype.
+against the recorded result under another order (the ring re-ranked every step by a random
+permutation other than the identity: Experiment B's draws, the recorded order excluded), a
+relaunch (one other rank assignment for the whole run), another world size (each rank's
+gradient held by two ranks: 2N ranks, a model) and a wider accumulator (fp32; fp64 for fp32
+gradients), the result rounded once to the dtype.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ __all__ = [
 MODELLED = {"gloo": ("ring:gloo", True), "nccl": ("ring:nccl", False)}
 #: the what-ifs of :func:`layer_rows` (name -> what it models)
 VARIANTS = {
-    "order": "another order: the ring re-ranked by a fresh random permutation every step (Experiment B)",
-    "relaunch": "a relaunch: one other assignment of ranks to the ring, kept for the whole run",
+    "order": "another order: the ring re-ranked every step by a fresh random permutation, never the recorded one",
+    "relaunch": "a relaunch: one other assignment of ranks to the ring (random), kept for the whole run",
     "world": "another world size: 2N ranks, each recorded rank's gradient held by two (a model)",
     "wide": "a wider accumulator (fp32; fp64 for fp32 gradients), rounded once to the dtype",
 }
@@ -268,12 +269,18 @@ def _params(rec: Recording, t: int) -> list[tuple[str, list[int], int, int]]:
     return out
 
 
+def _other_perm(rng: np.random.Generator, n: int) -> np.ndarray:
+    """A uniformly drawn permutation of ``n`` ranks other than the identity (when there is one)."""
+    while True:
+        p = rng.permutation(n)
+        if n == 1 or (p != np.arange(n)).any():
+            return p
+
+
 def _variants(rec: Recording, X: np.ndarray, t: int, plan: str | None, seed: int) -> dict[str, np.ndarray]:
     n = rec.world
-    step_perm = np.random.default_rng([seed, t, 1]).permutation(n)
-    run_perm = np.random.default_rng([seed, 2]).permutation(n)
-    if n > 1 and (run_perm == np.arange(n)).all():
-        run_perm = np.roll(run_perm, 1)  # a relaunch that assigns the ranks otherwise
+    step_perm = _other_perm(np.random.default_rng([seed, t, 1]), n)
+    run_perm = _other_perm(np.random.default_rng([seed, 2]), n)
     wide = "fp64" if rec.dtype == "fp32" else "fp32"
     return {
         "order": _emulate(rec, X[step_perm], t, plan),

@@ -36,7 +36,8 @@ def labels(dtype: str) -> dict[str, str]:
 
 CAPTION = (
     "Replay of the recorded all-reduce, by layer: the share of gradient elements (over all recorded steps) whose "
-    "bits would differ from what the real run got, had the ring been re-ranked every step (another order), the "
+    "bits would differ from what the real run got, had the ring been re-ranked every step (another order, never "
+    "the recorded one), the "
     "job relaunched with another rank assignment, run on twice the ranks (a model: each rank's gradient held by "
     "two), or summed in a wider accumulator. The emulation itself differs in none when it is bit-exact."
 )
