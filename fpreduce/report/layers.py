@@ -123,6 +123,9 @@ def replay_pages(doc: Doc, run_dir: Path) -> None:
         f"real result (real_match = {r['real_match']:.6g}).",
         size=9,
     )
+    if r.get("contrast"):
+        other = ", ".join(f"{p} {d}" for p, d in r["contrast"].items())
+        doc.text(f"Contrast: step 0's elements differing under other plans: {other}.", size=9)
     doc.table(
         ["step", "elements", "differ", "match"],
         [[s["step"], s["elements"], s["differ"], f"{s['match']:.6g}"] for s in r["per_step"]],
