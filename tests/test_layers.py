@@ -26,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"base", "plans", "core", "analysis", "run"},
     "backends": {"base", "plans", "core", "run"},
     "cli": {"base", "plans", "core", "analysis", "run", "report", "backends"},
+    "torch": {"base"},  # fpreduce.torch: the DDP recorder, beside the layers (optional torch)
 }
 OUTSIDE = {"fpreduce", "fpreduce._version", "fpreduce.strategies"}
 # report reads a run only through the run directory module (and the config it resolves)

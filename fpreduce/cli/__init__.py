@@ -16,7 +16,7 @@ import warnings
 
 from fpreduce._version import __version__
 from fpreduce.base.errors import FpreduceWarning, InvalidArgument
-from fpreduce.cli import _experiment, _inspect, _numbers, _timing
+from fpreduce.cli import _experiment, _inspect, _numbers, _replay, _timing
 
 DESCRIPTION = """\
 fpreduce: how much does the order of a floating-point sum change your results?
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--version", action="version", version=__version__)
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
-    for module in (_experiment, _numbers, _timing, _inspect):
+    for module in (_experiment, _replay, _inspect, _numbers, _timing):
         module.add_commands(sub)
     return ap
 

@@ -27,6 +27,8 @@ from fpreduce.plans import parse
 from fpreduce.report._figure import percent_axis, series_style
 from fpreduce.report._findings import paragraphs, status
 from fpreduce.report._sweep_report import write_sweep_report
+from fpreduce.report.layers import CAPTION as LAYERS_CAPTION
+from fpreduce.report.layers import replay_pages
 from fpreduce.report.pdf import _H, Doc, Draw, Rect, cell, draw_png, render
 from fpreduce.run.config import OrderPolicy, PolicyKind
 from fpreduce.run.rundir import Results, load_run
@@ -78,6 +80,7 @@ CAPTIONS = {  # figure stem (plots.plot_run's names) -> how to read it; the orde
     "training": "Training: loss per arm, and the relative parameter distance of each arm's replica to its "
     "compare_to arm's (log scale), the first step of bitwise weight divergence marked. A pair that never "
     "diverges bitwise has no distance to draw (it stays at 0).",
+    "layers": LAYERS_CAPTION,
 }
 
 
@@ -326,6 +329,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
             doc.y += 0.06
         for draw, caption in _figures(run):
             doc.figure_page(draw, caption)
+        replay_pages(doc, run.dir)  # fpreduce replay's runs: the emulation and the per-parameter table
         _methods(doc, run)
         _appendix(doc, run)
         _exact_values(doc, run)

@@ -1,4 +1,5 @@
-"""Documents beside a run's own files: ``real.csv`` (``--backend mpi``) and the study
+"""Documents beside a run's own files: ``real.csv`` (``--backend mpi``), ``replay.json``
+(``fpreduce replay``: the recorded all-reduce's emulation and the per-parameter table) and the study
 directories of ``fpreduce price`` and ``fpreduce scale`` (one JSON document each).
 
 Part of :mod:`fpreduce.run.rundir`, which re-exports these names: the only reader and
@@ -18,11 +19,23 @@ from fpreduce.base.errors import InvalidArgument
 from fpreduce.run import _files
 from fpreduce.run._files import atomic_write
 
-__all__ = ["REAL_COLUMNS", "REAL_CSV", "STUDIES", "read_real", "read_study", "write_real", "write_study"]
+__all__ = [
+    "REAL_COLUMNS",
+    "REAL_CSV",
+    "REPLAY_JSON",
+    "STUDIES",
+    "read_real",
+    "read_replay",
+    "read_study",
+    "write_real",
+    "write_replay",
+    "write_study",
+]
 
 REAL_CSV = "real.csv"
 REAL_COLUMNS = ("step", "arm", "real_agree", "ranks_agree")
 
+REPLAY_JSON = "replay.json"
 STUDIES = ("price", "scale")  # studies without steps or arms: one JSON document each
 
 
@@ -54,12 +67,17 @@ def read_study(study_dir: str | Path, kind: str) -> dict[str, Any]:
     """
     path = Path(study_dir) / f"{kind}.json"
     _files.require(path, f"{kind} study")
+    return _read_rows_doc(path, f"{kind} study")
+
+
+def _read_rows_doc(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object with a list ``rows``; InvalidArgument naming ``path`` and ``what`` otherwise."""
     try:
         doc = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InvalidArgument(f"{path}: not a readable {kind} study ({e})") from None
+        raise InvalidArgument(f"{path}: not a readable {what} ({e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
-        raise InvalidArgument(f"{path}: not a {kind} study (an object with 'rows' expected)")
+        raise InvalidArgument(f"{path}: not a {what} (an object with 'rows' expected)")
     return doc
 
 
@@ -89,3 +107,22 @@ def read_real(run_dir: str | Path) -> list[dict[str, Any]]:
             "ranks_agree": float(r["ranks_agree"]),
         },
     )[1]
+
+
+def write_replay(run_dir: Path, doc: dict[str, Any]) -> Path:
+    """Write ``RUN/replay.json``: a replay's document (``rows``: one per parameter; see
+    :mod:`fpreduce.backends.replay`) beside the run of the recording's gradients."""
+    if not isinstance(doc.get("rows"), list):
+        raise InvalidArgument("a replay document needs 'rows' (one per parameter)")
+    atomic_write(run_dir / REPLAY_JSON, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    return run_dir / REPLAY_JSON
+
+
+def read_replay(run_dir: str | Path) -> dict[str, Any] | None:
+    """The replay document of a run (None: the run is not a replay's).
+
+    Raises:
+        InvalidArgument: the file is there but not JSON, or not an object with ``rows``.
+    """
+    path = Path(run_dir) / REPLAY_JSON
+    return _read_rows_doc(path, "replay document") if path.is_file() else None

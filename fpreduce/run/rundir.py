@@ -34,7 +34,18 @@ from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.formats import get_format
 from fpreduce.run import _files
 from fpreduce.run._files import FIGURES_DIR, REPORT_PDF, DirLock, atomic_write, check_report_target, is_report
-from fpreduce.run._studies import REAL_COLUMNS, REAL_CSV, STUDIES, read_real, read_study, write_real, write_study
+from fpreduce.run._studies import (
+    REAL_COLUMNS,
+    REAL_CSV,
+    REPLAY_JSON,
+    STUDIES,
+    read_real,
+    read_replay,
+    read_study,
+    write_real,
+    write_replay,
+    write_study,
+)
 
 __all__ = [
     "COLUMNS",
@@ -44,6 +55,7 @@ __all__ = [
     "POINTS_DIR",
     "REAL_COLUMNS",
     "REAL_CSV",
+    "REPLAY_JSON",
     "REPORT_PDF",
     "STATE_NPZ",
     "SUMMARY_JSON",
@@ -67,6 +79,7 @@ __all__ = [
     "point_dirs",
     "read_config",
     "read_metrics",
+    "read_replay",
     "read_real",
     "read_rows",
     "read_state",
@@ -76,6 +89,7 @@ __all__ = [
     "write_config",
     "write_metrics",
     "write_real",
+    "write_replay",
     "write_study",
     "write_state",
     "write_summary",
@@ -178,7 +192,7 @@ def write_state(run_dir: Path, arrays: dict[str, NDArray[Any]]) -> None:
 # ----------------------------------------------------------------------------- the directory
 
 #: everything a run writes into its directory (a directory holding anything else is not a run's)
-RUN_FILES = (CONFIG_TOML, METRICS_CSV, SUMMARY_JSON, STATE_NPZ, REAL_CSV, REPORT_PDF, FIGURES_DIR)
+RUN_FILES = (CONFIG_TOML, METRICS_CSV, SUMMARY_JSON, STATE_NPZ, REAL_CSV, REPLAY_JSON, REPORT_PDF, FIGURES_DIR)
 
 
 @dataclass(frozen=True)
@@ -227,7 +241,7 @@ def clear_run(d: Path) -> None:
     The summary goes first, so an interruption half-way leaves a directory that no
     longer claims to hold the old run (``started``), never a complete-looking mix.
     """
-    for name in (SUMMARY_JSON, METRICS_CSV, STATE_NPZ, REAL_CSV, REPORT_PDF, CONFIG_TOML):
+    for name in (SUMMARY_JSON, METRICS_CSV, STATE_NPZ, REAL_CSV, REPLAY_JSON, REPORT_PDF, CONFIG_TOML):
         (d / name).unlink(missing_ok=True)
     _files.clear_figures(d)
     _files.remove_leftovers(d, RUN_FILES)

@@ -1,0 +1,237 @@
+"""Record a real DDP run and replay it bit for bit (``fpreduce.torch``, ``fpreduce replay``).
+
+The real test: 3 processes (not a power of two) train a tiny MLP with DDP on CPU over gloo,
+in fp32 and in bf16, recorded by ``fpreduce.torch.Recorder``; the replay must give the bits
+of every recorded all-reduce (0 differing elements), and the recorder must not change the
+training (a twin model under plain DDP). If ``CI`` is set and torch is missing, it fails.
+The bad-input tests build recordings by hand (no torch needed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import fpreduce as fr
+from fpreduce.backends.replay import layer_rows, open_recording, replay, run_config
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.cli import main
+from fpreduce.plans import ring
+from fpreduce.run.rundir import read_replay
+
+ROOT = Path(__file__).resolve().parents[1]
+N, STEPS = 3, 4
+
+
+def _need_torch() -> None:
+    try:
+        import torch.distributed as dist
+    except ImportError as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but torch is missing: {e}")
+        pytest.skip(f"torch missing: {e}")
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("this torch has no gloo")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Run the 3 DDP ranks once for the module; the recordings and the wall time."""
+    _need_torch()
+    d = tmp_path_factory.mktemp("ddp")
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    t0 = time.perf_counter()
+    worker = [sys.executable, str(ROOT / "tests" / "ddp_record_worker.py"), str(d)]
+    procs = [
+        subprocess.Popen([*worker, str(r), str(N), str(STEPS)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for r in range(N)
+    ]
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for r, (p, (_, err)) in enumerate(zip(procs, outs, strict=True)):
+        assert p.returncode == 0, (
+            f"rank {r} exited {p.returncode} (3: the recorder changed the training): {err[-2000:]!r}"
+        )
+    return {"dir": d, "seconds": time.perf_counter() - t0}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_real_ddp_replays_bit_exact(recorded: dict[str, Any], dtype: str) -> None:
+    rec = open_recording(recorded["dir"] / f"rec-{dtype}")
+    assert (rec.world, rec.backend, rec.dtype, rec.average, rec.steps) == (N, "gloo", dtype, "ddp", STEPS)
+    names = {p["name"]: p["shape"] for b in rec.buckets(STEPS - 1) for p in b["params"]}
+    assert names == {
+        "0.weight": [20, 12],
+        "0.bias": [20],
+        "2.weight": [20, 20],
+        "2.bias": [20],
+        "4.weight": [3, 20],
+    } | {"4.bias": [3]}
+    assert rec.elements == 12 * 20 + 20 + 20 * 20 + 20 + 20 * 3 + 3
+    assert len(rec.buckets(STEPS - 1)) == (2 if dtype == "fp32" else 1)  # gloo's ring runs per bucket
+    res = replay(rec)
+    sys.stderr.write(  # shown with -s: the figures of the closing note
+        f"\n{dtype}: {res['elements']} elements over {res['steps']} steps, {N} ranks: {res['differ']} differ, "
+        f"real_match {res['real_match']}; DDP run + recording {recorded['seconds']:.1f} s\n"
+    )
+    assert res["differ"] == 0
+    assert res["real_match"] == 1.0
+    assert res["verified"]
+    assert [s["differ"] for s in res["per_step"]] == [0] * STEPS
+    # another plan would not match every bit: the check has teeth
+    other = replay(rec, "ring:nccl")
+    assert not other["verified"]
+    rows = layer_rows(rec)
+    assert [r["differ_emulated"] for r in rows] == [0] * 6
+    assert sum(r["differ_order"] + r["differ_relaunch"] + r["differ_world"] for r in rows) > 0
+
+
+def test_a_wrapped_user_hook_replays_with_its_average(recorded: dict[str, Any]) -> None:
+    rec = open_recording(recorded["dir"] / "rec-hook")
+    assert (rec.steps, rec.average, rec.elements) == (2, "predivide", 12 * 5 + 5)  # steps=2 of 3 trained
+    assert replay(rec)["differ"] == 0
+
+
+def test_replay_cli_json_and_run_directory(recorded: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    out = recorded["dir"] / "run-bf16"
+    assert main(["replay", str(recorded["dir"] / "rec-bf16"), "--json", "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    doc = json.loads(stdout)  # one JSON object, nothing else
+    assert doc["real_match"] == 1.0
+    assert len(doc["per_step"]) == STEPS
+    assert doc["run"] == str(out)
+    assert {r["param"] for r in doc["layers"]} == {f"{i}.{k}" for i in (0, 2, 4) for k in ("weight", "bias")}
+    for f in ("metrics.csv", "summary.json", "replay.json", "report.pdf", "figures/layers.png"):
+        assert (out / f).is_file(), f
+    summary = json.loads((out / "summary.json").read_text())
+    assert [a["name"] for a in summary["arms"]] == ["A", "B", "A-fp32acc", "B-fp32acc"]
+    kept = read_replay(out)
+    assert kept is not None
+    assert kept["differ"] == 0
+    assert len(kept["rows"]) == 6
+
+
+# ----------------------------------------------------------------------------- recordings by hand
+
+
+def _fake(
+    d: Path, *, world: int = 3, backend: str = "gloo", steps: int = 2, rows: int | None = None, big: bool = False
+) -> Path:
+    """A recording as fpreduce.torch writes it, its real results computed by the model of ``backend``
+    (``big``: values near float32's largest, summed without averaging, so that some orders overflow
+    and others do not)."""
+    rng = np.random.default_rng(0)
+    m = 7
+    layout = [{"index": 0, "elements": m, "start": 0, "params": [{"name": "w", "shape": [m], "offset": 0}]}]
+    (d / "grads").mkdir(parents=True)
+    (d / "real").mkdir()
+    plan = ring(world, "gloo") if backend == "gloo" else ring(world, "nccl")
+    for t in range(steps):
+        X = (rng.standard_normal((world, m)) * 2.0 ** rng.integers(-6, 6, (world, m))).astype(np.float32)
+        if big:
+            X = np.float32(2.0**127) * np.sign(X) * np.float32(1.5)
+        np.save(d / f"grads/step_{t:06d}.npy", X[: rows or world])
+        y = fr.reduce(X, plan, input="fp32", accumulate="fp32", average="none" if big else "ddp")
+        np.save(d / f"real/step_{t:06d}.npy", y)
+    manifest = {
+        "format": "fpreduce-ddp-recording",
+        "version": 1,
+        "world_size": world,
+        "backend": backend,
+        "dtype": "fp32",
+        "torch": "none",
+        "average": "none" if big else "ddp",
+        "steps": steps,
+        "elements": m,
+        "layouts": [layout],
+        "step_layout": [0] * steps,
+    }
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    return d
+
+
+def test_replay_of_a_hand_made_recording(tmp_path: Path) -> None:
+    rec = open_recording(_fake(tmp_path / "rec"))
+    assert replay(rec)["real_match"] == 1.0
+    cfg = run_config(rec)
+    assert cfg["source"]["path"].endswith("grads")
+    assert cfg["experiment"]["workers"] == 3
+
+
+def test_overflow_in_some_orders_stays_json(tmp_path: Path) -> None:
+    rec = open_recording(_fake(tmp_path / "rec", big=True))
+    assert replay(rec)["real_match"] == 1.0
+    rows = layer_rows(rec)
+    assert max(r[f"ulp_max_{v}"] for r in rows for v in ("order", "relaunch", "world", "wide")) == 2.0**20
+    json.dumps(rows, allow_nan=False)
+
+
+def test_nccl_is_replayed_as_modelled(tmp_path: Path) -> None:
+    d = _fake(tmp_path / "rec", backend="nccl", world=4)
+    manifest = json.loads((d / "manifest.json").read_text())
+    (d / "manifest.json").write_text(json.dumps({**manifest, "local_world_size": 2}))
+    res = replay(open_recording(d))
+    assert res["plan"] == "ring:nccl"
+    assert res["verified"] is False
+    assert res["real_match"] == 1.0
+    assert list(res["contrast"]) == ["ring:gloo", "tree:nccl:2", "rd"]
+    assert replay(open_recording(d), "tree:nccl:2")["plan"] == "tree:nccl:2"
+
+
+def test_a_mismatch_is_counted_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = _fake(tmp_path / "rec")
+    real = np.load(d / "real/step_000001.npy")
+    real[2] = np.nextafter(real[2], np.float32(np.inf))  # one element one ulp off
+    np.save(d / "real/step_000001.npy", real)
+    res = replay(open_recording(d))
+    assert [s["differ"] for s in res["per_step"]] == [0, 1]
+    assert main(["replay", str(d), "--out", str(tmp_path / "run"), "--no-report", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["real_match"] == 1 - 1 / 14
+    assert doc["layers"][0]["differ_emulated"] == 1
+
+
+@pytest.mark.parametrize(
+    ("breakage", "message"),
+    [
+        ("manifest", "no manifest.json"),
+        ("step", "truncated recording: real/step_000001.npy is missing"),
+        ("world", "holds 2 ranks but the manifest says world_size = 3"),
+        ("backend", "backend 'mpi' is not modelled"),
+        ("nothing", "no such recording directory"),
+    ],
+)
+def test_bad_recordings_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], breakage: str, message: str
+) -> None:
+    d = tmp_path / "rec"
+    if breakage != "nothing":
+        _fake(d, rows=2 if breakage == "world" else None, backend="mpi" if breakage == "backend" else "gloo")
+    if breakage == "manifest":
+        (d / "manifest.json").unlink()
+    elif breakage == "step":
+        (d / "real/step_000001.npy").unlink()
+    with pytest.raises(InvalidArgument, match=message):
+        open_recording(d)
+    assert main(["replay", str(d), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fpreduce: error: ")
+    assert err.count("\n") == 1
+    assert message in err
+    assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_import_fpreduce_does_not_import_torch() -> None:
+    code = "import sys, fpreduce, fpreduce.torch; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
