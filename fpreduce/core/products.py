@@ -95,9 +95,9 @@ def dot(
         float32 (float64 for an fp64 accumulator), shape (columns,) (0-d for 1-D inputs).
 
     >>> import numpy as np
-    >>> a, b = np.array([1.0, 2.0**-9]), np.array([1.0, 1.0 + 2.0**-7])
-    >>> float(dot(a, b, accumulate="bf16")), float(dot(a, b, accumulate="bf16", products="bf16"))
-    (1.0078125, 1.0)
+    >>> a, b = np.array([-1.125, 1.0625]), np.array([1.0, 1.0625])  # 1.0625**2 = 1.125 + 2**-8
+    >>> float(dot(a, b, input="bf16", accumulate="bf16")), float(dot(a, b, input="bf16", accumulate="bf16", products="bf16"))
+    (0.00390625, 0.0)
     """
     fin, fa, m = get_format(input), get_format(accumulate), get_mode(rounding)
     sr_in = get_mode(input_rounding)
