@@ -26,7 +26,10 @@ from fpreduce._version import __version__
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.engine import reduce, reduce_reference
 from fpreduce.core.exact import ExactSum, exact_sum, exact_sum_mpmath
+from fpreduce.core.fabsum import fabsum
 from fpreduce.core.formats import FORMATS, Format, from_bits, get_format, to_bits, ulp
+from fpreduce.core.primitives import backward_error, partial_sums, round_inputs
+from fpreduce.core.products import dot, matvec
 from fpreduce.core.rounding import MODES, Mode, round_to
 
 __all__ = [
@@ -39,16 +42,22 @@ __all__ = [
     "OrderOutcomes",
     "Results",
     "__version__",
+    "backward_error",
+    "dot",
     "exact_sum",
     "exact_sum_mpmath",
+    "fabsum",
     "from_bits",
     "get_format",
     "load_config",
     "load_run",
+    "matvec",
     "order_outcomes",
+    "partial_sums",
     "plans",
     "reduce",
     "reduce_reference",
+    "round_inputs",
     "round_to",
     "run_experiment",
     "timing",

@@ -155,7 +155,8 @@ def partial_sums(
     if sr_in is Mode.STOCHASTIC:
         A = _sr_inputs(A, fin, key, int(offset))
     if alg == "exact":
-        return _exact_prefixes(np.asarray(_Loader(A, fin, fin, Mode.NEAREST_EVEN, None, np.dtype(np.float64))(A)), fa, m)
+        ex = _exact_prefixes(np.asarray(_Loader(A, fin, fin, Mode.NEAREST_EVEN, None, np.dtype(np.float64))(A)), fa, m)
+        return ex.astype(fa.value_dtype)
     load = _Loader(A, fin, fa, m, rng, np.dtype(np.float64))
     if kind == "wide":
         load.fits = True  # addends stay in the input format

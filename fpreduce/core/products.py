@@ -47,8 +47,8 @@ PRODUCT_T = 1 << 60  # counter of the product in row i, rounded to its format: P
 def _inputs(a: ArrayLike, fin: Format, sr: bool, key: int, offset: int, base: int) -> np.ndarray:
     """An operand as float64 values of ``fin``, shape (terms, columns): to nearest, or stochastically."""
     A = as_rows(a, "dot")
-    if sr:
-        return _sr_inputs(A, fin, key, offset, base)
+    if sr:  # an operand of one column is shared by every column (matvec's x): element 0
+        return _sr_inputs(A, fin, key, offset if A.shape[1] > 1 else 0, base)
     return np.asarray(round_to(A, fin), dtype=np.float64)
 
 
@@ -89,14 +89,16 @@ def dot(
         products: ``fused`` or a format name (see the module).
         seed: for stochastic rounding (rounding or input_rounding).
         input_rounding: ``nearest_even`` or ``stochastic``.
-        offset: column j is element ``offset + j`` of the generators.
+        offset: column j is element ``offset + j`` of the generators (an operand of
+            one column, broadcast to every column, rounds as element 0).
 
     Returns:
         float32 (float64 for an fp64 accumulator), shape (columns,) (0-d for 1-D inputs).
 
     >>> import numpy as np
     >>> a, b = np.array([-1.125, 1.0625]), np.array([1.0, 1.0625])  # 1.0625**2 = 1.125 + 2**-8
-    >>> float(dot(a, b, input="bf16", accumulate="bf16")), float(dot(a, b, input="bf16", accumulate="bf16", products="bf16"))
+    >>> kw = dict(input="bf16", accumulate="bf16")
+    >>> float(dot(a, b, **kw)), float(dot(a, b, products="bf16", **kw))  # FMA keeps the 2**-8
     (0.00390625, 0.0)
     """
     fin, fa, m = get_format(input), get_format(accumulate), get_mode(rounding)
