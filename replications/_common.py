@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 
@@ -21,10 +22,14 @@ def table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -
     """Print rows under a header, columns aligned."""
     cells = [[_fmt(v) for v in r] for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(header)]
-    print(f"\n{title}")
-    print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
+    say("", title, "  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
     for c in cells:
-        print("  ".join(v.rjust(w) for v, w in zip(c, widths, strict=True)))
+        say("  ".join(v.rjust(w) for v, w in zip(c, widths, strict=True)))
+
+
+def say(*lines: str) -> None:
+    """Write lines to standard output (the scripts' one output)."""
+    sys.stdout.write("".join(line + "\n" for line in lines))
 
 
 def _fmt(v: object) -> str:

@@ -65,9 +65,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     _common.table(
         "bf16, U[0,1] terms, relative error (mean of 2 columns); published: FABsum flat in n, recursive grows",
         ["n", "recursive", "FABsum b=32 Kahan", "FABsum b=32 fp32 across", "FABsum bound", "recursive bound"],
-        [[r["n"], r["recursive"], r["fab_kahan"], r["fab_fp32"], r["bound_fab"], r["bound_rec"] or "none"] for r in rows],
+        [
+            [r["n"], r["recursive"], r["fab_kahan"], r["fab_fp32"], r["bound_fab"], r["bound_rec"] or "none"]
+            for r in rows
+        ],
     )
-    print(f"\n{clock}")
+    _common.say("", str(clock))
 
 
 if __name__ == "__main__":

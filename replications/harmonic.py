@@ -60,12 +60,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"harmonic series, N = {N} terms (exact H_N = {exact:.6f})",
         header,
         [
-            [r["format"], r["published_value"] or "-", r["published_n"] or "-", r["value"], r["stagnates_at_n"] or "grows"]
+            [
+                r["format"],
+                r["published_value"] or "-",
+                r["published_n"] or "-",
+                r["value"],
+                r["stagnates_at_n"] or "grows",
+            ]
             + ([r["sr_value"]] if args.full else [])
             for r in rows
         ],
     )
-    print(f"\n{clock}")
+    _common.say("", str(clock))
 
 
 table = _common.table

@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             for r in rows
         ],
     )
-    print(f"\n{clock}")
+    _common.say("", str(clock))
 
 
 if __name__ == "__main__":

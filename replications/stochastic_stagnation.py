@@ -65,9 +65,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{fmt}: relative error of the recursive sum of U[0,1] terms (mean of 4 columns); "
             "published: RN stagnates (error -> 1), SR stays near sqrt(n) u",
             ["n", "RN error", "SR error", "sqrt(n) u", "SR / sqrt(n) u", "RN sum", "exact sum"],
-            [[r["n"], r["rn"], r["sr"], r["sqrt_n_u"], r["sr"] / r["sqrt_n_u"], r["rn_value"], r["exact"]] for r in rows],
+            [
+                [r["n"], r["rn"], r["sr"], r["sqrt_n_u"], r["sr"] / r["sqrt_n_u"], r["rn_value"], r["exact"]]
+                for r in rows
+            ],
         )
-    print(f"\n{clock}")
+    _common.say("", str(clock))
 
 
 if __name__ == "__main__":
