@@ -28,6 +28,7 @@ from fpreduce.core.engine import reduce, reduce_reference
 from fpreduce.core.exact import ExactSum, exact_sum, exact_sum_mpmath
 from fpreduce.core.fabsum import fabsum
 from fpreduce.core.formats import FORMATS, Format, from_bits, get_format, to_bits, ulp
+from fpreduce.core.metrics import backward_bounds
 from fpreduce.core.primitives import backward_error, partial_sums, round_inputs
 from fpreduce.core.products import dot, matvec
 from fpreduce.core.rounding import MODES, Mode, round_to
@@ -42,6 +43,7 @@ __all__ = [
     "OrderOutcomes",
     "Results",
     "__version__",
+    "backward_bounds",
     "backward_error",
     "dot",
     "exact_sum",

@@ -179,3 +179,25 @@ def test_backward_error_is_exact(X):
             assert b[j] == backward_reference(y[j], X[:, j])
     assert fr.backward_error(np.float32(0.0), np.zeros(3))[0] == 0.0
     assert np.isinf(fr.backward_error(np.float32(1.0), np.zeros(3))[0])
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "tf32", "fp32", "fp8_e4m3"])
+def test_overflow_inf_and_nan_follow_the_engine(fmt):
+    f = get_format(fmt)
+    big = f.max_finite
+    X = np.array([[big, 1.0, -big, np.nan], [big, np.inf, big, 1.0], [-big, -np.inf, 2.0, 1.0], [1.0, 1.0, -0.0, 1.0]])
+    X = fr.round_to(X, fmt)
+    for mode in MODES:
+        P = fr.partial_sums(X, input=fmt, accumulate=fmt, rounding=mode)
+        for k in range(1, 5):
+            assert same(P[k - 1], fr.reduce(X[:k], "sequential", input=fmt, accumulate=fmt, rounding=mode)), (mode, k)
+
+
+def test_backward_error_sits_under_the_bound_while_it_is_informative():
+    X = np.random.default_rng(9).uniform(0, 1, (2000, 4)).astype(np.float32)
+    for fmt, n in [("bf16", 64), ("fp16", 2000)]:
+        b = fr.backward_error(fr.reduce(X[:n], "sequential", input=fmt, accumulate=fmt), fr.round_to(X[:n], fmt))
+        bound = fr.backward_bounds(n - 1, fmt)["deterministic"]
+        assert bound is not None
+        assert np.all(b <= bound)
+    assert fr.backward_bounds(300, "bf16")["deterministic"] is None  # 300 u >= 1: says nothing

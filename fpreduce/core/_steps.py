@@ -33,7 +33,7 @@ import numpy as np
 from fpreduce.base import jit
 from fpreduce.core import _tall
 from fpreduce.core._sr_numpy import _add_sr_numpy
-from fpreduce.core.arith import add_rounded
+from fpreduce.core.arith import _Arith, add_rounded
 from fpreduce.core.formats import Format
 from fpreduce.core.rounding import Mode, quantum_bits, round_to
 
@@ -75,7 +75,21 @@ def _add_any(a, x, p, emin, maxf, mode, has_inf, u):  # type: ignore[no-untyped-
     return _round_scalar(s, err, a, x, p, emin, maxf, mode, has_inf, u)
 
 
-def _fold_kernel(X, first, out, keep, p, emin, maxf, mode, has_inf, key, e0):  # type: ignore[no-untyped-def]
+def _step(a, x, kind, prm, p, emin, maxf, mode, has_inf, key, t, e):  # type: ignore[no-untyped-def]
+    """One addition: the engine's own (``_tall._add1``) for addends of the format to nearest, else ``_add_any``."""
+    if kind == 0:
+        if p == 24:
+            return np.float64(np.float32(a) + np.float32(x))
+        return a + x
+    if kind == 1 or kind == 2:
+        r = np.float64(_add1(a, x, kind, prm, key, t, e))
+        if r == r or a != a or x != x:
+            return r  # else Veltkamp's NaN (an Inf operand, a sum beyond its range): the exact path below
+    u = _uniform(key, e, t) if mode == 4 else 0.0
+    return _add_any(a, x, p, emin, maxf, mode, has_inf, u)
+
+
+def _fold_kernel(X, first, out, keep, kind, prm, p, emin, maxf, mode, has_inf, key, e0):  # type: ignore[no-untyped-def]
     """The left fold of the rows of X (float64): out[k] (keep) or out[0] (not) <- partial sum k, per column."""
     n, d = X.shape
     acc = np.empty(d)
@@ -86,8 +100,7 @@ def _fold_kernel(X, first, out, keep, p, emin, maxf, mode, has_inf, key, e0):  #
         out[0, j] = acc[j]
     for k in range(1, n):
         for j in range(d):
-            u = _uniform(key, e0 + j, k - 1) if mode == 4 else 0.0
-            acc[j] = _add_any(acc[j], X[k, j], p, emin, maxf, mode, has_inf, u)
+            acc[j] = _step(acc[j], X[k, j], kind, prm, p, emin, maxf, mode, has_inf, key, k - 1, e0 + j)
         if keep:
             for j in range(d):
                 out[k, j] = acc[j]
@@ -99,6 +112,7 @@ def _fold_kernel(X, first, out, keep, p, emin, maxf, mode, has_inf, key, e0):  #
 _round_scalar: Any = _tall._round_scalar
 _add_fp64: Any = _tall._add_fp64
 _uniform: Any = _tall._uniform
+_add1: Any = _tall._add1
 _COMPILED: list[Callable[..., Any]] = []
 
 
@@ -111,8 +125,9 @@ def _kernel() -> Callable[..., Any] | None:
 
         _tall._compile_helpers()  # the engine's scalar rounder and generator, as numba functions
         g = globals()
-        g["_round_scalar"], g["_add_fp64"], g["_uniform"] = _tall._round_scalar, _tall._add_fp64, _tall._uniform
-        for name in ("_overflow", "_add_any"):
+        for name in ("_round_scalar", "_add_fp64", "_uniform", "_add1"):
+            g[name] = getattr(_tall, name)
+        for name in ("_overflow", "_add_any", "_step"):
             g[name] = numba.njit(cache=True, nogil=True)(g[name])
         _COMPILED.append(numba.njit(cache=True, nogil=True)(_fold_kernel))
     return _COMPILED[0]
@@ -164,13 +179,23 @@ def _fold_rows_numpy(X: np.ndarray, first: np.ndarray, keep: bool, f: Format, mo
 
 
 def fold_rows(
-    X: np.ndarray, f: Format, mode: Mode, key: int = 0, offset: int = 0, *, keep: bool = True, first=None
+    X: np.ndarray,
+    f: Format,
+    mode: Mode,
+    key: int = 0,
+    offset: int = 0,
+    *,
+    keep: bool = True,
+    first: np.ndarray | None = None,
+    narrow: bool = False,
 ) -> np.ndarray:
     """The left fold of the rows of ``X`` in ``f`` and ``mode``: every partial sum (n, d) or the last (1, d).
 
-    ``X`` holds float64 values (any: wider than ``f`` is rounded once per addition);
-    ``first`` replaces row 0 (default ``X[0]``); column j is element ``offset + j`` of
-    the stochastic generator seeded by ``key``. Returns float64.
+    ``X`` holds float64 values (any: wider than ``f`` is rounded once per addition;
+    ``narrow``: every row after the first holds values of ``f``, and the engine's
+    faster additions to nearest apply); ``first`` replaces row 0 (default ``X[0]``);
+    column j is element ``offset + j`` of the stochastic generator seeded by ``key``.
+    Returns float64.
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
     n, d = X.shape
@@ -181,7 +206,9 @@ def fold_rows(
         return _fold_rows_numpy(X, first, keep, f, mode, k, offset)
     out = np.empty((n if keep else 1, d))
     with np.errstate(over="ignore", invalid="ignore"):
-        kern(X, first, out, keep, *params(f, mode), k, int(offset))
+        kind, prm = _tall._kind(_Arith(f, mode, None))
+        kind = kind if narrow and mode is Mode.NEAREST_EVEN else 3
+        kern(X, first, out, keep, kind, prm, *params(f, mode), k, int(offset))
     return out
 
 

@@ -162,7 +162,7 @@ def partial_sums(
         load.fits = True  # addends stay in the input format
     Xl = np.asarray(load(A), dtype=np.float64)
     if alg == "plain":
-        out = fold_rows(Xl, fa, m, key if m is Mode.STOCHASTIC else 0, int(offset))
+        out = fold_rows(Xl, fa, m, key if m is Mode.STOCHASTIC else 0, int(offset), narrow=kind == "accumulator")
     elif m is Mode.STOCHASTIC:
         raise InvalidArgument(f"partial_sums has no stochastic mode for algorithm {alg!r}")
     else:
@@ -225,9 +225,10 @@ def backward_error(s_hat: ArrayLike, X: ArrayLike) -> NDArray[np.float64]:
     error and ``sum |x_i|`` are exact rationals; their ratio is rounded once to
     float64. It is the smallest relative perturbation of the terms of which
     ``s_hat`` is the exact sum; compare it with
-    :func:`fpreduce.core.metrics.backward_bounds` (which says when a bound is not
-    informative). A column of zeros gives 0 if ``s_hat`` is 0, else ``inf``; NaN where
-    ``s_hat`` or the sum is not finite.
+    :func:`fpreduce.core.metrics.backward_bounds` (``fr.backward_bounds(depth, fmt)``,
+    depth ``n - 1`` for a left fold of n terms, ``max(plan.depths())`` for a tree; a
+    bound that is not informative, ``d u >= 1``, is None). A column of zeros gives 0
+    if ``s_hat`` is 0, else ``inf``; NaN where ``s_hat`` or the sum is not finite.
 
     >>> import numpy as np
     >>> float(backward_error(np.float32(4.0), np.array([1.0, 2.0, 0.5]))[0])
