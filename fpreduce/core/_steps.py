@@ -206,8 +206,8 @@ def fold_rows(
         return _fold_rows_numpy(X, first, keep, f, mode, k, offset)
     out = np.empty((n if keep else 1, d))
     with np.errstate(over="ignore", invalid="ignore"):
-        kind, prm = _tall._kind(_Arith(f, mode, None))
-        kind = kind if narrow and mode is Mode.NEAREST_EVEN else 3
+        kp = _tall._kind(_Arith(f, mode, None)) if narrow and mode is Mode.NEAREST_EVEN else None
+        kind, prm = kp if kp is not None else (3, np.zeros(7))  # kind 3 and up: _add_any
         kern(X, first, out, keep, kind, prm, *params(f, mode), k, int(offset))
     return out
 
