@@ -10,10 +10,13 @@ from hypothesis import strategies as st
 import fpreduce as fr
 from fpreduce.base import jit
 from fpreduce.base.errors import InvalidArgument
+from fpreduce.core import products
 from fpreduce.core._reference import add_exact, round_fraction
 from fpreduce.core.algorithms import compensated_reference
 from fpreduce.core.fabsum import block_sums, fabsum_bound
 from fpreduce.core.formats import get_format
+from fpreduce.core.primitives import stream_key
+from fpreduce.core.rounding import get_mode
 from fpreduce.plans import fold
 from fpreduce.strategies import arrays, shapes
 
@@ -97,10 +100,13 @@ def test_a_left_fold_is_the_fma_chain_and_its_tree_path_agrees():
     for mode in [*MODES, "stochastic"]:
         kw = dict(input="bf16", accumulate="bf16", rounding=mode, seed=3)
         seq = fr.dot(A, B, **kw)
-        tree = fr.dot(A, B, fr.plans.sequential(40, np.arange(40)), **kw)  # the same left fold as a Plan
+        assert same(fr.dot(A, B, fr.plans.sequential(40, np.arange(40)), **kw), seq)  # the same left fold as a Plan
+        L = fr.round_to(A, "bf16").astype(float) * fr.round_to(B, "bf16").astype(float)
+        key = stream_key(3, True)[0] if mode == "stochastic" else 0
+        tree = products._fold_tree(fr.plans.sequential(40).root, L, get_format("bf16"), get_mode(mode), key, 0)
+        assert same(tree.astype(np.float32), seq)  # the tree program's rules give the FMA chain
         with jit.disabled():
             assert same(fr.dot(A, B, **kw), seq)
-        assert same(tree, seq)
     a, b = fr.round_to(A[:, 0], "bf16").astype(float), fr.round_to(B[:, 0], "bf16").astype(float)
     f = get_format("bf16")
     s = rnd(Fraction(a[0]) * Fraction(b[0]), f, "nearest_even")
@@ -170,3 +176,20 @@ def test_fabsum_error_does_not_grow_with_n_and_its_bound_says_so():
     assert errs[16384] < b["fabsum"]
     with pytest.raises(InvalidArgument, match="block"):
         fr.fabsum(np.ones(3), 0)
+
+
+@pytest.mark.parametrize("mode", [*MODES, "stochastic"])
+def test_the_compiled_tree_is_the_numpy_tree(mode):
+    rng = np.random.default_rng(8)
+    A, B = rng.standard_normal((37, 5)), rng.standard_normal((37, 5)) * np.exp2(rng.integers(-20, 20, (37, 5)))
+    for p in (
+        fr.plans.random_tree(37, rng),
+        fr.plans.parse("pairwise", 37),
+        fr.plans.parse("ring", 37).trees[1],
+        fr.plans.parse("kary:4", 37),
+    ):
+        for prod in ("fused", "fp32"):
+            kw = dict(input="bf16", accumulate="bf16", rounding=mode, seed=6, products=prod, offset=3)
+            got = fr.dot(A, B, p, **kw)
+            with jit.disabled():
+                assert same(fr.dot(A, B, p, **kw), got)

@@ -109,6 +109,25 @@ def _fold_kernel(X, first, out, keep, kind, prm, p, emin, maxf, mode, has_inf, k
             out[0, j] = acc[j]
 
 
+def _tree_kernel(L, ops, root, out, bufs, p, emin, maxf, mode, has_inf, key, e0):  # type: ignore[no-untyped-def]
+    """out[j] <- the tree program ``ops`` over the leaves ``L[:, j]`` (products.py's rules: a node of two
+    leaves rounds its left leaf alone first, counter ``FIRST_T + leaf``), column by column."""
+    for j in range(L.shape[1]):
+        e = e0 + j
+        for t in range(ops.shape[0]):
+            o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
+            if a >= 0 and b >= 0:
+                x = L[a, j]
+                u = _uniform(key, e, FIRST_T + a) if mode == 4 else 0.0
+                x = _add_any(x, math.copysign(0.0, x), p, emin, maxf, mode, has_inf, u)
+            else:
+                x = L[a, j] if a >= 0 else bufs[-1 - a]
+            y = L[b, j] if b >= 0 else bufs[-1 - b]
+            u = _uniform(key, e, t) if mode == 4 else 0.0
+            bufs[-1 - o] = _add_any(x, y, p, emin, maxf, mode, has_inf, u)
+        out[j] = bufs[-1 - root]
+
+
 _round_scalar: Any = _tall._round_scalar
 _add_fp64: Any = _tall._add_fp64
 _uniform: Any = _tall._uniform
@@ -130,7 +149,13 @@ def _kernel() -> Callable[..., Any] | None:
         for name in ("_overflow", "_add_any", "_step"):
             g[name] = numba.njit(cache=True, nogil=True)(g[name])
         _COMPILED.append(numba.njit(cache=True, nogil=True)(_fold_kernel))
+        _COMPILED.append(numba.njit(cache=True, nogil=True)(_tree_kernel))
     return _COMPILED[0]
+
+
+def tree_kernel() -> Callable[..., Any] | None:
+    """The compiled tree program (see :func:`_tree_kernel`), or None when the compiled kernels are off."""
+    return _COMPILED[1] if _kernel() is not None else None
 
 
 def params(f: Format, mode: Mode) -> tuple[int, int, float, int, bool]:

@@ -21,7 +21,8 @@ Stochastic rounding draws from the engine's counter-based generator: the t-th
 addition (evaluation order) of element ``e`` counter t, a product rounded to its
 format counter ``2**60 + i``, a left leaf rounded on its own ``2**62 + i``; the
 inputs ``a`` and ``b`` counters ``2**61 + i`` and ``2**61 + 2**40 + i``. A left fold
-runs compiled (:mod:`fpreduce.core._steps`), any other tree in numpy.
+runs compiled (:mod:`fpreduce.core._steps`), any other tree too (its in-place program, column by
+column), or in numpy without numba (the same bits).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
-from fpreduce.core._steps import FIRST_T, add_any_numpy, fold_rows
+from fpreduce.core._fastpath import _program
+from fpreduce.core._steps import FIRST_T, add_any_numpy, fold_rows, params, tree_kernel
+from fpreduce.core._tall import _left_spine
 from fpreduce.core.formats import Format, get_format
 from fpreduce.core.primitives import INPUT_T, _sr_inputs, as_rows, stream_key
 from fpreduce.core.rounding import Mode, get_mode, round_to
@@ -118,33 +121,49 @@ def dot(
     with np.errstate(over="ignore", invalid="ignore"):
         P = A * B  # exact for inputs of at most 26 bits
     n = P.shape[0]
-    p = parse(plan, n) if isinstance(plan, str) else plan
-    if not isinstance(p, Plan):
-        raise InvalidArgument(f"dot takes a plan of one tree for every element, got {type(p).__name__}")
-    if p.n != n:
-        raise InvalidArgument(f"plan has {p.n} leaves but there are {n} products")
     L = _leaf_values(P, products, m, key, offset)
-    leaves = p.leaves()
-    if leaves == list(range(n)) and _left_deep(p.root):
+    if isinstance(plan, str) and plan.strip() == "sequential":  # no tree of n leaves to build
         res = fold_rows(L, fa, m, key, offset, keep=False)[0]
     else:
-        res = _fold_tree(p.root, L, fa, m, key, offset)
+        p = parse(plan, n) if isinstance(plan, str) else plan
+        if not isinstance(p, Plan):
+            raise InvalidArgument(f"dot takes a plan of one tree for every element, got {type(p).__name__}")
+        if p.n != n:
+            raise InvalidArgument(f"plan has {p.n} leaves but there are {n} products")
+        spine = _left_spine(p.root, n)
+        if spine is not None and np.array_equal(spine, np.arange(n)):
+            res = fold_rows(L, fa, m, key, offset, keep=False)[0]
+        else:
+            res = _fold_tree(p.root, L, fa, m, key, offset)
     out = np.asarray(res, dtype=np.float64).astype(fa.value_dtype)
     one = np.ndim(a) <= 1 and np.ndim(b) <= 1
     return out.reshape(()) if one else out
 
 
-def _left_deep(root: Tree) -> bool:
-    node = root
-    while not isinstance(node, int):
-        if not isinstance(node[1], int):
-            return False
-        node = node[0]
-    return True
-
-
 def _fold_tree(root: Tree, L: np.ndarray, f: Format, m: Mode, key: int, offset: int) -> np.ndarray:
-    """The tree's sums of the leaves ``L`` (products), vectorized over the columns (see the module for the rules)."""
+    """The tree's sums of the leaves ``L`` (products): compiled, or :func:`_fold_tree_numpy` (the same bits)."""
+    kern = tree_kernel()
+    n, d = L.shape
+    if kern is None or n < 2:
+        return _fold_tree_numpy(root, L, f, m, key, offset)
+    prog, nbuf, top = _program(root, n)  # leaves are rows of L; ops in the evaluation order of plans.fold
+    out = np.empty(d)
+    with np.errstate(over="ignore", invalid="ignore"):
+        kern(
+            np.ascontiguousarray(L),
+            np.array(prog, dtype=np.int64).reshape(-1, 3),
+            top,
+            out,
+            np.empty(max(nbuf, 1)),
+            *params(f, m),
+            np.uint64(key),
+            int(offset),
+        )
+    return out
+
+
+def _fold_tree_numpy(root: Tree, L: np.ndarray, f: Format, m: Mode, key: int, offset: int) -> np.ndarray:
+    """The tree's sums of the leaves ``L``, vectorized over the columns (see the module for the rules)."""
     d = L.shape[1]
     e = np.arange(offset, offset + d, dtype=np.uint64)
     k = np.uint64(key)
