@@ -201,3 +201,10 @@ def test_backward_error_sits_under_the_bound_while_it_is_informative():
         assert bound is not None
         assert np.all(b <= bound)
     assert fr.backward_bounds(300, "bf16")["deterministic"] is None  # 300 u >= 1: says nothing
+
+
+def test_wide_rounds_once_where_c_rounds_twice():
+    x = np.array([1.0, 2.0**-24 + 2.0**-76])
+    once = fr.partial_sums(x, input="fp64", accumulate="fp32", addends="wide")[-1, 0]
+    assert float(once) == 1 + 2.0**-23
+    assert float(np.float32(np.float64(np.float32(1.0)) + x[1])) == 1.0  # C: the double sum, then to float

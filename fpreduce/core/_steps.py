@@ -19,7 +19,11 @@ draws included (the counter-based generator of :mod:`fpreduce.core._tall`: addit
 kept or only the last, compiled with numba when :mod:`fpreduce.base.jit` allows and in
 numpy otherwise (:func:`_fold_rows_numpy`, same bits; tests/test_primitives.py checks).
 The first row enters as it is rounded to the format (its own rounding, counter
-``FIRST_T``), so a row already in the format is unchanged.
+``FIRST_T``), so a row already in the format is unchanged. Addends already in the
+format, to nearest (``narrow``), take the engine's own additions (``_tall._add1``:
+a float32 add, Veltkamp splitting), the same bits faster. :func:`_tree_kernel` runs
+the in-place program of any tree (:mod:`fpreduce.core.products`' rules; its numpy twin
+is there).
 """
 
 from __future__ import annotations

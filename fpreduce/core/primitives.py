@@ -5,8 +5,11 @@
   options (the law tests/test_primitives.py checks), so one pass shows where a sum
   stagnates. Compiled with numba (:mod:`fpreduce.core._steps`), numpy otherwise.
 * ``addends="wide"``: addends kept in the input format even when it is wider than the
-  accumulator, each addition rounded once from the exact ``acc + x`` (C's
-  ``float acc; acc += x`` with ``x`` of a wider type, when the hardware rounds once).
+  accumulator, each addition rounded once from the exact ``acc + x`` (``float acc;
+  acc += x`` with ``x`` of a wider type, on hardware that rounds the mixed addition
+  once; C itself computes ``(float)((double)acc + x)``, two roundings, which differ
+  from one where the double sum lands on a midpoint of the float grid: ``1.0f +
+  (2**-24 + 2**-76)`` is ``1 + 2**-23`` rounded once and ``1.0f`` through double).
 * :func:`round_inputs` and ``input_rounding="stochastic"``: inputs rounded
   stochastically to the input format with a counter-based generator (splitmix64 of
   the key, the element and the row), so the bits depend on the seed alone, not on how
