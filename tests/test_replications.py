@@ -8,8 +8,8 @@
   is far smaller (Higham & Mary 2019).
 * fp16/bf16: round to nearest stagnates (error above 1/2 once n E[x] passes 2**p),
   stochastic rounding stays within lam sqrt(n) u (Connolly, Higham & Mary 2021).
-* FABsum's error does not grow with n and stays within its bound, while the recursive
-  sum's grows past it (Blanchard, Higham & Mary 2020).
+* FABsum's error does not grow with n and stays within its bound where the bound is
+  informative, while the recursive sum's grows past it (Blanchard, Higham & Mary 2020).
 """
 
 import importlib.util
@@ -67,9 +67,10 @@ def test_round_to_nearest_stagnates_and_stochastic_rounding_does_not(fmt, n):
 
 def test_fabsum_error_is_flat_in_n_and_within_its_bound():
     rows = load("fabsum_error").run([2**8, 2**12, 2**14], columns=2, seed=2)
-    for r in rows:
+    for r in rows[:2]:  # m u < 1: the first-order bound is informative
         assert r["fab_kahan"] < r["bound_fab"]
         assert r["fab_fp32"] < r["bound_fab"]
+    assert rows[-1]["bound_fab"] is None  # m = 512 block sums, m u = 2: Kahan's O(m u^2) term is not negligible
     assert rows[-1]["recursive"] > 10 * rows[-1]["fab_kahan"]
     assert rows[-1]["fab_kahan"] < 4 * max(rows[0]["fab_kahan"], 2.0**-9)  # no growth with n (64x more terms)
     assert np.isclose(rows[0]["bound_fab"], 33 * 2.0**-8)
