@@ -9,7 +9,9 @@ terms" is the first term n that leaves the sum unchanged; no later term can chan
 
 Sizes: every format up to N = 2**22 terms by default (the fp32 sum needs 2.1e6; about
 a second with numba); ``--full`` goes to 2**24 and adds stochastic rounding's value at N,
-which keeps growing (Connolly, Higham & Mary 2021). Run: ``python replications/harmonic.py [--full]``.
+which keeps growing (Connolly, Higham & Mary 2021): about 50 s. What we see: exactly the
+published values and n (fp16 7.0859375 and n = 513, bf16 5.0625 and n = 65), fp32
+15.403683 with n = 2097152 (= 2**21); tf32 matches fp16. Run: ``python replications/harmonic.py [--full]``.
 """
 
 from __future__ import annotations

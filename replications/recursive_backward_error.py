@@ -10,8 +10,12 @@ bound (n - 1) u, and the probabilistic bound lam sqrt(n) u holds; for data of ze
 
 Here: n = 2**4 .. 2**22 (``--full``: 2**24), 8 columns of independent data per n (4
 with ``--full``), inputs fp32, sums fp32 to nearest, the backward error computed
-exactly (``fpreduce.backward_error``). The paper goes to larger n than a 2-core
-machine sums exactly in a few minutes. Run: ``python replications/recursive_backward_error.py [--full]``.
+exactly (``fpreduce.backward_error``). ``--full`` takes about a minute and 1.4 GB on a
+shared 2-core machine; larger n would fit memory but were not run, and the paper's own
+sizes were not checked here: compare the trend, not the exact n. What we see: the
+[0,1] error is 0.1 to 0.35 sqrt(n) u (the ratio drifting down at the largest n), far
+below (n - 1) u; the [-1,1] error stays between 5e-9 and 1e-7 (about u) for every n.
+Run: ``python replications/recursive_backward_error.py [--full]``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,11 @@ fp16's largest value 65504 and a larger one overflows), 4 columns of data, stoch
 the counter-based generator (one seed; its partial sums give every n in one pass).
 The reference is the float64 prefix sum, exact for fp16 inputs (multiples of
 2**-24 below 2**29) and within n 2**-53 relative for bf16 (far below the errors
-shown). Run: ``python replications/stochastic_stagnation.py [--full]``.
+shown). ``--full`` takes about 70 s and 2.8 GB (every partial sum of 2**24 x 4 terms
+is kept). What we see: RN stagnates at 2048 (fp16) and 256 (bf16), its error going to
+1; SR's error stays at 0.06 to 0.5 sqrt(n) u, and in bf16 at 0.02 to 0.06 where
+sqrt(n) u exceeds 1 (the bound says nothing there, SR still works).
+Run: ``python replications/stochastic_stagnation.py [--full]``.
 """
 
 from __future__ import annotations
