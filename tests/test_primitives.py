@@ -208,3 +208,19 @@ def test_wide_rounds_once_where_c_rounds_twice():
     once = fr.partial_sums(x, input="fp64", accumulate="fp32", addends="wide")[-1, 0]
     assert float(once) == 1 + 2.0**-23
     assert float(np.float32(np.float64(np.float32(1.0)) + x[1])) == 1.0  # C: the double sum, then to float
+
+
+def test_partial_sums_are_the_hardware_types_running_sums():
+    """Independent implementations: numpy's float32 cumsum, numpy float16 and ml_dtypes bfloat16 additions."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.random.default_rng(12).standard_normal(3000) * np.exp2(np.random.default_rng(13).integers(-12, 12, 3000))
+    f32 = x.astype(np.float32)
+    assert same(fr.partial_sums(f32)[:, 0], np.cumsum(f32, dtype=np.float32))
+    for dt, fmt in ((np.float16, "fp16"), (ml_dtypes.bfloat16, "bf16")):
+        xs = x.astype(dt)
+        acc, run = xs[0], [xs[0]]
+        for v in xs[1:]:
+            acc = dt(acc + v)  # the type's own addition (float32 inside, rounded once: innocuous)
+            run.append(acc)
+        want = np.array(run, dtype=dt).astype(np.float64)
+        assert same(fr.partial_sums(xs, input=fmt, accumulate=fmt)[:, 0], want)
