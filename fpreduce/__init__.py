@@ -29,7 +29,7 @@ from fpreduce.core.exact import ExactSum, exact_sum, exact_sum_mpmath
 from fpreduce.core.fabsum import fabsum
 from fpreduce.core.formats import FORMATS, Format, from_bits, get_format, to_bits, ulp
 from fpreduce.core.metrics import backward_bounds
-from fpreduce.core.primitives import backward_error, partial_sums, round_inputs
+from fpreduce.core.primitives import backward_error, partial_sums, round_inputs, stagnation
 from fpreduce.core.products import dot, matvec
 from fpreduce.core.rounding import MODES, Mode, round_to
 
@@ -61,6 +61,7 @@ __all__ = [
     "reduce_reference",
     "round_inputs",
     "round_to",
+    "stagnation",
     "run_experiment",
     "timing",
     "to_bits",

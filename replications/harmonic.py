@@ -37,10 +37,9 @@ PUBLISHED: dict[str, tuple[float, int | str]] = {
 def stagnation(fmt: str, N: int, rounding: str = "nearest_even", seed: int | None = None) -> dict[str, float]:
     """The sum of 1/k, k = 1..N, in ``fmt`` (terms rounded to nearest): its last value and where it stopped."""
     terms = 1.0 / np.arange(1, N + 1, dtype=np.float64)
-    h = fr.partial_sums(terms, input=fmt, accumulate=fmt, rounding=rounding, seed=seed)[:, 0].astype(np.float64)
-    changed = np.flatnonzero(np.diff(h) != 0)
-    last = int(changed[-1]) + 2 if changed.size else 1  # terms in the sum at its last change
-    return {"value": float(h[-1]), "last_change_n": last, "stagnates_at_n": last + 1 if last < N else None}
+    n_last, value = fr.stagnation(fr.partial_sums(terms, input=fmt, accumulate=fmt, rounding=rounding, seed=seed))
+    last = int(n_last[0])  # terms in the sum at its last change
+    return {"value": float(value[0]), "last_change_n": last, "stagnates_at_n": last + 1 if last < N else None}
 
 
 def run(N: int, formats: Sequence[str] = ("fp16", "bf16", "fp32", "tf32", "fp8_e5m2"), sr_seed: int | None = None):

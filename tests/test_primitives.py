@@ -224,3 +224,25 @@ def test_partial_sums_are_the_hardware_types_running_sums():
             run.append(acc)
         want = np.array(run, dtype=dt).astype(np.float64)
         assert same(fr.partial_sums(xs, input=fmt, accumulate=fmt)[:, 0], want)
+
+
+@given(problems(specials=False), st.sampled_from([*MODES, "stochastic"]), st.integers(0, 2**32))
+def test_a_leaf_order_folds_the_rows_in_that_order(prob, mode, seed):
+    fin, fa, X = prob
+    order = np.random.default_rng(seed).permutation(X.shape[0])
+    kw = dict(input=fin, accumulate=fa, rounding=mode, seed=seed)
+    P = fr.partial_sums(X, order=order, **kw)
+    assert same(P[-1], fr.reduce(X, fr.plans.sequential(X.shape[0], order), **kw))
+    if mode != "stochastic":
+        assert same(P, fr.partial_sums(X[order], **kw))
+    with pytest.raises(InvalidArgument, match="permutation"):
+        fr.partial_sums(X, order=np.zeros(X.shape[0] + 1, dtype=int))
+
+
+def test_stagnation_finds_the_last_change():
+    P = np.array([[1.0, 1.0, np.nan], [2.0, 1.0, np.nan], [2.0, 1.0, np.nan], [3.0, 1.0, np.nan]])
+    n_last, value = fr.stagnation(P)
+    assert n_last.tolist() == [4, 1, 1]
+    assert same(value, P[-1])
+    h = fr.partial_sums(1.0 / np.arange(1, 200), input="bf16", accumulate="bf16")
+    assert fr.stagnation(h)[0].tolist() == [64]

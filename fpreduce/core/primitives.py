@@ -39,7 +39,7 @@ from fpreduce.core.exact import ExactSum, exact_sum
 from fpreduce.core.formats import Format, get_format
 from fpreduce.core.rounding import Mode, get_mode
 
-__all__ = ["INPUT_T", "backward_error", "partial_sums", "round_inputs", "stream_key"]
+__all__ = ["INPUT_T", "backward_error", "partial_sums", "round_inputs", "stagnation", "stream_key"]
 
 INPUT_T = 1 << 61  # counter of the input in row i: INPUT_T + i
 Addends = Literal["accumulator", "wide"]
@@ -120,6 +120,7 @@ def partial_sums(
     addends: str = "accumulator",
     input_rounding: str | Mode = "nearest_even",
     offset: int = 0,
+    order: ArrayLike | None = None,
 ) -> NDArray[np.floating]:
     """Every partial sum of the sequential fold of the rows of ``X``: shape (terms, elements).
 
@@ -139,6 +140,8 @@ def partial_sums(
         input_rounding: ``nearest_even``, or ``stochastic``: the inputs are rounded to
             ``input`` stochastically by :func:`round_inputs`' generator (needs ``seed``).
         offset: X's column j is element ``offset + j`` of the stochastic generators.
+        order: the fold's leaf order (row ``order[k]`` is the k-th term; default 0..n-1):
+            the last row is then ``reduce(X, plans.sequential(n, order), ...)``.
 
     Returns:
         float32 (float64 for an fp64 accumulator), shape (terms, elements).
@@ -158,12 +161,12 @@ def partial_sums(
     if sr_in is Mode.STOCHASTIC:
         A = _sr_inputs(A, fin, key, int(offset))
     if alg == "exact":
-        ex = _exact_prefixes(np.asarray(_Loader(A, fin, fin, Mode.NEAREST_EVEN, None, np.dtype(np.float64))(A)), fa, m)
-        return ex.astype(fa.value_dtype)
+        Xin = np.asarray(_Loader(A, fin, fin, Mode.NEAREST_EVEN, None, np.dtype(np.float64))(A))
+        return _exact_prefixes(Xin[_permutation(order, A.shape[0])], fa, m).astype(fa.value_dtype)
     load = _Loader(A, fin, fa, m, rng, np.dtype(np.float64))
     if kind == "wide":
         load.fits = True  # addends stay in the input format
-    Xl = np.asarray(load(A), dtype=np.float64)
+    Xl = np.asarray(load(A), dtype=np.float64)[_permutation(order, A.shape[0])]
     if alg == "plain":
         out = fold_rows(Xl, fa, m, key if m is Mode.STOCHASTIC else 0, int(offset), narrow=kind == "accumulator")
     elif m is Mode.STOCHASTIC:
@@ -171,6 +174,36 @@ def partial_sums(
     else:
         out = _compensated_prefixes(Xl, fa, m, alg)
     return out.astype(fa.value_dtype)
+
+
+def _permutation(order: ArrayLike | None, n: int) -> np.ndarray:
+    """``order`` checked to be a permutation of 0..n-1 (default: the identity)."""
+    if order is None:
+        return np.arange(n)
+    o = np.asarray(order)
+    if o.shape != (n,) or o.dtype.kind not in "iu" or not np.array_equal(np.sort(o), np.arange(n)):
+        raise InvalidArgument(f"order must be a permutation of 0..{n - 1}, got {o!r}")
+    return o
+
+
+def stagnation(P: ArrayLike) -> tuple[NDArray[np.int64], NDArray[np.floating]]:
+    """Where each column of partial sums ``P`` (terms, elements) last changed, and its final value.
+
+    Returns ``(n_last, value)``: the sum of the first ``n_last`` terms is the final sum
+    and no later term changed it (``n_last + 1`` is the first term lost; ``n_last = n``
+    when the last term still counted). Used on :func:`partial_sums` to see where a
+    sum stagnates.
+
+    >>> import numpy as np
+    >>> stagnation(np.array([[1.0], [1.5], [2.0], [2.0], [2.0]]))
+    (array([3]), array([2.]))
+    """
+    A = as_rows(P, "stagnation")
+    moved = np.diff(A, axis=0) != 0
+    moved &= ~(np.isnan(A[1:]) & np.isnan(A[:-1]))
+    n = A.shape[0]
+    last = np.where(moved.any(axis=0), n - np.argmax(moved[::-1], axis=0), 1)
+    return last.astype(np.int64), A[-1].copy()
 
 
 def _compensated_prefixes(X: np.ndarray, f: Format, m: Mode, kind: str) -> np.ndarray:
