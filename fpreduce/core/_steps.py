@@ -151,7 +151,7 @@ def _kernel() -> Callable[..., Any] | None:
         for name in ("_round_scalar", "_add_fp64", "_uniform", "_add1"):
             g[name] = getattr(_tall, name)
         for name in ("_overflow", "_add_any", "_step"):
-            g[name] = numba.njit(cache=True, nogil=True)(g[name])
+            g[name] = numba.njit(cache=True, nogil=True, inline="always" if name == "_step" else "never")(g[name])
         _COMPILED.append(numba.njit(cache=True, nogil=True)(_fold_kernel))
         _COMPILED.append(numba.njit(cache=True, nogil=True)(_tree_kernel))
     return _COMPILED[0]
