@@ -20,8 +20,8 @@ kept or only the last, compiled with numba when :mod:`fpreduce.base.jit` allows 
 numpy otherwise (:func:`_fold_rows_numpy`, same bits; tests/test_primitives.py checks).
 The first row enters as it is rounded to the format (its own rounding, counter
 ``FIRST_T``), so a row already in the format is unchanged. Addends already in the
-format, to nearest (``narrow``), take the engine's own additions (``_tall._add1``:
-a float32 add, Veltkamp splitting), the same bits faster. :func:`_tree_kernel` runs
+format, to nearest (``narrow``), take the engine's kinds of addition (a float32 add,
+Veltkamp splitting: see :mod:`fpreduce.core._tall`), the same bits faster. :func:`_tree_kernel` runs
 the in-place program of any tree (:mod:`fpreduce.core.products`' rules; its numpy twin
 is there).
 """
@@ -80,15 +80,30 @@ def _add_any(a, x, p, emin, maxf, mode, has_inf, u):  # type: ignore[no-untyped-
 
 
 def _step(a, x, kind, prm, p, emin, maxf, mode, has_inf, key, t, e):  # type: ignore[no-untyped-def]
-    """One addition: the engine's own (``_tall._add1``) for addends of the format to nearest, else ``_add_any``."""
+    """One addition: the engine's kinds (``_tall``) for addends of the format to nearest, else ``_add_any``.
+
+    Kind 0: the native float32 (fp32) or float64 (fp64) add. Kinds 1 (bf16, tf32) and 2
+    (fp16): the float32 sum rounded by Veltkamp splitting with ``prm[5]``; fp16 keeps
+    the sum below 2**-14 (``prm[6]``: exact there) and overflows beyond its largest
+    value; bf16's NaN from an Inf operand or a sum beyond Veltkamp's range takes the
+    exact path.
+    """
     if kind == 0:
         if p == 24:
             return np.float64(np.float32(a) + np.float32(x))
         return a + x
     if kind == 1 or kind == 2:
-        r = np.float64(_add1(a, x, kind, prm, key, t, e))
+        s32 = np.float32(a) + np.float32(x)
+        c = s32 * np.float32(prm[5])
+        r = np.float64(c - (c - s32))
+        if kind == 2:
+            if abs(s32) < prm[6]:
+                r = np.float64(s32)
+            if not abs(r) <= maxf:
+                r = np.float64(s32) if s32 != s32 else math.copysign(math.inf, s32)
+            return r
         if r == r or a != a or x != x:
-            return r  # else Veltkamp's NaN (an Inf operand, a sum beyond its range): the exact path below
+            return r
     u = _uniform(key, e, t) if mode == 4 else 0.0
     return _add_any(a, x, p, emin, maxf, mode, has_inf, u)
 
@@ -135,7 +150,6 @@ def _tree_kernel(L, ops, root, out, bufs, p, emin, maxf, mode, has_inf, key, e0)
 _round_scalar: Any = _tall._round_scalar
 _add_fp64: Any = _tall._add_fp64
 _uniform: Any = _tall._uniform
-_add1: Any = _tall._add1
 _COMPILED: list[Callable[..., Any]] = []
 
 
@@ -148,7 +162,7 @@ def _kernel() -> Callable[..., Any] | None:
 
         _tall._compile_helpers()  # the engine's scalar rounder and generator, as numba functions
         g = globals()
-        for name in ("_round_scalar", "_add_fp64", "_uniform", "_add1"):
+        for name in ("_round_scalar", "_add_fp64", "_uniform"):
             g[name] = getattr(_tall, name)
         for name in ("_overflow", "_add_any", "_step"):
             g[name] = numba.njit(cache=True, nogil=True, inline="always" if name == "_step" else "never")(g[name])
@@ -191,20 +205,18 @@ def add_any_numpy(
     return out
 
 
-def _fold_rows_numpy(X: np.ndarray, first: np.ndarray, keep: bool, f: Format, mode: Mode, key: np.uint64, e0: int):
+def _fold_rows_numpy(X: np.ndarray, first: np.ndarray, out: np.ndarray, f: Format, mode: Mode, key, e0: int):  # type: ignore[no-untyped-def]
     """:func:`_fold_kernel` in numpy, row by row (vectorized over the columns)."""
     n, d = X.shape
+    keep = out.shape[0] == n and n > 1
     e = np.arange(e0, e0 + d, dtype=np.uint64)
-    out = np.empty((n if keep else 1, d))
     acc = add_any_numpy(first, np.copysign(0.0, first), f, mode, key, FIRST_T, e)
     out[0] = acc
     for k in range(1, n):
-        acc = add_any_numpy(acc, X[k], f, mode, key, k - 1, e)
+        acc = add_any_numpy(acc, X[k].astype(np.float64), f, mode, key, k - 1, e)
         if keep:
             out[k] = acc
-    if not keep:
-        out[0] = acc
-    return out
+    out[-1] = acc
 
 
 def fold_rows(
@@ -217,23 +229,26 @@ def fold_rows(
     keep: bool = True,
     first: np.ndarray | None = None,
     narrow: bool = False,
+    dtype: np.dtype | type = np.float64,
 ) -> np.ndarray:
     """The left fold of the rows of ``X`` in ``f`` and ``mode``: every partial sum (n, d) or the last (1, d).
 
-    ``X`` holds float64 values (any: wider than ``f`` is rounded once per addition;
-    ``narrow``: every row after the first holds values of ``f``, and the engine's
-    faster additions to nearest apply); ``first`` replaces row 0 (default ``X[0]``);
-    column j is element ``offset + j`` of the stochastic generator seeded by ``key``.
-    Returns float64.
+    ``X`` holds float32 or float64 values (any: wider than ``f`` is rounded once per
+    addition; ``narrow``: every row after the first holds values of ``f``, and the
+    engine's faster additions to nearest apply); ``first`` replaces row 0 (default
+    ``X[0]``); column j is element ``offset + j`` of the stochastic generator seeded by
+    ``key``. Returns ``dtype`` (float64, or float32 when it holds ``f``'s values).
     """
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = np.ascontiguousarray(X, dtype=X.dtype if X.dtype in (np.float32, np.float64) else np.float64)
     n, d = X.shape
-    first = X[0] if first is None else np.ascontiguousarray(first, dtype=np.float64)
+    first = np.ascontiguousarray(X[0] if first is None else first, dtype=np.float64)
     k = np.uint64(key)
+    out: np.ndarray = np.empty((n if keep else 1, d), dtype=dtype)
     kern = _kernel()
     if kern is None:
-        return _fold_rows_numpy(X, first, keep, f, mode, k, offset)
-    out = np.empty((n if keep else 1, d))
+        with np.errstate(over="ignore", invalid="ignore"):
+            _fold_rows_numpy(X, first, out, f, mode, k, offset)
+        return out
     with np.errstate(over="ignore", invalid="ignore"):
         kp = _tall._kind(_Arith(f, mode, None)) if narrow and mode is Mode.NEAREST_EVEN else None
         kind, prm = kp if kp is not None else (3, np.zeros(7))  # kind 3 and up: _add_any

@@ -163,17 +163,17 @@ def partial_sums(
     if alg == "exact":
         Xin = np.asarray(_Loader(A, fin, fin, Mode.NEAREST_EVEN, None, np.dtype(np.float64))(A))
         return _exact_prefixes(Xin[_permutation(order, A.shape[0])], fa, m).astype(fa.value_dtype)
-    load = _Loader(A, fin, fa, m, rng, np.dtype(np.float64))
+    narrow = alg == "plain" and kind == "accumulator" and fa.precision <= 24  # addends are float32 values
+    load = _Loader(A, fin, fa, m, rng, np.dtype(np.float32 if narrow else np.float64))
     if kind == "wide":
         load.fits = True  # addends stay in the input format
-    Xl = np.asarray(load(A), dtype=np.float64)[_permutation(order, A.shape[0])]
+    Xl = load(A)[_permutation(order, A.shape[0])]
     if alg == "plain":
-        out = fold_rows(Xl, fa, m, key if m is Mode.STOCHASTIC else 0, int(offset), narrow=kind == "accumulator")
-    elif m is Mode.STOCHASTIC:
+        sk = key if m is Mode.STOCHASTIC else 0
+        return fold_rows(Xl, fa, m, sk, int(offset), narrow=kind == "accumulator", dtype=fa.value_dtype)
+    if m is Mode.STOCHASTIC:
         raise InvalidArgument(f"partial_sums has no stochastic mode for algorithm {alg!r}")
-    else:
-        out = _compensated_prefixes(Xl, fa, m, alg)
-    return out.astype(fa.value_dtype)
+    return _compensated_prefixes(np.asarray(Xl, dtype=np.float64), fa, m, alg).astype(fa.value_dtype)
 
 
 def _permutation(order: ArrayLike | None, n: int) -> np.ndarray:
