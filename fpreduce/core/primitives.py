@@ -14,6 +14,7 @@
   stochastically to the input format with a counter-based generator (splitmix64 of
   the key, the element and the row), so the bits depend on the seed alone, not on how
   the array is cut into pieces.
+* :func:`stagnation`: where a column of partial sums last changed.
 * :func:`backward_error`: ``|s_hat - s| / sum |x_i|`` per column, computed exactly.
 
 The generator is the engine's (:mod:`fpreduce.core._tall`): ``key`` is the first
@@ -135,8 +136,9 @@ def partial_sums(
             ``exact``: every prefix's exact sum rounded once).
         addends: ``accumulator`` (inputs converted to the accumulator format first, as
             ``reduce`` does) or ``wide`` (kept in the input format, each addition
-            rounded once from the exact sum: ``float acc += double x`` done right;
-            the first term is rounded to the accumulator on its own).
+            rounded once from the exact sum, as a mixed-precision adder does; C's
+            ``float acc += double x`` rounds twice, see the module; the first term is
+            rounded to the accumulator on its own).
         input_rounding: ``nearest_even``, or ``stochastic``: the inputs are rounded to
             ``input`` stochastically by :func:`round_inputs`' generator (needs ``seed``).
         offset: X's column j is element ``offset + j`` of the stochastic generators.
