@@ -109,7 +109,7 @@ def _step(a, x, kind, prm, p, emin, maxf, mode, has_inf, key, t, e):  # type: ig
 
 
 def _fold_kernel(X, first, out, keep, kind, prm, p, emin, maxf, mode, has_inf, key, e0):  # type: ignore[no-untyped-def]
-    """The left fold of the rows of X (float64): out[k] (keep) or out[0] (not) <- partial sum k, per column."""
+    """The left fold of the rows of X (float32 or float64): out[k] (keep) or out[0] (not) <- partial sum k."""
     n, d = X.shape
     acc = np.empty(d)
     for j in range(d):
