@@ -26,7 +26,11 @@ from fpreduce._version import __version__
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.engine import reduce, reduce_reference
 from fpreduce.core.exact import ExactSum, exact_sum, exact_sum_mpmath
+from fpreduce.core.fabsum import fabsum
 from fpreduce.core.formats import FORMATS, Format, as_native, format_name, from_bits, get_format, to_bits, ulp
+from fpreduce.core.metrics import backward_bounds
+from fpreduce.core.primitives import backward_error, partial_sums, round_inputs, stagnation
+from fpreduce.core.products import dot, matvec
 from fpreduce.core.rounding import MODES, Mode, round_to
 
 __all__ = [
@@ -40,18 +44,26 @@ __all__ = [
     "Results",
     "__version__",
     "as_native",
+    "backward_bounds",
+    "backward_error",
+    "dot",
     "exact_sum",
     "exact_sum_mpmath",
+    "fabsum",
     "format_name",
     "from_bits",
     "get_format",
     "load_config",
     "load_run",
+    "matvec",
     "order_outcomes",
+    "partial_sums",
     "plans",
     "reduce",
     "reduce_reference",
+    "round_inputs",
     "round_to",
+    "stagnation",
     "run_experiment",
     "timing",
     "to_bits",
