@@ -7,7 +7,8 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_readme_python_example_runs():
-    code = re.search(r"```python\n(.*?)```", README.read_text(), re.S).group(1)
+    text = README.read_text()
+    code = re.search(r"```python\n(.*?)```", text[text.index("## From Python") :], re.S).group(1)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README.md", "exec"), {})

@@ -29,44 +29,17 @@ Randomness: every draw comes from ``np.random.default_rng([seed, step, stream,
 ``exp``/``log`` and the model's float64 BLAS ``matmul`` may differ in a last bit
 between CPUs).
 
-Dumping per-rank gradients from PyTorch DDP into this layout
-------------------------------------------------------------
+Recorded gradients: the ``file`` layout
+--------------------------------------
 The ``file`` source reads one array ``(steps, workers, elements)`` (``.npy``, or
 ``.npz``: key ``grads``, else its first array) or a directory of per-step ``.npy``
 files ``(workers, elements)`` in name order (digit runs compare as numbers:
 ``step_2`` before ``step_10``; other files are ignored). Row ``w`` is rank ``w``'s
-*local* gradient, before any all-reduce. DDP's ``param.grad`` after ``backward()``
-is already averaged, so either skip DDP's reduction with ``no_sync()`` and reduce
-by hand::
-
-    import numpy as np, torch, torch.distributed as dist
-
-    def local_grad(model):  # fixed layout: parameters in order, None -> zeros
-        return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()
-                          for p in model.parameters()]).detach()
-
-    rank, world = dist.get_rank(), dist.get_world_size()
-    for step, (x, y) in enumerate(loader):
-        with ddp_model.no_sync():              # backward without DDP's all-reduce
-            loss_fn(ddp_model(x), y).backward()
-        g = local_grad(ddp_model.module)       # this rank's gradient (fp32 view)
-        parts = [torch.empty_like(g) for _ in range(world)]
-        dist.all_gather(parts, g)              # or dist.gather(g, parts, dst=0)
-        if rank == 0:
-            np.save(f"grads/step_{step:06d}.npy", torch.stack(parts).cpu().numpy())
-        for p in ddp_model.parameters():       # the reduction DDP skipped
-            if p.grad is not None:
-                dist.all_reduce(p.grad); p.grad /= world
-        optimizer.step(); optimizer.zero_grad()
-
-or register a DDP communication hook that keeps ``bucket.buffer().float().clone()``
-(this rank's flattened local gradients of one bucket; clone it, the default hook
-divides in place) and then returns ``default_hooks.allreduce_hook(None, bucket)``
-(``torch.distributed.algorithms.ddp_comm_hooks``); buckets hold parameters in
-roughly reverse order and DDP rebuilds them after the first iteration: concatenate
-by ``bucket.index()`` and skip step 0. ``.float()`` is exact for fp16/bf16 (numpy
-has no bf16). For big models dump a fixed slice (a layer, a random subset of
-elements). ``np.stack`` the per-step files for a single ``.npy``.
+*local* gradient, before any all-reduce. ``fpreduce.torch.Recorder`` (a DDP
+communication hook) writes this layout as ``REC/grads/`` while your job trains
+(``docs/replay.md``); ``fpreduce run --source PATH`` reads workers and steps from
+it. bf16/fp16 gradients are exact in float32 (numpy has no bf16). For big models
+dump a fixed slice (a layer, a random subset of elements).
 
 Files: ``allow_pickle=False`` (object arrays refused); ``.npy`` memory-mapped,
 ``.npz`` read into memory once. Dtype float16, float32 or float64;
