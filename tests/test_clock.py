@@ -158,3 +158,10 @@ def test_async_local_sgd_with_equal_speeds_has_a_known_staleness_and_differs_fro
     assert (_bits(tr.params) != _bits(sync_local.params)).any()  # stale deltas are not the averaged ones
     with pytest.raises(fr.InvalidArgument, match="at least 2"):
         parse_mode("local_async:2", 1)
+
+
+def test_price_formats_accept_the_names_people_write() -> None:
+    cfg = price_config_from_dict({"price": {"input": "bfloat16", "accumulate": "float32", "master": "float64"}})
+    assert (cfg.spec.input, cfg.spec.accumulate, cfg.spec.master) == ("bf16", "fp32", "fp64")
+    with pytest.raises(fr.InvalidArgument, match=r"price.input: unknown format 'bfloat17'; did you mean 'bf16'"):
+        price_config_from_dict({"price": {"input": "bfloat17"}})

@@ -23,6 +23,7 @@ import numpy as np
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.base.tomlfile import read_toml
+from fpreduce.core.formats import format_name
 from fpreduce.core.timing import Profile
 from fpreduce.run import rundir
 from fpreduce.run._tables import build, in_range
@@ -68,6 +69,13 @@ class PriceSpec:
     accumulate: str = "bf16"
     master: str = "fp32"
     target_loss: float = 0.0
+
+    def __post_init__(self) -> None:
+        for k in ("input", "accumulate", "master"):  # bfloat16, float32, ... stored as bf16, fp32
+            try:
+                object.__setattr__(self, k, format_name(getattr(self, k)))
+            except InvalidArgument as e:
+                raise InvalidArgument(f"price.{k}: {e}") from None
 
 
 @dataclass(frozen=True)
