@@ -1,0 +1,230 @@
+"""``fpreduce run CONFIG --distributed``: one run split over MPI ranks by element ranges.
+
+Launched as ``mpirun -np K python -m fpreduce.cli run CONFIG --distributed --out DIR``
+(or ``srun``, or a cluster's mpirun, with the same command). Unlike ``--backend mpi``
+(ranks = the experiment's workers, a real MPI_Allreduce), here the ranks share the
+*work*: every rank takes a contiguous range of whole element chunks
+(:func:`fpreduce.run.split.span`), generates or reads only that slice of every step's
+gradients (synthetic and file sources give the same bits for a slice as for the whole),
+reduces it under every arm and measures it; rank 0 merges the ranks' statistics exactly
+(:mod:`fpreduce.run.split`) and is the only one to touch the run directory, through the
+unchanged runner (:func:`fpreduce.run.runner.run_experiment`, its ``step_fn`` hook).
+``metrics.csv`` is byte-identical to a single process's, and ``summary.json`` identical
+but for the times and a ``"distributed"`` table (ranks, each rank's elements, the
+merge's time).
+
+Per step: rank 0 broadcasts the step; every rank computes its share; rank 0 gathers the
+shares (per-chunk float sums, counts, maxima, histograms, 65,536 counts of the relative
+errors' top bits per arm), broadcasts the median's buckets, gathers the low-bit counts
+inside them, merges, and writes the step's checkpoint as a single process would.
+
+Failure: a rank whose checks or share fail sends its error instead; rank 0 stops with
+one line, ``rank R failed at step S: ...`` (or ``rank R: ...`` before the first step:
+then nothing is written), and the others leave. The run directory holds the checkpoint
+of the last finished step (every file is replaced atomically): a readable, resumable
+run (``--resume`` with any number of ranks). A rank killed outright ends the whole job
+(mpirun), with the same directory left behind.
+
+Training sources (``kind = "model"``) are refused: their gradient is one chunk computed
+from each arm's parameters, so there is no element range to split without changing the
+chunking of the metrics (see docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any
+
+from fpreduce.backends import mpi
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.run import split
+from fpreduce.run.config import Config
+from fpreduce.run.rundir import Results
+from fpreduce.run.runner import Progress, check_run, run_experiment
+from fpreduce.run.sources import Source
+
+__all__ = ["DistributedRun", "launch", "mpi_pool"]
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e) if isinstance(e, InvalidArgument) else f"{type(e).__name__}: {e}"
+    return " ".join(text.split())
+
+
+class DistributedRun:
+    """One rank of a run split over ``MPI.COMM_WORLD`` (or ``comm``): :meth:`run` on every rank."""
+
+    def __init__(self, cfg: Config, comm: Any = None) -> None:
+        if comm is None:
+            try:
+                from mpi4py import MPI
+            except ImportError:
+                raise InvalidArgument(
+                    "--distributed needs the Python package mpi4py: pip install 'fpreduce[mpi]'"
+                ) from None
+            comm = MPI.COMM_WORLD
+        self.cfg, self.comm = cfg, comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.root = self.rank == 0
+        self.spans: list[tuple[int, int]] = []
+        self.merge_time = 0.0  # rank 0: gathering the shares (waiting included) and merging them
+        self.wait_time = 0.0  # of which waiting for the shares and counts
+
+    def _check(self) -> Source | None:
+        """Every rank opens the source and checks the run; rank 0 raises the first rank's error."""
+        source, err = None, None
+        try:
+            if self.cfg.source.kind == "model":
+                raise InvalidArgument(
+                    "--distributed splits synthetic and file sources; a training source (source.kind = 'model') "
+                    "runs in one process"
+                )
+            source = check_run(self.cfg)
+        except Exception as e:  # noqa: BLE001 - sent to rank 0, which says it in one line
+            err = _one_line(e)
+        errors = self.comm.gather(err, root=0)
+        bad = next(((r, x) for r, x in enumerate(errors) if x), None) if self.root else None
+        bad = self.comm.bcast(bad, root=0)
+        if bad is not None:
+            if self.root:
+                raise InvalidArgument(bad[1] if bad[0] == 0 else f"rank {bad[0]}: {bad[1]}")
+            return None
+        assert source is not None
+        self.spans = [split.span(self.cfg, source, r, self.size) for r in range(self.size)]
+        return source
+
+    def run(
+        self,
+        config: Config | str | Path | None = None,
+        out: str | Path | None = None,
+        *,
+        resume: bool = False,
+        force: bool = False,
+        progress: Progress | None = None,
+    ) -> Results | None:
+        """Run the split experiment: rank 0 returns the Results, the other ranks compute shares and return None."""
+        if config is not None and config is not self.cfg:
+            raise InvalidArgument("DistributedRun.run: pass the Config the runner was built with")
+        source = self._check()
+        if source is None:
+            return None
+        if not self.root:
+            self._serve(source)
+            return None
+        try:
+            return run_experiment(
+                self.cfg,
+                out,
+                resume=resume,
+                force=force,
+                progress=progress,
+                summary_extra=self._extra,
+                step_fn=self._step,
+            )
+        finally:
+            self.comm.bcast(None, root=0)  # the others leave
+
+    def _share(
+        self, source: Source, arms: list[Any], step: int, times: dict[str, float]
+    ) -> tuple[Any, split.Share | None, str | None]:
+        lo, hi = self.spans[self.rank]
+        try:
+            st, share = split.compute_share(self.cfg, source, arms, step, times, lo, hi)
+        except Exception as e:  # noqa: BLE001 - sent to rank 0
+            return None, None, _one_line(e)
+        return st, share, None
+
+    def _serve(self, source: Source) -> None:
+        """Ranks > 0: compute a share for every step rank 0 broadcasts, until it broadcasts None."""
+        arms = split.rank_arms(self.cfg, source)
+        times = {"engine": 0.0, "source": 0.0, "exact": 0.0, "metrics": 0.0}
+        while (step := self.comm.bcast(None, root=0)) is not None:
+            st, share, err = self._share(source, arms, step, times)
+            self.comm.gather(share if err is None else err, root=0)
+            buckets = self.comm.bcast(None, root=0)
+            if buckets is not None:
+                self.comm.gather(split.low_counts(st, buckets), root=0)
+
+    def _step(
+        self,
+        cfg: Config,
+        source: Source,
+        arms: list[Any],
+        step: int,
+        rows: list[dict[str, Any]],
+        times: dict[str, float],
+        on_step: Any,
+    ) -> None:
+        """Rank 0's step (the runner's ``step_fn``): its own share, the others', the exact merge, the rows."""
+        self.comm.bcast(step, root=0)
+        st, share, err = self._share(source, arms, step, times)
+        t0 = time.perf_counter()
+        shares = self.comm.gather(share if err is None else err, root=0)
+        self.wait_time += time.perf_counter() - t0
+        bad = next(((r, x) for r, x in enumerate(shares) if isinstance(x, str)), None)
+        buckets = None if bad else split.median_buckets(shares)
+        self.comm.bcast(buckets, root=0)
+        if bad is not None:
+            raise InvalidArgument(f"rank {bad[0]} failed at step {step}: {bad[1]}")
+        assert buckets is not None
+        mine = split.low_counts(st, buckets)
+        t1 = time.perf_counter()
+        lows = self.comm.gather(mine, root=0)
+        self.wait_time += time.perf_counter() - t1
+        merged = split.merge(cfg, shares, split.medians(shares, buckets, lows))
+        split.record(cfg, source, arms, step, merged, rows)
+        self.merge_time += time.perf_counter() - t0
+
+    def _extra(self) -> dict[str, Any]:
+        return {
+            "distributed": {
+                "ranks": self.size,
+                "elements": [hi - lo for lo, hi in self.spans],
+                "merge_time_s": round(self.merge_time, 3),
+                "merge_wait_time_s": round(self.wait_time, 3),
+            }
+        }
+
+
+def mpi_pool(jobs: int = 1) -> Executor:
+    """mpi4py's ``MPIPoolExecutor``: the ranks of ``mpirun -np K python -m mpi4py.futures -m fpreduce.cli
+    sweep ... --executor mpi`` (K - 1 workers), else ``jobs`` workers spawned with ``MPI_Comm_spawn``
+    (InvalidArgument, in one line, where spawning is not possible, e.g. a singleton Open MPI without a launcher)."""
+    if "mpi4py.MPI" not in sys.modules:  # before MPI_Init: spawn --jobs workers even beyond the cores (as --jobs does)
+        os.environ.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    try:
+        from mpi4py import MPI
+        from mpi4py.futures import MPIPoolExecutor
+    except ImportError:
+        raise InvalidArgument("--executor mpi needs the Python package mpi4py: pip install 'fpreduce[mpi]'") from None
+    if MPI.COMM_WORLD.Get_size() > 1:  # under `python -m mpi4py.futures`: its static pool
+        return MPIPoolExecutor()  # type: ignore[no-any-return]
+    ex = MPIPoolExecutor(max_workers=jobs)
+    try:
+        ex.bootup(wait=True)
+    except MPI.Exception as e:
+        raise InvalidArgument(
+            f"--executor mpi: cannot spawn {jobs} MPI worker(s) ({_one_line(e)}); launch the sweep as "
+            "`mpirun -np K python -m mpi4py.futures -m fpreduce.cli sweep CONFIG --executor mpi` (K - 1 workers)"
+        ) from None
+    return ex  # type: ignore[no-any-return]
+
+
+def launch(args: Sequence[str], np_: int, *, timeout: float = 300.0, module: str = "fpreduce.cli") -> str:
+    """Run ``python -m fpreduce.cli ARGS`` on ``np_`` ranks of a local, loopback-only ``mpirun``; its output.
+
+    The launcher of ``--backend mpi`` (shared memory, OOB on ``lo``, a private network
+    namespace where ``unshare -n`` is allowed); ``module`` replaces ``fpreduce.cli``
+    (e.g. ``mpi4py.futures`` for a sweep: then ``args`` start with ``-m fpreduce.cli``).
+    Raises BackendError on failure, with the ``fpreduce: error:`` lines of the ranks, or
+    after ``timeout`` seconds (the job's process group is killed).
+    """
+    mpi.check_available()
+    argv = mpi.mpirun_argv(np_, "ring", Path("."))
+    cmd = [*argv[:-3], "-m", module, *args]
+    return mpi.run_command(cmd, f"mpirun -np {np_} {module} {' '.join(args[:2])}", timeout)
