@@ -50,6 +50,9 @@ from fpreduce.run.sources import Source
 
 __all__ = ["DistributedRun", "launch", "mpi_pool"]
 
+_TELL, _GIVE = 17, 18  # message tags: rank 0 to the others, the others to rank 0
+_POLL_S = 0.001
+
 
 def _one_line(e: BaseException) -> str:
     text = str(e) if isinstance(e, InvalidArgument) else f"{type(e).__name__}: {e}"
@@ -75,6 +78,28 @@ class DistributedRun:
         self.merge_time = 0.0  # rank 0: gathering the shares (waiting included) and merging them
         self.wait_time = 0.0  # of which waiting for the shares and counts
 
+    def _wait(self, source: int, tag: int) -> Any:
+        """Receive from ``source``, polling with short sleeps: a blocking MPI wait spins on a core, which
+        on a machine with fewer cores than ranks takes it from the ranks that compute."""
+        while not self.comm.Iprobe(source=source, tag=tag):
+            time.sleep(_POLL_S)
+        return self.comm.recv(source=source, tag=tag)
+
+    def _bcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank (point to point, polled)."""
+        if not self.root:
+            return self._wait(0, _TELL)
+        for r in range(1, self.size):
+            self.comm.send(obj, dest=r, tag=_TELL)
+        return obj
+
+    def _gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` on rank 0, in rank order (polled); [] elsewhere."""
+        if not self.root:
+            self.comm.send(obj, dest=0, tag=_GIVE)
+            return []
+        return [obj, *(self._wait(r, _GIVE) for r in range(1, self.size))]
+
     def _check(self) -> Source | None:
         """Every rank opens the source and checks the run; rank 0 raises the first rank's error."""
         source, err = None, None
@@ -87,9 +112,9 @@ class DistributedRun:
             source = check_run(self.cfg)
         except Exception as e:  # noqa: BLE001 - sent to rank 0, which says it in one line
             err = _one_line(e)
-        errors = self.comm.gather(err, root=0)
+        errors = self._gather(err)
         bad = next(((r, x) for r, x in enumerate(errors) if x), None) if self.root else None
-        bad = self.comm.bcast(bad, root=0)
+        bad = self._bcast(bad)
         if bad is not None:
             if self.root:
                 raise InvalidArgument(bad[1] if bad[0] == 0 else f"rank {bad[0]}: {bad[1]}")
@@ -127,7 +152,7 @@ class DistributedRun:
                 step_fn=self._step,
             )
         finally:
-            self.comm.bcast(None, root=0)  # the others leave
+            self._bcast(None)  # the others leave
 
     def _share(
         self, source: Source, arms: list[Any], step: int, times: dict[str, float]
@@ -143,12 +168,12 @@ class DistributedRun:
         """Ranks > 0: compute a share for every step rank 0 broadcasts, until it broadcasts None."""
         arms = split.rank_arms(self.cfg, source)
         times = {"engine": 0.0, "source": 0.0, "exact": 0.0, "metrics": 0.0}
-        while (step := self.comm.bcast(None, root=0)) is not None:
+        while (step := self._bcast(None)) is not None:
             st, share, err = self._share(source, arms, step, times)
-            self.comm.gather(share if err is None else err, root=0)
-            buckets = self.comm.bcast(None, root=0)
+            self._gather(share if err is None else err)
+            buckets = self._bcast(None)
             if buckets is not None:
-                self.comm.gather(split.low_counts(st, buckets), root=0)
+                self._gather(split.low_counts(st, buckets))
 
     def _step(
         self,
@@ -161,20 +186,20 @@ class DistributedRun:
         on_step: Any,
     ) -> None:
         """Rank 0's step (the runner's ``step_fn``): its own share, the others', the exact merge, the rows."""
-        self.comm.bcast(step, root=0)
+        self._bcast(step)
         st, share, err = self._share(source, arms, step, times)
         t0 = time.perf_counter()
-        shares = self.comm.gather(share if err is None else err, root=0)
+        shares = self._gather(share if err is None else err)
         self.wait_time += time.perf_counter() - t0
         bad = next(((r, x) for r, x in enumerate(shares) if isinstance(x, str)), None)
         buckets = None if bad else split.median_buckets(shares)
-        self.comm.bcast(buckets, root=0)
+        self._bcast(buckets)
         if bad is not None:
             raise InvalidArgument(f"rank {bad[0]} failed at step {step}: {bad[1]}")
         assert buckets is not None
         mine = split.low_counts(st, buckets)
         t1 = time.perf_counter()
-        lows = self.comm.gather(mine, root=0)
+        lows = self._gather(mine)
         self.wait_time += time.perf_counter() - t1
         merged = split.merge(cfg, shares, split.medians(shares, buckets, lows))
         split.record(cfg, source, arms, step, merged, rows)
@@ -215,16 +240,16 @@ def mpi_pool(jobs: int = 1) -> Executor:
     return ex  # type: ignore[no-any-return]
 
 
-def launch(args: Sequence[str], np_: int, *, timeout: float = 300.0, module: str = "fpreduce.cli") -> str:
-    """Run ``python -m fpreduce.cli ARGS`` on ``np_`` ranks of a local, loopback-only ``mpirun``; its output.
+def launch(program: Sequence[str], np_: int, *, timeout: float = 300.0) -> str:
+    """Run ``python PROGRAM`` on ``np_`` ranks of a local, loopback-only ``mpirun``; its output.
 
-    The launcher of ``--backend mpi`` (shared memory, OOB on ``lo``, a private network
-    namespace where ``unshare -n`` is allowed); ``module`` replaces ``fpreduce.cli``
-    (e.g. ``mpi4py.futures`` for a sweep: then ``args`` start with ``-m fpreduce.cli``).
-    Raises BackendError on failure, with the ``fpreduce: error:`` lines of the ranks, or
-    after ``timeout`` seconds (the job's process group is killed).
+    ``program``: what follows ``python``, e.g. ``["-m", "fpreduce.cli", "run", CONFIG,
+    "--distributed", "--out", DIR]`` or ``["-m", "mpi4py.futures", "-m", "fpreduce.cli",
+    "sweep", ...]``. The launcher of ``--backend mpi`` (shared memory, OOB on ``lo``, a
+    private network namespace where ``unshare -n`` is allowed). Raises BackendError on
+    failure, with the ranks' ``fpreduce: error:`` lines, or after ``timeout`` seconds
+    (the job's process group is killed).
     """
     mpi.check_available()
     argv = mpi.mpirun_argv(np_, "ring", Path("."))
-    cmd = [*argv[:-3], "-m", module, *args]
-    return mpi.run_command(cmd, f"mpirun -np {np_} {module} {' '.join(args[:2])}", timeout)
+    return mpi.run_command([*argv[:-3], *program], f"mpirun -np {np_} python {' '.join(program[:4])}", timeout)

@@ -179,7 +179,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         if executor is not None:
             executor.shutdown()
     with lock(out, shared=True):
-        files = [table, *plots.plot_sweep(out), report.write_sweep_report(out)]
+        files = [table] if args.no_report else [table, *plots.plot_sweep(out), report.write_sweep_report(out)]
     print("wrote " + ", ".join(str(p) for p in files))
     return 0
 
@@ -260,6 +260,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "CONFIG --executor mpi` (docs/distributed.md)",
     )
     sw.add_argument("--quiet", action="store_true", help="no line per finished point")
+    sw.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
     sw.set_defaults(func=_cmd_sweep)
     rp = sub.add_parser("report", help="write a run's (or a sweep's) PDF report")
     rp.add_argument("run", help="run or sweep directory")
