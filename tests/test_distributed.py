@@ -156,6 +156,36 @@ def test_shares_merge_to_the_single_run(tmp_path: Path) -> None:
         assert (d / "metrics.csv").read_bytes() == want, ranks
 
 
+MODEL = '[experiment]\nname = "m"\nsteps = 3\nworkers = 8\nseed = 2\n'
+MODEL += '[source]\nkind = "model"\nhidden = 8\ninputs = 4\noutputs = 2\n'
+
+
+def test_training_parts_join_to_the_single_run(tmp_path: Path) -> None:
+    """A model's gradient: K ranks reduce element ranges, rank 0 joins them, measures and updates."""
+    cfg_path = tmp_path / "m.toml"
+    cfg_path.write_text(MODEL + ARMS)
+    run_experiment(cfg_path, tmp_path / "one")
+    cfg = load_config(cfg_path)
+    source = check_run(cfg)
+    ranks = 3
+    arms = [split.rank_arms(cfg, source) for _ in range(ranks)]
+    times = dict.fromkeys(("engine", "source", "exact", "metrics"), 0.0)
+    rows: list[dict[str, Any]] = []
+    for step in range(cfg.experiment.steps):
+        for r in range(1, ranks):  # rank 0's parameters, as it sends them
+            for a, a0 in zip(arms[r], arms[0], strict=True):
+                a.params, a.state = a0.params, a0.state
+        parts = [
+            split.reduce_part(cfg, source, arms[r], step, times, *split.span(cfg, source, r, ranks))
+            for r in range(ranks)
+        ]
+        split.train_step(cfg, source, arms[0], step, rows, times, split.join_parts(parts))
+    d = tmp_path / "k"
+    d.mkdir()
+    rundir.write_metrics(d, rows)
+    assert (d / "metrics.csv").read_bytes() == (tmp_path / "one" / "metrics.csv").read_bytes()
+
+
 def test_span_covers_whole_chunks() -> None:
     cfg = load_config(None)
     source = check_run(cfg)
@@ -223,6 +253,18 @@ def test_mpirun_3_ranks_synthetic_and_file_equal_one_process(tmp_path: Path) -> 
         dist = json.loads((out / "summary.json").read_text())["distributed"]
         assert dist["ranks"] == 3
         assert sum(dist["elements"]) == elements
+
+
+def test_mpirun_3_ranks_training(tmp_path: Path) -> None:
+    """Training: the reduction split, the update on rank 0 (its parameters sent every step)."""
+    _require()
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(MODEL + ARMS)
+    run_experiment(cfg, tmp_path / "one")
+    out = tmp_path / "three"
+    program = ["-m", "fpreduce.cli", "run", str(cfg), "--distributed", "--out", str(out), "--quiet", "--no-report"]
+    distributed.launch(program, 3, timeout=120)
+    _same_run(tmp_path / "one", out)
 
 
 def test_mpirun_2_ranks_real_chunk_width(tmp_path: Path) -> None:

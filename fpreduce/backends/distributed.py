@@ -46,7 +46,7 @@ from fpreduce.run import split
 from fpreduce.run.config import Config
 from fpreduce.run.rundir import Results
 from fpreduce.run.runner import Progress, check_run, run_experiment
-from fpreduce.run.sources import Source
+from fpreduce.run.sources import Source, open_source
 
 __all__ = ["DistributedRun", "launch", "mpi_pool"]
 
@@ -104,12 +104,9 @@ class DistributedRun:
         """Every rank opens the source and checks the run; rank 0 raises the first rank's error."""
         source, err = None, None
         try:
-            if self.cfg.source.kind == "model":
-                raise InvalidArgument(
-                    "--distributed splits synthetic and file sources; a training source (source.kind = 'model') "
-                    "runs in one process"
-                )
-            source = check_run(self.cfg)
+            source = open_source(self.cfg.source, workers=self.cfg.experiment.workers, seed=self.cfg.experiment.seed)
+            lo, hi = split.span(self.cfg, source, self.rank, self.size)
+            source = check_run(self.cfg, None if source.kind == "model" else hi - lo)  # memory for its elements
         except Exception as e:  # noqa: BLE001 - sent to rank 0, which says it in one line
             err = _one_line(e)
         errors = self._gather(err)
@@ -138,8 +135,9 @@ class DistributedRun:
         source = self._check()
         if source is None:
             return None
+        training = source.kind == "model"
         if not self.root:
-            self._serve(source)
+            (self._serve_model if training else self._serve)(source)
             return None
         try:
             return run_experiment(
@@ -150,6 +148,7 @@ class DistributedRun:
                 progress=progress,
                 summary_extra=self._extra,
                 step_fn=self._step,
+                share=None if training else self.spans[0][1] - self.spans[0][0],
             )
         finally:
             self._bcast(None)  # the others leave
@@ -186,6 +185,9 @@ class DistributedRun:
         on_step: Any,
     ) -> None:
         """Rank 0's step (the runner's ``step_fn``): its own share, the others', the exact merge, the rows."""
+        if source.kind == "model":
+            self._step_model(cfg, source, arms, step, rows, times)
+            return
         self._bcast(step)
         st, share, err = self._share(source, arms, step, times)
         t0 = time.perf_counter()
@@ -203,6 +205,45 @@ class DistributedRun:
         self.wait_time += time.perf_counter() - t1
         merged = split.merge(cfg, shares, split.medians(shares, buckets, lows))
         split.record(cfg, source, arms, step, merged, rows)
+        self.merge_time += time.perf_counter() - t0
+
+    def _parts(self, source: Source, arms: list[Any], step: int, times: dict[str, float]) -> Any:
+        """Training: this rank's (result, re-run result) per arm on its element range, or its error (one line)."""
+        try:
+            return split.reduce_part(self.cfg, source, arms, step, times, *self.spans[self.rank])
+        except Exception as e:  # noqa: BLE001 - sent to rank 0
+            return _one_line(e)
+
+    def _serve_model(self, source: Source) -> None:
+        """Ranks > 0 of a training run: every step, rank 0's parameters in, this rank's reductions out."""
+        arms = split.rank_arms(self.cfg, source)
+        times = {"engine": 0.0, "source": 0.0}
+        while (msg := self._bcast(None)) is not None:
+            step, params = msg
+            for a, (p, st) in zip(arms, params, strict=True):
+                a.params, a.state = p, st
+            self._gather(self._parts(source, arms, step, times))
+
+    def _step_model(
+        self,
+        cfg: Config,
+        source: Source,
+        arms: list[Any],
+        step: int,
+        rows: list[dict[str, Any]],
+        times: dict[str, float],
+    ) -> None:
+        """Rank 0's training step: every rank reduces its element range of every arm's gradient (computed
+        from the parameters rank 0 sends), rank 0 joins them, measures the whole gradient and updates."""
+        self._bcast((step, [(a.params, a.state) for a in arms]))
+        mine = self._parts(source, arms, step, times)
+        t0 = time.perf_counter()
+        parts = self._gather(mine)
+        self.wait_time += time.perf_counter() - t0
+        bad = next(((r, x) for r, x in enumerate(parts) if isinstance(x, str)), None)
+        if bad is not None:
+            raise InvalidArgument(f"rank {bad[0]} failed at step {step}: {bad[1]}")
+        split.train_step(cfg, source, arms, step, rows, times, split.join_parts(parts))
         self.merge_time += time.perf_counter() - t0
 
     def _extra(self) -> dict[str, Any]:

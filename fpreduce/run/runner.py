@@ -128,6 +128,7 @@ def run_experiment(
     on_step: OnStep | None = None,
     summary_extra: SummaryExtra | None = None,
     step_fn: StepFn | None = None,
+    share: int | None = None,
 ) -> Results:
     """Run an experiment and write its run directory; returns the results read back.
 
@@ -152,12 +153,13 @@ def run_experiment(
         on_step: called as ``on_step(step, arm, y)`` with each arm's result (in config
             order, before the step is checkpointed); used by the MPI backend.
         summary_extra: returns entries added to summary.json at every write.
-        step_fn: runs one step in place of the runner's own (``fpreduce.backends.distributed``).
+        step_fn: runs one step in place of the runner's own (``fpreduce.backends.distributed``),
+            whose process holds ``share`` elements (its memory is checked for them).
     """
     cfg = config if isinstance(config, Config) else load_config(config)
     e = cfg.experiment
     d = Path(out) if out is not None else Path("runs") / e.name
-    source = check_run(cfg)
+    source = check_run(cfg, share)
     resume_.plan(d, cfg, resume=resume, force=force)  # refuse before the directory is touched
     with rundir.lock(d):
         todo = resume_.plan(d, cfg, resume=resume, force=force, locked=True)  # again: no other run changes it now
@@ -193,15 +195,17 @@ def run_experiment(
         return load_run(d)
 
 
-def check_run(cfg: Config) -> Source:
+def check_run(cfg: Config, share: int | None = None) -> Source:
     """The run's source, opened: InvalidArgument for an unreadable file, too few steps in it, or a
-    run needing more memory than this machine has available (checked before anything is written)."""
+    run needing more memory than this machine has available (checked before anything is written;
+    ``share``: the elements this process holds, a split run's range)."""
     e = cfg.experiment
     source = open_source(cfg.source, workers=e.workers, seed=e.seed)
     if source.max_steps is not None and source.max_steps < e.steps:
         raise InvalidArgument(f"the gradient file has {source.max_steps} steps but experiment.steps = {e.steps}")
     width = source.elements if source.kind == "model" else chunk_width(e.workers)
-    need = memory_needed(source, arms=len(cfg.arms), inputs=len({a.input for a in cfg.arms}), width=width)
+    inputs = len({a.input for a in cfg.arms})
+    need = memory_needed(source, arms=len(cfg.arms), inputs=inputs, width=width, elements=share)
     check_memory(need, f"this run ({e.workers} workers x {source.elements} elements, {len(cfg.arms)} arms)")
     return source
 
@@ -245,6 +249,7 @@ class _Step:
     rerun: list[CompareStats]
     underflow: list[int]
     base: int = 0  # ys[i][j] is element base + j (a split run holds only its element range)
+    given: list[tuple[np.ndarray, np.ndarray] | None] | None = None  # per arm (y, rerun y) reduced elsewhere
 
 
 def _run_step(
@@ -268,6 +273,7 @@ def _compute_step(
     times: dict[str, float],
     span: tuple[int, int] | None = None,
     after_chunk: Callable[[_Step], None] | None = None,
+    given: list[tuple[np.ndarray, np.ndarray] | None] | None = None,
 ) -> _Step:
     """Every arm reduces the step's gradients, chunk after chunk of elements, and is measured.
 
@@ -279,7 +285,8 @@ def _compute_step(
     the wall time on a 2-core machine: the GIL, taken by every small numpy call of
     both, serialises most of it; so it runs here, in line, and its time is honest.)
     ``span``: only the chunks of elements lo..hi-1 (lo a multiple of the chunk width: a
-    split run's share); ``after_chunk(st)`` is called after each chunk's metrics.
+    split run's share); ``after_chunk(st)`` is called after each chunk's metrics; ``given``: per arm,
+    None or its (result, re-run result) over all elements, reduced elsewhere (a model's one chunk).
     """
     e = cfg.experiment
     m = source.elements
@@ -298,6 +305,7 @@ def _compute_step(
         [CompareStats() for _ in arms],
         [0] * len(arms),
         s_lo,
+        given,
     )
     for c in range(s_lo // width, -(-s_hi // width)):
         lo, hi = c * width, min(m, (c + 1) * width)
@@ -344,9 +352,14 @@ def _reduce_chunk(
             times["engine"] += time.perf_counter() - t1
         Xr = inputs[key][0]
         t1 = time.perf_counter()
-        y = _reduce(Xr, st.plans[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
-        # another launch of the same job: the same inputs and rounding seed, an independently seeded order
-        y2 = y if st.reruns[i] is None else _reduce(Xr, st.reruns[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
+        if st.given and st.given[i] is not None:  # reduced elsewhere (a split training run's ranks)
+            y, y2 = st.given[i]  # type: ignore[misc]
+        else:
+            y = _reduce(Xr, st.plans[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
+            # another launch of the same job: the same inputs and rounding seed, an independently seeded order
+            y2 = (
+                y if st.reruns[i] is None else _reduce(Xr, st.reruns[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
+            )
         times["engine"] += time.perf_counter() - t1
         st.ys[i][lo - st.base : hi - st.base] = y
         t1 = time.perf_counter()

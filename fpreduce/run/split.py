@@ -25,14 +25,17 @@ numpy, so the merge is tested without MPI too.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
+from fpreduce.core.rounding import round_to
 from fpreduce.run.config import Config
-from fpreduce.run.runner import _Arm, _compute_step, _init_arms, _record, _Step, chunk_width
+from fpreduce.run.policies import plan_for
+from fpreduce.run.runner import _Arm, _compute_step, _init_arms, _record, _reduce, _Step, chunk_width
 from fpreduce.run.sources import Source
 from fpreduce.run.stepmetrics import ULP_EDGES, CompareStats, ErrorStats
 
@@ -40,13 +43,16 @@ __all__ = [
     "Merged",
     "Share",
     "compute_share",
+    "join_parts",
     "low_counts",
     "median_buckets",
     "medians",
     "merge",
     "rank_arms",
     "record",
+    "reduce_part",
     "span",
+    "train_step",
 ]
 
 _ERR_SUMS = ("rel_sum", "sq_err", "sq_exact")
@@ -59,9 +65,12 @@ _NAN32 = np.uint32(0x7F800000)  # bits above: NaN (or a sign bit, which a relati
 
 
 def span(cfg: Config, source: Source, rank: int, size: int) -> tuple[int, int]:
-    """Elements lo..hi-1 of rank ``rank`` of ``size``: a contiguous range of whole chunks (maybe empty)."""
+    """Elements lo..hi-1 of rank ``rank`` of ``size``: a contiguous range of whole chunks (maybe empty);
+    of a model's gradient (one chunk, reduced only: :func:`reduce_part`), an even share of the elements."""
     m = source.elements
-    width = m if source.kind == "model" else chunk_width(cfg.experiment.workers)
+    if source.kind == "model":
+        return m * rank // size, m * (rank + 1) // size
+    width = chunk_width(cfg.experiment.workers)
     chunks = -(-m // width)
     c0, c1 = chunks * rank // size, chunks * (rank + 1) // size
     return min(m, c0 * width), min(m, c1 * width)
@@ -259,3 +268,58 @@ def record(
     partner = [names.index(a.spec.compare_to or a.spec.name) for a in arms]
     st = _Step(step, [], [], partner, [], err, cmp, rerun, underflow)
     _record(cfg, source, arms, st, rows, None)
+
+
+def reduce_part(
+    cfg: Config, source: Source, arms: list[_Arm], step: int, times: dict[str, float], lo: int, hi: int
+) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    """Training (a model's gradient, one chunk): every arm's result and re-run result on elements lo..hi-1,
+    from the gradient of its own parameters (computed whole, on every rank); None for an arm with stochastic
+    rounding (its random stream runs over the whole chunk: rank 0 reduces it whole)."""
+    out: list[tuple[np.ndarray, np.ndarray] | None] = []
+    for a in arms:
+        spec = a.spec
+        if spec.rounding == "stochastic":
+            out.append(None)
+            continue
+        t0 = time.perf_counter()
+        X = source.gradients(step, a.params)
+        t1 = time.perf_counter()
+        Xr = round_to(X[:, lo:hi], spec.input)
+        y = _reduce(Xr, plan_for(cfg, spec, step), spec, None, lo, source.elements)
+        y2 = (
+            y
+            if spec.policy.kind == "fixed"
+            else _reduce(Xr, plan_for(cfg, spec, step, salt=1), spec, None, lo, source.elements)
+        )
+        times["source"] += t1 - t0
+        times["engine"] += time.perf_counter() - t1
+        out.append((y, y2))
+    return out
+
+
+def join_parts(parts: list[list[tuple[np.ndarray, np.ndarray] | None]]) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    """Every arm's (result, re-run result) over all elements, from the ranks' parts in rank order (a fixed
+    order's re-run is its result itself, as the runner has it)."""
+    out: list[tuple[np.ndarray, np.ndarray] | None] = []
+    for i, first in enumerate(parts[0]):
+        if first is None:
+            out.append(None)
+            continue
+        y = np.concatenate([p[i][0] for p in parts])  # type: ignore[index]
+        same = all(p[i][1] is p[i][0] for p in parts)  # type: ignore[index]
+        out.append((y, y if same else np.concatenate([p[i][1] for p in parts])))  # type: ignore[index]
+    return out
+
+
+def train_step(
+    cfg: Config,
+    source: Source,
+    arms: list[_Arm],
+    step: int,
+    rows: list[dict[str, Any]],
+    times: dict[str, float],
+    given: list[tuple[np.ndarray, np.ndarray] | None],
+) -> None:
+    """Rank 0's training step: the runner's, with the results ``given`` (:func:`join_parts`) instead of reducing."""
+    _record(cfg, source, arms, _compute_step(cfg, source, arms, step, times, given=given), rows, None)
