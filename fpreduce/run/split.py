@@ -149,8 +149,11 @@ def compute_share(
 
 
 def _total(arrays: list[NDArray[np.int64]]) -> NDArray[np.int64]:
-    """The element-wise sum of equally shaped integer arrays (exact)."""
-    return np.sum(np.stack(arrays), axis=0)
+    """The element-wise sum of equally shaped integer arrays (exact; in place, no stacked copy)."""
+    out = np.array(arrays[0], dtype=np.int64)
+    for a in arrays[1:]:
+        out += a
+    return out
 
 
 def median_buckets(shares: list[Share]) -> NDArray[np.int64]:
@@ -228,6 +231,14 @@ class Merged(NamedTuple):
     underflow: list[int]
 
 
+def _in_order(shares: list[Share], n: int) -> NDArray[np.float64]:
+    """(arms, 9): every float sum of the step, the chunks' sums added one after the other from 0.0, in chunk
+    order: the single process's additions (``np.add.accumulate`` is a sequential scan, not a pairwise sum)."""
+    col = np.concatenate([np.zeros((1, n, 9)), *(s.sums for s in shares)])
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.add.accumulate(col, axis=0)[-1]
+
+
 def merge(cfg: Config, shares: list[Share], meds: list[float]) -> Merged:
     """Every arm's (error, comparison, re-run) stats and underflow count of the step, from the ranks' shares
     (in rank order: their chunks in element order)."""
@@ -247,10 +258,11 @@ def merge(cfg: Config, shares: list[Share], meds: list[float]) -> Merged:
             rerun[i].d_max = max(rerun[i].d_max, float(s.maxima[i, 4]))
             cmp[i].hist += s.hists[i, 0]
             rerun[i].hist += s.hists[i, 1]
-            for row in s.sums:  # chunk after chunk, in element order: the single process's additions
-                for j, (obj, names) in enumerate(((err[i], _ERR_SUMS), (cmp[i], _CMP_SUMS), (rerun[i], _CMP_SUMS))):
-                    for k, f in enumerate(names):
-                        setattr(obj, f, getattr(obj, f) + float(row[i, 3 * j + k]))
+    sums = _in_order(shares, n)
+    for i in range(n):
+        for j, (obj, names) in enumerate(((err[i], _ERR_SUMS), (cmp[i], _CMP_SUMS), (rerun[i], _CMP_SUMS))):
+            for k, f in enumerate(names):
+                setattr(obj, f, float(sums[i, 3 * j + k]))
     return Merged(err, cmp, rerun, [int(tot[i, 9]) for i in range(n)])
 
 
