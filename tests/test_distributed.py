@@ -341,3 +341,23 @@ def test_sweep_on_mpi_workers_resumes_with_the_same_table(tmp_path: Path) -> Non
     assert text.count(": ran (") == 3
     assert text.count(": done (") == 5
     assert "[8/8]" in text
+
+
+def test_llm_example_and_layouts() -> None:
+    """examples/llm-gradient.toml loads: TinyLlama-1.1B's parameter count, N = 64; a layout's slice is the whole's."""
+    from fpreduce.run import _layouts
+    from fpreduce.run.sources import SyntheticSpec, open_source
+
+    cfg = load_config(Path(__file__).parent.parent / "examples" / "llm-gradient.toml")
+    assert cfg.experiment.workers >= 64
+    assert cfg.source.elements == _layouts.total("tinyllama-1.1b") == 1_100_048_384  # type: ignore[union-attr]
+    assert _layouts.total("llama-2-7b") == 6_738_415_616
+    spec = SyntheticSpec(layout="tinyllama-1.1b", elements=70_000_000)
+    src = open_source(spec, workers=2, seed=1)
+    lo, hi = 65_535_990, 65_536_010  # across the embedding's end
+    whole = src.gradients(0, lo=lo - 30_000, hi=hi + 30_000)
+    assert np.array_equal(src.gradients(0, lo=lo, hi=hi), whole[:, 30_000:30_020])
+    with pytest.raises(fr.InvalidArgument, match=r"source\.elements"):
+        SyntheticSpec(layout="tinyllama-1.1b", elements=1_100_048_385)
+    with pytest.raises(fr.InvalidArgument, match="source.layout"):
+        SyntheticSpec(layout="llama-3")
