@@ -167,7 +167,7 @@ def test_training_parts_join_to_the_single_run(tmp_path: Path) -> None:
     run_experiment(cfg_path, tmp_path / "one")
     cfg = load_config(cfg_path)
     source = check_run(cfg)
-    ranks = 3
+    ranks = source.elements + 2  # two ranks without an element
     arms = [split.rank_arms(cfg, source) for _ in range(ranks)]
     times = dict.fromkeys(("engine", "source", "exact", "metrics"), 0.0)
     rows: list[dict[str, Any]] = []
@@ -361,3 +361,15 @@ def test_llm_example_and_layouts() -> None:
         SyntheticSpec(layout="tinyllama-1.1b", elements=1_100_048_385)
     with pytest.raises(fr.InvalidArgument, match="source.layout"):
         SyntheticSpec(layout="llama-3")
+
+
+def test_cli_refuses_both_kinds_of_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fpreduce.cli import main
+
+    assert main(["run", "--distributed", "--backend", "mpi", "--out", str(tmp_path / "r"), "--quiet"]) == 2
+    assert "--distributed splits the elements over ranks" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+    cfg = tmp_path / "sw.toml"
+    cfg.write_text(SWEEP)
+    assert main(["sweep", str(cfg), "--out", str(tmp_path / "s"), "--resume", "--force"]) == 2
+    assert "give one of them" in capsys.readouterr().err

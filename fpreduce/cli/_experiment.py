@@ -77,6 +77,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = _run_config(args)
     for w in cfg.warnings():
         print(f"fpreduce: warning: {w}", file=sys.stderr)
+    if args.distributed and args.backend == "mpi":
+        raise InvalidArgument(
+            "--distributed splits the elements over ranks, --backend mpi makes ranks workers: give one"
+        )
     runner, root = run_experiment, True
     if args.backend == "mpi":  # one rank of `mpirun -np N python -m fpreduce.cli run ... --backend mpi`
         from fpreduce.backends.mpi_run import MpiRunner, describe, require_real
@@ -91,8 +95,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.distributed:  # one rank of `mpirun -np K python -m fpreduce.cli run ... --distributed`
         from fpreduce.backends.distributed import DistributedRun
 
-        if args.backend == "mpi":
-            raise InvalidArgument("--distributed splits the elements over ranks; --backend mpi makes ranks workers")
         dr = DistributedRun(cfg)
         runner, root = dr.run, dr.root  # type: ignore[assignment]
     e = cfg.experiment
@@ -111,8 +113,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print("\nfpreduce: interrupted before the first step", file=sys.stderr)
             return 130
         again = f"`fpreduce run --out {shlex.quote(str(out))} --resume`"
-        if args.backend == "mpi":
-            again = f"the same mpirun command, with `run --out {shlex.quote(str(out))} --resume --backend mpi`"
+        if args.backend == "mpi" or args.distributed:
+            flag = "--distributed" if args.distributed else "--backend mpi"
+            again = f"the same mpirun command, with `run --out {shlex.quote(str(out))} --resume {flag}`"
         print(
             f"\nfpreduce: interrupted; the partial run in {out} is readable and marked incomplete: "
             f"continue it with {again}",

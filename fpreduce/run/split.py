@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from fpreduce.core.formats import get_format
 from fpreduce.core.rounding import round_to
 from fpreduce.run.config import Config
 from fpreduce.run.policies import plan_for
@@ -293,6 +294,10 @@ def reduce_part(
         spec = a.spec
         if spec.rounding == "stochastic":
             out.append(None)
+            continue
+        if hi == lo:  # more ranks than elements
+            y = np.empty(0, dtype=get_format(spec.out_format).value_dtype)
+            out.append((y, y))
             continue
         t0 = time.perf_counter()
         X = source.gradients(step, a.params)
