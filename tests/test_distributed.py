@@ -88,7 +88,7 @@ from mpi4py import MPI
 import fpreduce.backends.distributed as d
 from fpreduce.base.errors import InvalidArgument
 if MPI.COMM_WORLD.Get_rank() == 1:
-    def failing(cfg):
+    def failing(cfg, share=None):
         raise InvalidArgument("/data/g.npy: no such file or directory")
     d.check_run = failing
 """

@@ -77,6 +77,8 @@ class DistributedRun:
         self.spans: list[tuple[int, int]] = []
         self.merge_time = 0.0  # rank 0: gathering the shares (waiting included) and merging them
         self.wait_time = 0.0  # of which waiting for the shares and counts
+        self.compute = [0.0, 0.0]  # this rank's seconds computing its shares: wall, CPU (process time)
+        self.computed: list[list[float]] = []  # rank 0: every rank's, as last reported
 
     def _wait(self, source: int, tag: int) -> Any:
         """Receive from ``source``, polling with short sleeps: a blocking MPI wait spins on a core, which
@@ -94,11 +96,23 @@ class DistributedRun:
         return obj
 
     def _gather(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj`` on rank 0, in rank order (polled); [] elsewhere."""
+        """Every rank's ``obj`` on rank 0, in rank order (polled); [] elsewhere. (Each rank's compute
+        seconds so far travel with it, for the summary's ``distributed`` table.)"""
         if not self.root:
-            self.comm.send(obj, dest=0, tag=_GIVE)
+            self.comm.send((obj, self.compute), dest=0, tag=_GIVE)
             return []
-        return [obj, *(self._wait(r, _GIVE) for r in range(1, self.size))]
+        got = [(obj, self.compute), *(self._wait(r, _GIVE) for r in range(1, self.size))]
+        self.computed = [list(c) for _, c in got]
+        return [o for o, _ in got]
+
+    def _timed(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, its wall and CPU seconds added to this rank's compute time."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            return fn(*args)
+        finally:
+            self.compute[0] += time.perf_counter() - t0
+            self.compute[1] += time.process_time() - c0
 
     def _check(self) -> Source | None:
         """Every rank opens the source and checks the run; rank 0 raises the first rank's error."""
@@ -158,7 +172,7 @@ class DistributedRun:
     ) -> tuple[Any, split.Share | None, str | None]:
         lo, hi = self.spans[self.rank]
         try:
-            st, share = split.compute_share(self.cfg, source, arms, step, times, lo, hi)
+            st, share = self._timed(split.compute_share, self.cfg, source, arms, step, times, lo, hi)
         except Exception as e:  # noqa: BLE001 - sent to rank 0
             return None, None, _one_line(e)
         return st, share, None
@@ -210,7 +224,7 @@ class DistributedRun:
     def _parts(self, source: Source, arms: list[Any], step: int, times: dict[str, float]) -> Any:
         """Training: this rank's (result, re-run result) per arm on its element range, or its error (one line)."""
         try:
-            return split.reduce_part(self.cfg, source, arms, step, times, *self.spans[self.rank])
+            return self._timed(split.reduce_part, self.cfg, source, arms, step, times, *self.spans[self.rank])
         except Exception as e:  # noqa: BLE001 - sent to rank 0
             return _one_line(e)
 
@@ -253,6 +267,8 @@ class DistributedRun:
                 "elements": [hi - lo for lo, hi in self.spans],
                 "merge_time_s": round(self.merge_time, 3),
                 "merge_wait_time_s": round(self.wait_time, 3),
+                "rank_compute_time_s": [round(c[0], 3) for c in self.computed],  # each rank's share, wall
+                "rank_cpu_time_s": [round(c[1], 3) for c in self.computed],  # and CPU
             }
         }
 
