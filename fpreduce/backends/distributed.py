@@ -25,9 +25,12 @@ of the last finished step (every file is replaced atomically): a readable, resum
 run (``--resume`` with any number of ranks). A rank killed outright ends the whole job
 (mpirun), with the same directory left behind.
 
-Training sources (``kind = "model"``) are refused: their gradient is one chunk computed
-from each arm's parameters, so there is no element range to split without changing the
-chunking of the metrics (see docs/distributed.md).
+Training sources (``kind = "model"``): the gradient *reduction* is split, the update is
+not. Every step rank 0 sends every arm's parameters (and optimizer state); every rank
+computes the gradients from them, reduces an even share of the elements under every arm
+whose rounding is not stochastic (:func:`fpreduce.run.split.reduce_part`) and sends its
+pieces back; rank 0 joins them, reduces the stochastic arms whole, measures the one chunk
+and updates every arm, as a single process does (docs/distributed.md).
 """
 
 from __future__ import annotations
