@@ -83,6 +83,7 @@ if MPI.COMM_WORLD.Get_rank() == 1:
         return share(cfg, source, arms, step, *rest)
     split.compute_share = failing
 """
+DIE_AT_STEP_1 = FAIL_AT_STEP_1.replace('raise OSError("disk on fire")', "import os; os._exit(9)")
 FAIL_AT_CHECK = """
 from mpi4py import MPI
 import fpreduce.backends.distributed as d
@@ -301,6 +302,26 @@ def test_a_failing_rank_stops_the_run_in_one_line(tmp_path: Path) -> None:
     distributed.launch([_patched(tmp_path), *args, "--resume"], 2, timeout=120)
     run_experiment(cfg, tmp_path / "one")
     _same_run(tmp_path / "one", out)
+
+
+@pytest.mark.usefixtures("small_chunks")
+def test_a_killed_rank_ends_the_job_and_leaves_the_last_checkpoint(tmp_path: Path) -> None:
+    _require()
+    cfg = tmp_path / "d.toml"
+    cfg.write_text(_config(8, 3 * SMALL_WIDTH, 2))
+    out = tmp_path / "run"
+    args = ["run", str(cfg), "--distributed", "--out", str(out), "--quiet", "--no-report"]
+    with pytest.raises(BackendError, match="rank 1 failed first"):
+        distributed.launch([_patched(tmp_path, DIE_AT_STEP_1), *args], 2, timeout=120)
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["complete"], s["steps_done"]) == (False, 1)
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".fpreduce.lock",
+        "config.toml",
+        "metrics.csv",
+        "state.npz",
+        "summary.json",
+    ]
 
 
 SWEEP = """
