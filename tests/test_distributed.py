@@ -282,13 +282,18 @@ def test_mpirun_2_ranks_real_chunk_width(tmp_path: Path) -> None:
     assert json.loads((out / "summary.json").read_text())["distributed"]["elements"] == [65536, 3000]
 
 
-@pytest.mark.usefixtures("small_chunks")
-def test_a_failing_rank_stops_the_run_in_one_line(tmp_path: Path) -> None:
+def _two_step_run(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    """(config, run directory, the `fpreduce run --distributed` arguments) of a 2-step, 3-chunk run."""
     _require()
     cfg = tmp_path / "d.toml"
     cfg.write_text(_config(8, 3 * SMALL_WIDTH, 2))
     out = tmp_path / "run"
-    args = ["run", str(cfg), "--distributed", "--out", str(out), "--quiet", "--no-report"]
+    return cfg, out, ["run", str(cfg), "--distributed", "--out", str(out), "--quiet", "--no-report"]
+
+
+@pytest.mark.usefixtures("small_chunks")
+def test_a_failing_rank_stops_the_run_in_one_line(tmp_path: Path) -> None:
+    cfg, out, args = _two_step_run(tmp_path)
     with pytest.raises(BackendError) as e:
         distributed.launch([_patched(tmp_path, FAIL_AT_CHECK), *args], 2, timeout=120)
     assert "fpreduce: error: rank 1: /data/g.npy: no such file or directory" in str(e.value)
@@ -306,11 +311,7 @@ def test_a_failing_rank_stops_the_run_in_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("small_chunks")
 def test_a_killed_rank_ends_the_job_and_leaves_the_last_checkpoint(tmp_path: Path) -> None:
-    _require()
-    cfg = tmp_path / "d.toml"
-    cfg.write_text(_config(8, 3 * SMALL_WIDTH, 2))
-    out = tmp_path / "run"
-    args = ["run", str(cfg), "--distributed", "--out", str(out), "--quiet", "--no-report"]
+    _, out, args = _two_step_run(tmp_path)
     with pytest.raises(BackendError, match="rank 1 failed first"):
         distributed.launch([_patched(tmp_path, DIE_AT_STEP_1), *args], 2, timeout=120)
     s = json.loads((out / "summary.json").read_text())
