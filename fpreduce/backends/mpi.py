@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -49,6 +50,7 @@ import numpy as np
 
 from fpreduce.backends._common import (
     BackendError,
+    _kill,
     collect,
     new_workdir,
     python,
@@ -285,3 +287,38 @@ def run_allreduce(
         res.append([o[lo : lo + m] for o in outs])
         lo += m
     return res
+
+
+def run_command(cmd: Sequence[str], what: str, timeout: float) -> str:
+    """Run an mpirun command line (its own process group, :data:`_ENV` added); its output (stderr merged).
+
+    Raises BackendError on a non-zero exit (with the ranks' ``fpreduce: error:`` lines, or
+    the output's last lines, and the rank mpirun names) or after ``timeout`` seconds (the
+    job's process group is killed).
+    """
+    proc = subprocess.Popen(  # noqa: S603 - our own argv
+        list(cmd),
+        env={**os.environ, **_ENV},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        text, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill([proc])  # type: ignore[list-item]
+        raise BackendError(f"{what}: timed out after {timeout:g} s; killed") from None
+    finally:
+        _kill([proc])  # type: ignore[list-item]
+    if proc.returncode != 0:
+        errors = list(dict.fromkeys(ln.strip() for ln in text.splitlines() if "fpreduce: error:" in ln))
+        m = _FAILED_RANK.search(text)
+        tail = " | ".join(text.strip().splitlines()[-6:])
+        raise BackendError(
+            f"{what}: exited with code {proc.returncode}"
+            + (f" (rank {m.group(1)} failed first)" if m else "")
+            + ": "
+            + (" ".join(errors) if errors else f"Output: {tail}")
+        )
+    return text

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from fpreduce.backends import mpi
-from fpreduce.backends._common import BackendError, _kill, bits
+from fpreduce.backends._common import bits
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.core.rounding import round_to
 from fpreduce.run.config import PLANNED, ArmSpec, Config, load_config
@@ -489,30 +488,4 @@ def launch(
         "--quiet",
         *args,
     ]
-    what = f"mpirun -np {n} fpreduce run --backend mpi ({alg})"
-    proc = subprocess.Popen(  # noqa: S603 - our own argv
-        cmd,
-        env={**os.environ, **mpi._ENV},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        text, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill([proc])  # type: ignore[list-item]
-        raise BackendError(f"{what}: timed out after {timeout:g} s; killed") from None
-    finally:
-        _kill([proc])  # type: ignore[list-item]
-    if proc.returncode != 0:
-        errors = list(dict.fromkeys(ln.strip() for ln in text.splitlines() if "fpreduce: error:" in ln))
-        m = mpi._FAILED_RANK.search(text)
-        tail = " | ".join(text.strip().splitlines()[-6:])
-        raise BackendError(
-            f"{what}: exited with code {proc.returncode}"
-            + (f" (rank {m.group(1)} failed first)" if m else "")
-            + ": "
-            + (" ".join(errors) if errors else f"Output: {tail}")
-        )
-    return text
+    return mpi.run_command(cmd, f"mpirun -np {n} fpreduce run --backend mpi ({alg})", timeout)

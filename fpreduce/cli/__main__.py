@@ -4,4 +4,5 @@ import sys
 
 from fpreduce.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when mpi4py.futures' workers import the main module (as __mp_main__)
+    sys.exit(main())

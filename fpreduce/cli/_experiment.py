@@ -105,6 +105,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = _run_config(args)
     for w in cfg.warnings():
         print(f"fpreduce: warning: {w}", file=sys.stderr)
+    if args.distributed and args.backend == "mpi":
+        raise InvalidArgument(
+            "--distributed splits the elements over ranks, --backend mpi makes ranks workers: give one"
+        )
     runner, root = run_experiment, True
     if args.backend == "mpi":  # one rank of `mpirun -np N python -m fpreduce.cli run ... --backend mpi`
         from fpreduce.backends.mpi_run import MpiRunner, describe, require_real
@@ -116,6 +120,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             for line in describe(modes, mr.algorithm):
                 print(f"fpreduce: --backend mpi: {line}", file=sys.stderr)
         require_real(modes, allow_emulated=args.allow_emulated)  # on every rank alike
+    if args.distributed:  # one rank of `mpirun -np K python -m fpreduce.cli run ... --distributed`
+        from fpreduce.backends.distributed import DistributedRun
+
+        dr = DistributedRun(cfg)
+        runner, root = dr.run, dr.root  # type: ignore[assignment]
     e = cfg.experiment
     out = Path(args.out) if args.out else Path("runs") / e.name
     if root and not args.json:
@@ -132,8 +141,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print("\nfpreduce: interrupted before the first step", file=sys.stderr)
             return 130
         again = f"`fpreduce run --out {shlex.quote(str(out))} --resume`"
-        if args.backend == "mpi":
-            again = f"the same mpirun command, with `run --out {shlex.quote(str(out))} --resume --backend mpi`"
+        if args.backend == "mpi" or args.distributed:
+            flag = "--distributed" if args.distributed else "--backend mpi"
+            again = f"the same mpirun command, with `run --out {shlex.quote(str(out))} --resume {flag}`"
         print(
             f"\nfpreduce: interrupted; the partial run in {out} is readable and marked incomplete: "
             f"continue it with {again}",
@@ -179,10 +189,33 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise InvalidArgument("--jobs must be >= 1")
     out = sweep_dir(base, args.out)
-    print(f"fpreduce sweep: {len(points)} points (A vs B each), {args.jobs} process(es) -> {out}")
-    table = run_sweep(args.config, out, jobs=args.jobs, force=args.force)
+    executor = None
+    if args.executor == "mpi":  # `mpirun -np K python -m mpi4py.futures -m fpreduce.cli sweep ... --executor mpi`
+        from fpreduce.backends.distributed import mpi_pool
+
+        executor = mpi_pool(args.jobs)
+    where = "MPI workers" if executor else f"{args.jobs} process(es)"
+    print(f"fpreduce sweep: {len(points)} points (A vs B each), {where} -> {out}", flush=True)
+
+    def point_done(done: int, total: int, name: str, how: str, seconds: float) -> None:
+        if not args.quiet:
+            print(f"[{done}/{total}] {name}: {how} ({seconds:.1f} s)", file=sys.stderr, flush=True)
+
+    try:
+        table = run_sweep(
+            args.config,
+            out,
+            jobs=args.jobs,
+            force=args.force,
+            resume=args.resume,
+            executor=executor,
+            progress=point_done,
+        )
+    finally:
+        if executor is not None:
+            executor.shutdown()
     with lock(out, shared=True):
-        files = [table, *plots.plot_sweep(out), report.write_sweep_report(out)]
+        files = [table] if args.no_report else [table, *plots.plot_sweep(out), report.write_sweep_report(out)]
     print("wrote " + ", ".join(str(p) for p in files))
     return 0
 
@@ -254,6 +287,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="with --backend mpi: the allreduce forced for this launch: ring:ompi, rd, rabenseifner, "
         "linear (or an Open MPI name); default: the first real-capable arm's",
     )
+    r.add_argument(
+        "--distributed",
+        action="store_true",
+        help="under `mpirun -np K`: each rank takes a range of the elements, rank 0 merges and writes the "
+        "run (the same metrics.csv as one process; docs/distributed.md)",
+    )
     r.set_defaults(func=_cmd_run)
     pl = sub.add_parser("plot", help="redraw a run's (or a sweep's) figures from its files, without re-running")
     pl.add_argument("run", help="run or sweep directory")
@@ -263,6 +302,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     sw.add_argument("--out", default=None, help="sweep directory (default: runs/<experiment.name>)")
     sw.add_argument("--force", action="store_true", help="replace a sweep already in --out")
     sw.add_argument("--jobs", type=int, default=1, help="local worker processes running points in parallel (default 1)")
+    sw.add_argument(
+        "--resume", action="store_true", help="continue the sweep in --out: points already done are not run again"
+    )
+    sw.add_argument(
+        "--executor",
+        choices=("local", "mpi"),
+        default="local",
+        help="mpi: run the points on MPI ranks: `mpirun -np K python -m mpi4py.futures -m fpreduce.cli sweep "
+        "CONFIG --executor mpi` (docs/distributed.md)",
+    )
+    sw.add_argument("--quiet", action="store_true", help="no line per finished point")
+    sw.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
     sw.set_defaults(func=_cmd_sweep)
     rp = sub.add_parser("report", help="write a run's (or a sweep's) PDF report")
     rp.add_argument("run", help="run or sweep directory")

@@ -47,6 +47,8 @@ Progress = Callable[[int, int, float], None]
 OnStep = Callable[[int, ArmSpec, np.ndarray], None]
 #: returns extra top-level entries merged into summary.json at every write (hook, e.g. ``{"backend": "mpi"}``)
 SummaryExtra = Callable[[], dict[str, Any]]
+#: ``step_fn(cfg, source, arms, step, rows, times, on_step)``: runs one step and appends its rows (hook: a split run)
+StepFn = Callable[..., None]
 
 
 class _Arm:
@@ -126,6 +128,8 @@ def run_experiment(
     progress: Progress | None = None,
     on_step: OnStep | None = None,
     summary_extra: SummaryExtra | None = None,
+    step_fn: StepFn | None = None,
+    share: int | None = None,
 ) -> Results:
     """Run an experiment and write its run directory; returns the results read back.
 
@@ -150,11 +154,13 @@ def run_experiment(
         on_step: called as ``on_step(step, arm, y)`` with each arm's result (in config
             order, before the step is checkpointed); used by the MPI backend.
         summary_extra: returns entries added to summary.json at every write.
+        step_fn: runs one step in place of the runner's own (``fpreduce.backends.distributed``),
+            whose process holds ``share`` elements (its memory is checked for them).
     """
     cfg = config if isinstance(config, Config) else load_config(config)
     e = cfg.experiment
     d = Path(out) if out is not None else Path("runs") / e.name
-    source = check_run(cfg)
+    source = check_run(cfg, share)
     resume_.plan(d, cfg, resume=resume, force=force)  # refuse before the directory is touched
     with rundir.lock(d):
         todo = resume_.plan(d, cfg, resume=resume, force=force, locked=True)  # again: no other run changes it now
@@ -170,7 +176,7 @@ def run_experiment(
         if start == 0:  # a readable (incomplete) run from the start
             _checkpoint(d, cfg, rows, arms, 0, training, (0.0, times), summary_extra)
         for step in range(start, e.steps):
-            _run_step(cfg, source, arms, step, rows, times, on_step)
+            (step_fn or _run_step)(cfg, source, arms, step, rows, times, on_step)
             wall = time.perf_counter() - t0
             _checkpoint(d, cfg, rows, arms, step + 1, training, (wall, times), summary_extra)
             if progress is not None:
@@ -190,15 +196,17 @@ def run_experiment(
         return load_run(d)
 
 
-def check_run(cfg: Config) -> Source:
+def check_run(cfg: Config, share: int | None = None) -> Source:
     """The run's source, opened: InvalidArgument for an unreadable file, too few steps in it, or a
-    run needing more memory than this machine has available (checked before anything is written)."""
+    run needing more memory than this machine has available (checked before anything is written;
+    ``share``: the elements this process holds, a split run's range)."""
     e = cfg.experiment
     source = open_source(cfg.source, workers=e.workers, seed=e.seed)
     if source.max_steps is not None and source.max_steps < e.steps:
         raise InvalidArgument(f"the gradient file has {source.max_steps} steps but experiment.steps = {e.steps}")
     width = source.elements if source.kind == "model" else chunk_width(e.workers)
-    need = memory_needed(source, arms=len(cfg.arms), inputs=len({a.input for a in cfg.arms}), width=width)
+    inputs = len({a.input for a in cfg.arms})
+    need = memory_needed(source, arms=len(cfg.arms), inputs=inputs, width=width, elements=share)
     check_memory(need, f"this run ({e.workers} workers x {source.elements} elements, {len(cfg.arms)} arms)")
     return source
 
@@ -241,6 +249,9 @@ class _Step:
     cmp: list[CompareStats]
     rerun: list[CompareStats]
     underflow: list[int]
+    base: int = 0  # ys[i][j] is element base + j (a split run holds only its element range)
+    given: list[tuple[np.ndarray, np.ndarray] | None] | None = None  # per arm (y, rerun y) reduced elsewhere
+    digests: list[int] | None = None  # per arm, the result's digest when ys does not hold it all (a merged split)
 
 
 def _run_step(
@@ -252,7 +263,21 @@ def _run_step(
     times: dict[str, float],
     on_step: OnStep | None,
 ) -> None:
-    """Every arm reduces the step's gradients, chunk after chunk of elements; appends one row per arm.
+    """Every arm reduces the step's gradients (:func:`_compute_step`); appends one row per arm."""
+    _record(cfg, source, arms, _compute_step(cfg, source, arms, step, times), rows, on_step)
+
+
+def _compute_step(
+    cfg: Config,
+    source: Source,
+    arms: list[_Arm],
+    step: int,
+    times: dict[str, float],
+    span: tuple[int, int] | None = None,
+    after_chunk: Callable[[_Step], None] | None = None,
+    given: list[tuple[np.ndarray, np.ndarray] | None] | None = None,
+) -> _Step:
+    """Every arm reduces the step's gradients, chunk after chunk of elements, and is measured.
 
     Per chunk: the inputs are rounded once per input format (the cast ``fr.reduce``
     would do, shared by the arms: counted as engine time), reduced by every arm (and
@@ -261,10 +286,14 @@ def _run_step(
     (Running the oracle on a second thread beside the reductions saved only ~5% of
     the wall time on a 2-core machine: the GIL, taken by every small numpy call of
     both, serialises most of it; so it runs here, in line, and its time is honest.)
+    ``span``: only the chunks of elements lo..hi-1 (lo a multiple of the chunk width: a
+    split run's share); ``after_chunk(st)`` is called after each chunk's metrics; ``given``: per arm,
+    None or its (result, re-run result) over all elements, reduced elsewhere (a model's one chunk).
     """
     e = cfg.experiment
     m = source.elements
     width = m if source.kind == "model" else chunk_width(e.workers)  # a model's gradient is small: one chunk
+    s_lo, s_hi = span or (0, m)
     specs = [a.spec for a in arms]
     names = [s.name for s in specs]
     st = _Step(
@@ -272,17 +301,21 @@ def _run_step(
         [plan_for(cfg, s, step) for s in specs],
         [None if s.policy.kind == "fixed" else plan_for(cfg, s, step, salt=1) for s in specs],
         [names.index(s.compare_to or s.name) for s in specs],
-        [np.empty(m, dtype=get_format(s.out_format).value_dtype) for s in specs],
+        [np.empty(s_hi - s_lo, dtype=get_format(s.out_format).value_dtype) for s in specs],
         [ErrorStats() for _ in arms],
         [CompareStats() for _ in arms],
         [CompareStats() for _ in arms],
         [0] * len(arms),
+        s_lo,
+        given,
     )
-    for c, lo in enumerate(range(0, m, width)):
-        hi = min(m, lo + width)
+    for c in range(s_lo // width, -(-s_hi // width)):
+        lo, hi = c * width, min(m, (c + 1) * width)
         inputs, keys = _reduce_chunk(cfg, source, arms, st, c, lo, hi, times)
-        _measure(specs, inputs, keys, [y[lo:hi] for y in st.ys], e.workers, st, times)
-    _record(cfg, source, arms, st, rows, on_step)
+        _measure(specs, inputs, keys, [y[lo - s_lo : hi - s_lo] for y in st.ys], e.workers, st, times)
+        if after_chunk is not None:
+            after_chunk(st)
+    return st
 
 
 def _reduce_chunk(
@@ -321,11 +354,16 @@ def _reduce_chunk(
             times["engine"] += time.perf_counter() - t1
         Xr = inputs[key][0]
         t1 = time.perf_counter()
-        y = _reduce(Xr, st.plans[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
-        # another launch of the same job: the same inputs and rounding seed, an independently seeded order
-        y2 = y if st.reruns[i] is None else _reduce(Xr, st.reruns[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
+        if st.given and st.given[i] is not None:  # reduced elsewhere (a split training run's ranks)
+            y, y2 = st.given[i]  # type: ignore[misc]
+        else:
+            y = _reduce(Xr, st.plans[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
+            # another launch of the same job: the same inputs and rounding seed, an independently seeded order
+            y2 = (
+                y if st.reruns[i] is None else _reduce(Xr, st.reruns[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
+            )
         times["engine"] += time.perf_counter() - t1
-        st.ys[i][lo:hi] = y
+        st.ys[i][lo - st.base : hi - st.base] = y
         t1 = time.perf_counter()
         st.rerun[i].add(y2, y, get_format(spec.out_format))  # y2 is y: identical by construction
         times["metrics"] += time.perf_counter() - t1
@@ -354,7 +392,7 @@ def _record(
             **st.cmp[i].row(),
             "rerun_diff_frac": rerun["diff_frac"],
             "rerun_ulp_max": rerun["ulp_max"],
-            "digest": digest(st.ys[i]),
+            "digest": st.digests[i] if st.digests is not None else digest(st.ys[i], st.base),
         }
         a.hist += st.cmp[i].hist
         if row["diff_frac"] > 0 and a.first_div is None:

@@ -67,6 +67,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fpreduce.base.errors import InvalidArgument
+from fpreduce.run._layouts import LAYOUTS
+from fpreduce.run._layouts import scales as layout_scales
+from fpreduce.run._layouts import total as layout_size
 from fpreduce.run._tables import KindSpec, check, choice, in_range, is_finite, is_int
 from fpreduce.run.model import ModelSource, ModelSpec, check_step
 
@@ -119,6 +122,7 @@ class SyntheticSpec(KindSpec):
         outlier_scale: outlier factor (finite).
         outlier_kind: ``scale``, ``corrupt`` or ``nan``.
         decay: scale_t = exp(-decay * t) (>= 0).
+        layout: "" or an open model's parameter layout (``fpreduce.run._layouts``: each element scaled by its tensor's).
     """
 
     kind: ClassVar[str] = "synthetic"
@@ -133,8 +137,12 @@ class SyntheticSpec(KindSpec):
     outlier_scale: float = 10.0
     outlier_kind: str = "scale"
     decay: float = 0.0
+    layout: str = ""
 
     def __post_init__(self) -> None:
+        if self.layout:
+            choice("source.layout", self.layout, tuple(LAYOUTS))
+            in_range("source.elements", self.elements, 1, hi=layout_size(self.layout) + 1, integer=True)
         choice("source.dist", self.dist, DISTS, aliases=_ALIASES)
         choice("source.outlier_kind", self.outlier_kind, OUTLIER_KINDS, aliases=_ALIASES)
         in_range("source.elements", self.elements, 1, integer=True)
@@ -262,6 +270,8 @@ class SyntheticSource(Source):
                 Z[w] = np.nan
         if sp.dist == "sparse":
             Z[np.random.default_rng(key(_MASK)).random((n, m)) < sp.sparsity] = 0.0
+        if sp.layout:
+            Z *= layout_scales(sp.layout, b * BLOCK, b * BLOCK + m)
         with np.errstate(over="ignore"):
             return Z.astype(np.float32)  # float64 -> float32, nearest-even, overflow -> ±Inf
 
@@ -406,7 +416,7 @@ def _load_npz(path: Path) -> NDArray[Any]:
 _PER_CELL, _PER_CELL_INPUT, _PER_ELEMENT_ARM, _FIXED = 6, 14, 10, 192 << 20
 
 
-def memory_needed(source: Source, *, arms: int, inputs: int, width: int) -> int:
+def memory_needed(source: Source, *, arms: int, inputs: int, width: int, elements: int | None = None) -> int:
     """About the peak memory (bytes) of a run over ``source``.
 
     Args:
@@ -415,7 +425,7 @@ def memory_needed(source: Source, *, arms: int, inputs: int, width: int) -> int:
         inputs: the number of distinct input formats among the arms.
         width: elements per chunk (a model's gradient is one chunk, computed per arm).
     """
-    n, m = source.workers, source.elements
+    n, m = source.workers, source.elements if elements is None else elements  # (a split run's share)
     cells = n * min(width, m) * (arms if source.kind == "model" else 1)
     return cells * (_PER_CELL + _PER_CELL_INPUT * inputs) + m * arms * _PER_ELEMENT_ARM + _FIXED
 

@@ -337,9 +337,17 @@ class ErrorStats:
             self.rel_max = _max(self.rel_max, math.nan if rel_nan else rel_max)
             self.rels.append(rel32 if k == n else rel32[:k].copy())
 
+    def rel_count(self) -> int:
+        """How many relative errors the step has (elements with a finite result and a nonzero exact value)."""
+        return sum(r.size for r in self.rels)
+
+    def median(self) -> float:
+        """The median of the step's relative errors (rounded to float32): ``np.median``'s value."""
+        return median32(self.rels)
+
     def row(self) -> dict[str, float]:
         """The step's error columns of metrics.csv (NaN where no element qualifies)."""
-        k = sum(r.size for r in self.rels)
+        k = self.rel_count()
         nan = float("nan")
         f = self.finite
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -352,7 +360,7 @@ class ErrorStats:
             "err_backward": self.bwd_max if f else nan,
             "err_max_rel": self.rel_max if k else nan,
             "err_mean_rel": self.rel_sum / k if k else nan,
-            "err_median_rel": median32(self.rels) if k else nan,
+            "err_median_rel": self.median() if k else nan,
             "err_max_ulp": self.ulp_max if f else nan,
             "frac_correct": self.correct / self.total if self.total else nan,
         }

@@ -21,7 +21,9 @@ sweep figure answers with the sqrt(N) and N slopes drawn beside the data.
 from __future__ import annotations
 
 import itertools
-from concurrent.futures import ProcessPoolExecutor
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,8 @@ from fpreduce.run.sources import DISTS, SyntheticSpec
 
 __all__ = ["load_sweep_config", "run_sweep", "sweep_dir"]
 
+#: ``progress(done, total, point, how, seconds)``: a point finished (how: ran, resumed, done)
+SweepProgress = Callable[[int, int, str, str, float], None]
 _KEYS = ("workers", "plans", "dists", "formats", "order")
 
 
@@ -90,14 +94,24 @@ def _sources(base: Config, dists: object) -> list[tuple[str, Any]]:
     return out
 
 
-def _one(args: tuple[Config, str, bool]) -> list[dict[str, Any]]:
-    cfg, out, force = args
-    res = run_experiment(cfg, out, force=force)
+def _one(args: tuple[Config, str, bool, bool]) -> tuple[list[dict[str, Any]], str, float]:
+    """Run one point (``resume``: continue or reuse a run already in its directory); its rows, what was
+    done (``ran``, ``resumed`` or ``done``: complete already) and the seconds it took."""
+    cfg, out, force, resume = args
+    t0 = time.perf_counter()
+    held = rundir.inspect_run_dir(Path(out)).holds if resume else "nothing"
+    res = run_experiment(cfg, out, force=force and held == "nothing", resume=held != "nothing")
+    how = {"nothing": "ran", "complete": "done"}.get(held, "resumed")
+    return _rows(cfg, res.summary), how, time.perf_counter() - t0
+
+
+def _rows(cfg: Config, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """A point's rows of sweep.csv, from its summary.json."""
     plan = cfg.arms[0].policy.plan
     src = cfg.source
     dist = src.dist if isinstance(src, SyntheticSpec) else src.kind
     rows = []
-    for a in res.summary["arms"]:
+    for a in summary["arms"]:
         rows.append(
             {
                 "workers": cfg.experiment.workers,
@@ -123,33 +137,80 @@ def sweep_dir(base: Config, out: str | Path | None) -> Path:
     return Path(out) if out is not None else Path("runs") / base.experiment.name
 
 
-def run_sweep(path: str | Path, out: str | Path | None = None, *, jobs: int = 1, force: bool = False) -> Path:
-    """Run every grid point (``jobs`` processes) and write ``sweep.csv``; returns its path.
+def run_sweep(
+    path: str | Path,
+    out: str | Path | None = None,
+    *,
+    jobs: int = 1,
+    force: bool = False,
+    resume: bool = False,
+    executor: Executor | None = None,
+    progress: SweepProgress | None = None,
+) -> Path:
+    """Run every grid point (``jobs`` processes, or on ``executor``) and write ``sweep.csv``; returns its path.
 
     Everything is checked before ``out`` (default ``runs/<experiment.name>``) is touched:
     the grid, every point's source and memory. ``out`` must be missing, empty or a sweep
     directory; an earlier sweep there is replaced only with ``force`` (its table goes
-    first; points no longer in the grid are removed). The sweep holds ``out``'s lock.
+    first; points no longer in the grid are removed), or continued with ``resume``: a
+    point whose run is complete is read back, not run again; an interrupted one is
+    resumed from its checkpoint (its config must be the point's). The sweep holds
+    ``out``'s lock. ``executor``: any ``concurrent.futures.Executor`` (e.g. mpi4py's
+    ``MPIPoolExecutor``; its workers must import fpreduce); the rows are the same
+    whichever runs them. ``progress(done, total, point, how, seconds)`` is called as
+    each point finishes (``how``: ran, resumed, done).
     """
+    if force and resume:
+        raise InvalidArgument("--resume continues the sweep in --out and --force replaces it: give one of them")
     base, points = load_sweep_config(path)
     d = sweep_dir(base, out)
     for c in points:
         check_run(c)
-    if rundir.inspect_sweep_dir(d) and not force:
-        raise InvalidArgument(f"{d} holds a sweep: replace it with --force, or choose another --out")
+    if rundir.inspect_sweep_dir(d) and not (force or resume):
+        raise InvalidArgument(
+            f"{d} holds a sweep: continue it with --resume, replace it with --force, or choose another --out"
+        )
     with rundir.lock(d):
-        if rundir.inspect_sweep_dir(d):
-            rundir.clear_sweep(d)
-            keep = {rundir.point_dir(d, c.experiment.name) for c in points}
-            for p in rundir.point_dirs(d):
-                if p not in keep and rundir.inspect_run_dir(p).holds != "nothing":
-                    with rundir.lock(p):
-                        rundir.clear_run(p)
-                    _files.remove_if_empty(p)
-        work = [(c, str(rundir.point_dir(d, c.experiment.name)), force) for c in points]
-        if jobs > 1:
-            with ProcessPoolExecutor(max_workers=jobs) as ex:
-                results = list(ex.map(_one, work))
-        else:
-            results = [_one(w) for w in work]
+        if rundir.inspect_sweep_dir(d) and force:
+            _clear(d, points)
+        work = [(c, str(rundir.point_dir(d, c.experiment.name)), force, resume) for c in points]
+        own = executor is None and jobs > 1
+        ex = ProcessPoolExecutor(max_workers=jobs) if own else executor
+        try:
+            results = _map(ex, work, progress)
+        finally:
+            if own and ex is not None:
+                ex.shutdown()
         return rundir.write_sweep(d, [r for rows in results for r in rows])
+
+
+def _clear(d: Path, points: list[Config]) -> None:
+    """Replace a sweep: its table, and the points no longer in the grid."""
+    rundir.clear_sweep(d)
+    keep = {rundir.point_dir(d, c.experiment.name) for c in points}
+    for p in rundir.point_dirs(d):
+        if p not in keep and rundir.inspect_run_dir(p).holds != "nothing":
+            with rundir.lock(p):
+                rundir.clear_run(p)
+            _files.remove_if_empty(p)
+
+
+def _map(
+    ex: Executor | None, work: list[tuple[Config, str, bool, bool]], progress: SweepProgress | None
+) -> list[list[dict[str, Any]]]:
+    """Every point's rows, in grid order; ``progress`` as each finishes."""
+    out: list[list[dict[str, Any]] | None] = [None] * len(work)
+
+    def done(i: int, result: tuple[list[dict[str, Any]], str, float]) -> None:
+        out[i] = result[0]
+        if progress is not None:
+            progress(sum(r is not None for r in out), len(work), work[i][0].experiment.name, *result[1:])
+
+    if ex is None:
+        for i, w in enumerate(work):
+            done(i, _one(w))
+    else:
+        futures = {ex.submit(_one, w): i for i, w in enumerate(work)}
+        for f in as_completed(futures):
+            done(futures[f], f.result())
+    return [r for r in out if r is not None]
