@@ -177,3 +177,21 @@ def test_compare_says_identical_then_names_the_first_differing_step(recording, t
     assert 1 <= by["B"]["steps_differing"] <= 4  # steps whose arrival orders happen to agree have equal bits
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "c")]) == 1
     assert "DIFFER" in capsys.readouterr().out
+
+
+def test_run_source_accepts_a_recordings_own_directory(tmp_path, capsys):
+    """fpreduce.torch.Recorder writes REC/manifest.json and REC/grads/: REC itself is a source."""
+    rec = tmp_path / "my-rec"
+    (rec / "grads").mkdir(parents=True)
+    (rec / "manifest.json").write_text("{}")
+    g = np.random.default_rng(2).normal(size=(2, 3, 50)).astype(np.float32)
+    for t in range(2):
+        np.save(rec / "grads" / f"step_{t:06d}.npy", g[t])
+    out = tmp_path / "run"
+    assert main(["run", "--source", str(rec), "--out", str(out), "--no-report", "--quiet"]) == 0
+    s = load_run(out).summary
+    assert (s["name"], s["workers"], s["steps"]) == ("my-rec", 3, 2)
+    np.save(tmp_path / "whole.npy", g)
+    assert main(["run", "--source", str(tmp_path / "whole.npy"), "--out", str(tmp_path / "w"), "--no-report"]) == 0
+    a, b = load_run(out).metrics, load_run(tmp_path / "w").metrics
+    assert all(np.array_equal(a[arm]["digest"], b[arm]["digest"]) for arm in a)  # the same gradients, the same bits

@@ -37,9 +37,10 @@ files ``(workers, elements)`` in name order (digit runs compare as numbers:
 ``step_2`` before ``step_10``; other files are ignored). Row ``w`` is rank ``w``'s
 *local* gradient, before any all-reduce. ``fpreduce.torch.Recorder`` (a DDP
 communication hook) writes this layout as ``REC/grads/`` while your job trains
-(``docs/replay.md``); ``fpreduce run --source PATH`` reads workers and steps from
-it. bf16/fp16 gradients are exact in float32 (numpy has no bf16). For big models
-dump a fixed slice (a layer, a random subset of elements).
+(``docs/replay.md``; the recording's directory stands for its ``grads/``);
+``fpreduce run --source PATH`` reads workers and steps from it. bf16/fp16 gradients
+are exact in float32 (numpy has no bf16). For big models dump a fixed slice (a
+layer, a random subset of elements).
 
 Files: ``allow_pickle=False`` (object arrays refused); ``.npy`` memory-mapped,
 ``.npz`` read into memory once. Dtype float16, float32 or float64;
@@ -292,6 +293,8 @@ class FileSource(Source):
         """Open ``spec.path``; ``workers`` None takes the recording's own count."""
         self.spec, self.workers = spec, workers or 0  # 0: the recording's own, set by _check_shape
         path = Path(spec.path)
+        if (path / "manifest.json").is_file() and (path / "grads").is_dir():
+            path = path / "grads"  # a fpreduce.torch recording: its local gradients
         self._files: list[Path] | None = None
         self._array: Any = None
         if path.is_dir():
