@@ -22,9 +22,17 @@ same rules as :mod:`fpreduce.core.arith`):
 * ``kind 2`` (fp16, nearest even): the float32 sum; below 2**-14 it is exact (a
   multiple of fp16's subnormal quantum), above it Veltkamp on 11 bits; beyond
   65504 it rounds to 65504 or overflows to ±Inf (NaN stays NaN).
-* ``kind 3`` (fp8 in nearest even; every format of at most 52 bits in directed and stochastic modes): the
-  float64 sum and its exact remainder (TwoSum), rounded by :func:`_round_scalar`.
-* ``kind 4`` (fp64, directed and stochastic modes): TwoSum and a float64 step in the mode's direction.
+* ``kind 3`` (fp8 in nearest even; every format of at most 52 bits in directed and
+  stochastic modes): the float64 sum and its exact remainder (TwoSum), rounded on the
+  sum's bits by :func:`fpreduce.core._kernels_round.add_round` (branch free: a row of
+  it vectorizes; one loop per mode).
+* ``kind 4`` (fp64, directed and stochastic modes): TwoSum and a one-ulp step of the
+  bit pattern in the mode's direction (:func:`fpreduce.core._kernels_round.add_fp64`).
+
+Every addition of the row-block kernel writes a row other than its operands' (a spare
+row, renamed), so that numba vectorizes it. numba caches each compiled function with
+the file that defines it: after editing ``_kernels_round.py``, whose functions are
+inlined here, touch this file too (or clear ``__pycache__``).
 
 Stochastic rounding (mode 4, kinds 3 and 4) uses a counter-based generator, so its
 bits depend on the seed alone, not on the shape, the chunking (``offset``), numba or
@@ -49,13 +57,13 @@ run: tests/test_tall.py checks both against ``reduce_reference`` bit for bit.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fpreduce.base import jit
+from fpreduce.core import _kernels_round as kr
 from fpreduce.core._fastpath import _program
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core.arith import _Arith, _Loader
@@ -73,116 +81,7 @@ def _veltkamp(s, sigma):  # type: ignore[no-untyped-def]
     return c - (c - s)
 
 
-def _mix(z):  # type: ignore[no-untyped-def]
-    """The splitmix64 finalizer (Steele, Lea & Flood 2014): a bijection of uint64 with full avalanche."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def _uniform(key, e, t):  # type: ignore[no-untyped-def]
-    """The uniform number of addition ``t`` of element ``e``: 53 bits of splitmix64(key, e, t) over 2**53."""
-    g = np.uint64(0x9E3779B97F4A7C15)
-    z = _mix(key + (np.uint64(e) + np.uint64(1)) * g)
-    z = _mix(z + (np.uint64(t) + np.uint64(1)) * g)
-    return np.float64(z >> np.uint64(11)) * 2.0**-53
-
-
-def _round_scalar(s, err, a, b, p, emin, maxf, mode, has_inf, u):  # type: ignore[no-untyped-def]
-    """``s + err`` (the exact sum of a and b: s its float64 rounding) rounded to (p, emin, maxf) in ``mode``.
-
-    Mode 4 (stochastic) rounds to the neighbour above with probability
-    ``frac = ((s - lo) + err) / (hi - lo)`` (float64) when ``u < frac``.
-    """
-    if s != s:
-        return s
-    if math.isinf(s):  # an Inf operand (float64 cannot overflow on formats of p <= 52 bits... except fp64)
-        return s if has_inf else np.nan
-    if s == 0.0:  # an exact zero (a float64 sum that rounds to zero is exact)
-        na, nb = math.copysign(1.0, a) < 0, math.copysign(1.0, b) < 0
-        if na and nb:
-            return -0.0
-        if (not na and not nb) or mode != 3:
-            return 0.0
-        return -0.0
-    s0 = s
-    if mode != 0 and err != 0.0:
-        q0 = math.ldexp(1.0, max(math.frexp(s)[1] - 1, emin) - p + 1)
-        if math.floor(s / q0) * q0 == s:  # s on the grid: the remainder's sign decides
-            s = np.nextafter(s, math.inf if err > 0 else -math.inf)
-    e = math.frexp(s)[1]
-    k = max(e - 1, emin) - p + 1
-    y = math.ldexp(s, -k)  # exact
-    if mode == 0:
-        r = np.rint(y)
-    elif mode == 1:
-        r = math.trunc(y) * 1.0
-    elif mode == 2:
-        r = math.ceil(y) * 1.0
-    elif mode == 3:
-        r = math.floor(y) * 1.0
-    else:  # stochastic: the neighbours lo < exact < hi (unbounded exponent), or the exact grid value
-        r = math.floor(y) * 1.0
-        if r != y or err != 0.0:
-            lo = math.ldexp(r, k)
-            frac = ((s0 - lo) + err) / math.ldexp(1.0, k)
-            if u < frac:
-                r += 1.0
-    res = math.copysign(math.ldexp(r, k), s)
-    if abs(res) > maxf:
-        big = math.inf if has_inf else np.nan
-        neg = s < 0
-        if mode == 0 or mode == 4:
-            mag = big
-        elif mode == 1:
-            mag = maxf
-        elif mode == 2:
-            mag = maxf if neg else big
-        else:
-            mag = big if neg else maxf
-        res = -mag if neg else mag
-    return res
-
-
-def _add_fp64(a, b, mode, maxf, u):  # type: ignore[no-untyped-def]
-    """fp64 addition in a directed or stochastic mode: the float64 sum stepped once toward its exact remainder.
-
-    Stochastic: toward the remainder with probability |err| / (the gap between the two neighbours), if ``u`` is below.
-    """
-    s = a + b
-    if s != s:
-        return s
-    if math.isinf(s):
-        if math.isinf(a) or math.isinf(b):
-            return s
-        neg = s < 0
-        if mode == 1 or (mode == 2 and neg) or (mode == 3 and not neg):
-            return -maxf if neg else maxf
-        return s  # nearest and stochastic: ±Inf
-    if s == 0.0:
-        na, nb = math.copysign(1.0, a) < 0, math.copysign(1.0, b) < 0
-        if na and nb:
-            return -0.0
-        if (not na and not nb) or mode != 3:
-            return 0.0
-        return -0.0
-    bb = s - a
-    err = (a - (s - bb)) + (b - bb)
-    if err == 0.0:
-        return s
-    if mode == 4:
-        other = np.nextafter(s, math.inf if err > 0 else -math.inf)
-        return other if u < abs(err) / abs(other - s) else s
-    if mode == 2:
-        return np.nextafter(s, math.inf) if err > 0 else s
-    if mode == 3:
-        return np.nextafter(s, -math.inf) if err < 0 else s
-    if (err < 0) != (s < 0):  # toward zero: step back when the remainder points to zero
-        return np.nextafter(s, 0.0)
-    return s
-
-
-def _add_rows(D, d, A, a, oa, B, b, ob, w, kind, prm, key, t, e0):  # type: ignore[no-untyped-def]
+def _add_rows(D, d, A, a, oa, B, b, ob, w, kind, prm, z, t):  # type: ignore[no-untyped-def]
     """D[d, j] <- A[a, oa + j] + B[b, ob + j] rounded, j < w (``kind`` and ``prm``: see the module)."""
     if kind == 0:
         for j in range(w):
@@ -207,23 +106,12 @@ def _add_rows(D, d, A, a, oa, B, b, ob, w, kind, prm, key, t, e0):  # type: igno
                 r = s if s != s else (np.float32(-np.inf) if s < 0 else np.float32(np.inf))
             D[d, j] = r
     elif kind == 3:
-        p, emin, maxf, mode, has_inf = int(prm[0]), int(prm[1]), prm[2], int(prm[3]), prm[4] != 0
-        for j in range(w):
-            x = np.float64(A[a, oa + j])
-            y = np.float64(B[b, ob + j])
-            s = x + y
-            bb = s - x
-            err = (x - (s - bb)) + (y - bb)
-            u = _uniform(key, e0 + j, t) if mode == 4 else 0.0
-            D[d, j] = _round_scalar(s, err, x, y, p, emin, maxf, mode, has_inf, u)
+        kr.rows_bits(D, d, A, a, oa, B, b, ob, w, prm, z, t)
     else:
-        maxf, mode = prm[2], int(prm[3])
-        for j in range(w):
-            u = _uniform(key, e0 + j, t) if mode == 4 else 0.0
-            D[d, j] = _add_fp64(np.float64(A[a, oa + j]), np.float64(B[b, ob + j]), mode, maxf, u)
+        kr.rows_fp64(D, d, A, a, oa, B, b, ob, w, prm, z, t)
 
 
-def _add1(s, x, kind, prm, key, t, e):  # type: ignore[no-untyped-def]
+def _add1(s, x, kind, prm, z1, t):  # type: ignore[no-untyped-def]
     """One addition ``s + x`` rounded (a scalar ``_add_rows``)."""
     if kind == 0:
         return s + x
@@ -240,15 +128,12 @@ def _add1(s, x, kind, prm, key, t, e):  # type: ignore[no-untyped-def]
         if not abs(r) <= np.float32(prm[2]):
             r = t if t != t else (np.float32(-np.inf) if t < 0 else np.float32(np.inf))
         return r
+    v = kr.uniform(z1, t) if prm[3] == 4 else 0.0
     if kind == 3:
-        a, b = np.float64(s), np.float64(x)
-        u = a + b
-        bb = u - a
-        err = (a - (u - bb)) + (b - bb)
-        v = _uniform(key, e, t) if prm[3] == 4 else 0.0
-        return _round_scalar(u, err, a, b, int(prm[0]), int(prm[1]), prm[2], int(prm[3]), prm[4] != 0, v)
-    v = _uniform(key, e, t) if prm[3] == 4 else 0.0
-    return _add_fp64(np.float64(s), np.float64(x), int(prm[3]), prm[2], v)
+        big = np.inf if prm[4] != 0 else np.nan
+        sh, eminb = 53 - int(prm[0]), int(prm[1]) + 1023
+        return kr.add_round(np.float64(s), np.float64(x), sh, eminb, prm[2], big, prm[4] != 0, int(prm[3]), v)
+    return kr.add_fp64(np.float64(s), np.float64(x), prm[2], int(prm[3]), v)
 
 
 def _left_k0(X, perm, j):  # type: ignore[no-untyped-def]
@@ -269,11 +154,11 @@ def _left_k1(X, perm, j, sigma):  # type: ignore[no-untyped-def]
     return s
 
 
-def _left_any(X, perm, j, kind, prm, key, e):  # type: ignore[no-untyped-def]
+def _left_any(X, perm, j, kind, prm, z1):  # type: ignore[no-untyped-def]
     ident = perm.size == 0
     s = np.float64(X[0 if ident else perm[0], j])
     for k in range(1, X.shape[0]):
-        s = np.float64(_add1(s, X[k if ident else perm[k], j], kind, prm, key, k - 1, e))
+        s = np.float64(_add1(s, X[k if ident else perm[k], j], kind, prm, z1, k - 1))
     return s
 
 
@@ -312,50 +197,56 @@ def _left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-
         elif kind == 1:
             out[j] = _left_k1(X, perm, j, np.float32(prm[5]))
         else:
-            out[j] = _left_any(X, perm, j, kind, prm, key, e0 + j)
+            out[j] = _left_any(X, perm, j, kind, prm, kr.element_seed(key, e0 + j))
 
 
 def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0):  # type: ignore[no-untyped-def]
-    """out[j] <- the fold of column j of X along ``ops`` (or a left fold in ``perm`` when ops is empty)."""
+    """out[j] <- the fold of column j of X along ``ops`` (or a left fold in ``perm`` when ops is empty).
+
+    Every addition writes a row other than its operands' (the spare row of ``bufs``, then
+    renamed through ``phys``), so the compiler vectorizes it without an overlap check failing.
+    """
     n, m = X.shape
     W = bufs.shape[1]
+    spare = bufs.shape[0] - 1
+    phys = np.arange(bufs.shape[0])  # buffer i lives in row phys[i]; row phys[spare] is free
+    z = np.zeros(W if prm[3] == 4 else 0, dtype=np.uint64)  # the block's element seeds (stochastic)
     for lo in range(0, m, W):
         w = min(W, m - lo)
-        if ops.shape[0] == 0:  # left fold: bufs[0] is the running sum
+        for j in range(min(z.size, w)):
+            z[j] = kr.element_seed(key, e0 + lo + j)
+        if ops.shape[0] == 0:  # left fold: the running sum alternates between two rows
             r0 = perm[0]
             for j in range(w):
                 bufs[0, j] = X[r0, lo + j]
             for k in range(1, n):
-                _add_rows(bufs, 0, bufs, 0, 0, X, perm[k], lo, w, kind, prm, key, k - 1, e0 + lo)
-            res = 0
+                _add_rows(bufs, k % 2, bufs, 1 - k % 2, 0, X, perm[k], lo, w, kind, prm, z, k - 1)
+            res = (n - 1) % 2
         else:
             for t in range(ops.shape[0]):
                 o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
-                d = -1 - o
+                d = phys[spare]
                 if a >= 0 and b >= 0:
-                    _add_rows(bufs, d, X, perm[a], lo, X, perm[b], lo, w, kind, prm, key, t, e0 + lo)
+                    _add_rows(bufs, d, X, perm[a], lo, X, perm[b], lo, w, kind, prm, z, t)
                 elif a >= 0:
-                    _add_rows(bufs, d, X, perm[a], lo, bufs, -1 - b, 0, w, kind, prm, key, t, e0 + lo)
+                    _add_rows(bufs, d, X, perm[a], lo, bufs, phys[-1 - b], 0, w, kind, prm, z, t)
                 elif b >= 0:
-                    _add_rows(bufs, d, bufs, -1 - a, 0, X, perm[b], lo, w, kind, prm, key, t, e0 + lo)
+                    _add_rows(bufs, d, bufs, phys[-1 - a], 0, X, perm[b], lo, w, kind, prm, z, t)
                 else:
-                    _add_rows(bufs, d, bufs, -1 - a, 0, bufs, -1 - b, 0, w, kind, prm, key, t, e0 + lo)
-            res = -1 - root
+                    _add_rows(bufs, d, bufs, phys[-1 - a], 0, bufs, phys[-1 - b], 0, w, kind, prm, z, t)
+                phys[spare], phys[-1 - o] = phys[-1 - o], d
+            res = phys[-1 - root]
         for j in range(w):
             out[lo + j] = bufs[res, j]
 
 
 _HELPERS = (
     "_veltkamp",
-    "_round_scalar",
-    "_add_fp64",
     "_add_rows",
     "_add1",
     "_left_k0",
     "_left_k1",
     "_left_any",
-    "_mix",
-    "_uniform",
 )
 _COMPILED = tuple(jit.jit(f) for f in (_fold_kernel, _left_columns, _any_bits, _all_fp16))
 
@@ -373,6 +264,7 @@ def _compile_helpers() -> None:
         return
     import numba
 
+    kr.compile_all()
     for name in _HELPERS:  # numba inlines the hot left folds (one call site each); more would slow compiling
         hot = name in ("_left_k0", "_left_k1")
         g[name] = numba.njit(cache=True, nogil=True, inline="always" if hot else "never")(g[name])
@@ -429,7 +321,7 @@ def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith, offse
             return _fold_numpy_sr(root, order, _load(A, load, ar), fa, key, offset)
     narrow = fa.precision <= 24  # accumulator values are float32 values
     X = _load(A, load, ar)
-    acc = np.float32 if kind in (1, 2) or (kind == 0 and narrow) else np.float64
+    acc = np.float32 if narrow else np.float64  # X's dtype: one compiled kernel per dtype
     if order is not None and (m > _NARROW and order.size == 0):
         order = np.arange(n, dtype=np.int64)  # the row-block kernel indexes through perm
     if order is not None:
@@ -441,7 +333,7 @@ def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith, offse
     if n == 1:
         return np.array(X[0], dtype=acc)
     out = np.empty(m, dtype=acc)
-    bufs = np.empty((nbuf, min(_WIDTH, max(m, 1))), dtype=acc)
+    bufs = np.empty((nbuf + 1, min(_WIDTH, max(m, 1))), dtype=acc)  # and a spare row
     left = order is not None and m <= _NARROW
     with np.errstate(over="ignore", invalid="ignore"):
         for k in (kind, 3):  # kind 1 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond Veltkamp)
@@ -451,7 +343,6 @@ def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith, offse
                 _kernels()[0](X, perm, ops.reshape(-1, 3), base, out, bufs, k, prm, key, offset)
             if k != 1 or not np.isnan(out.max(initial=0.0)):
                 break
-            out, bufs = out.astype(np.float64), bufs.astype(np.float64)
     return out
 
 
