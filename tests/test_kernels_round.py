@@ -139,7 +139,7 @@ def test_compiled_rows_equal_the_references(fmt):
         D = np.empty_like(A)
         rows = kr.rows_fp64 if fmt == "fp64" else kr.rows_bits
         with np.errstate(invalid="ignore", over="ignore"):
-            rows(D, 0, A, 0, 0, B, 0, 0, A.shape[1], prm, z, 7)
+            rows(D[0], A[0], B[0], prm, z, 7)
         for j in range(A.shape[1]):
             x, y = float(A[0, j]), float(B[0, j])
             if mode < 4:

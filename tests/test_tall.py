@@ -86,8 +86,9 @@ def test_compiled_fold_equals_numpy_and_fraction_reference(n, m, acc, mode, plan
 @needs_jit
 @pytest.mark.parametrize("acc", ACCS)
 @pytest.mark.parametrize("mode", MODES)
-def test_block_kernel_many_columns(acc, mode):
+def test_block_kernel_many_columns(acc, mode, monkeypatch):
     """More columns than one block of the row kernel, and more than the register path takes."""
+    monkeypatch.setattr(_tall, "_WIDE", _tall._WIDTH)  # blocks of _WIDTH columns
     n, m = 5, _tall._WIDTH + 37
     X = data("bf16", n, m, 3, True)
     for plan in ("sequential", "pairwise", "((0,(1,2)),(3,4))"):
@@ -119,6 +120,22 @@ def test_inputs_that_need_rounding_are_loaded():
         got = fr.reduce(X, "sequential", input=inp, accumulate="fp32")
         assert same(got, fr.reduce_reference(X, "sequential", input=inp, accumulate="fp32"))
         assert not same(got, fr.reduce(X, "sequential", input="fp32", accumulate="fp32"))
+
+
+@needs_jit
+@pytest.mark.parametrize("plan", ["sequential", "pairwise"])
+def test_wide_rows_check_their_inputs_as_they_are_read(plan):
+    """bf16 inputs of a wide fold are checked while folding: a value with low bits set makes it load and refold."""
+    X = fr.round_to(np.random.default_rng(6).standard_normal((6, 3 * _tall._WIDTH)), "bf16").astype(np.float32)
+    kw = {"input": "bf16", "accumulate": "bf16"}
+    ok = fr.reduce(X, plan, **kw)
+    with jit.disabled():
+        assert same(ok, fr.reduce(X, plan, **kw))
+    X[4, -3] = np.float32(1 + 2.0**-12)  # not a bf16 value: rounded to 1 on loading
+    got = fr.reduce(X, plan, **kw)
+    assert same(got[-20:], fr.reduce_reference(X[:, -20:], plan, **kw))
+    with jit.disabled():
+        assert same(got, fr.reduce(X, plan, **kw))
 
 
 @needs_jit

@@ -158,8 +158,8 @@ def add_fp64(x, y, maxf, mode, u):  # type: ignore[no-untyped-def]
     return ((-maxf if neg else maxf) if over else s) if s - s != 0.0 else r
 
 
-def rows_bits(D, d, A, a, oa, B, b, ob, w, prm, z, t):  # type: ignore[no-untyped-def]
-    """D[d, j] <- A[a, oa + j] + B[b, ob + j] by :func:`add_round`, j < w; ``prm`` as ``_tall._kind``'s.
+def rows_bits(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
+    """D[j] <- A[j] + B[j] (rows) by :func:`add_round`; ``prm`` as ``_tall._kind``'s.
 
     One loop per mode, the mode a constant in each (numba folds its selects away and
     vectorizes the loop). Stochastic: addition ``t``, element seeds ``z[j]``.
@@ -167,46 +167,38 @@ def rows_bits(D, d, A, a, oa, B, b, ob, w, prm, z, t):  # type: ignore[no-untype
     sh, eminb, maxf, mode, has_inf = 53 - int(prm[0]), int(prm[1]) + 1023, prm[2], int(prm[3]), prm[4] != 0
     big = np.inf if has_inf else np.nan
     if mode == 0:
-        for j in range(w):
-            D[d, j] = add_round(
-                np.float64(A[a, oa + j]), np.float64(B[b, ob + j]), sh, eminb, maxf, big, has_inf, 0, 0.0
-            )
+        for j in range(D.size):
+            D[j] = add_round(np.float64(A[j]), np.float64(B[j]), sh, eminb, maxf, big, has_inf, 0, 0.0)
     elif mode == 1:
-        for j in range(w):
-            D[d, j] = add_round(
-                np.float64(A[a, oa + j]), np.float64(B[b, ob + j]), sh, eminb, maxf, big, has_inf, 1, 0.0
-            )
+        for j in range(D.size):
+            D[j] = add_round(np.float64(A[j]), np.float64(B[j]), sh, eminb, maxf, big, has_inf, 1, 0.0)
     elif mode == 2:
-        for j in range(w):
-            D[d, j] = add_round(
-                np.float64(A[a, oa + j]), np.float64(B[b, ob + j]), sh, eminb, maxf, big, has_inf, 2, 0.0
-            )
+        for j in range(D.size):
+            D[j] = add_round(np.float64(A[j]), np.float64(B[j]), sh, eminb, maxf, big, has_inf, 2, 0.0)
     elif mode == 3:
-        for j in range(w):
-            D[d, j] = add_round(
-                np.float64(A[a, oa + j]), np.float64(B[b, ob + j]), sh, eminb, maxf, big, has_inf, 3, 0.0
-            )
+        for j in range(D.size):
+            D[j] = add_round(np.float64(A[j]), np.float64(B[j]), sh, eminb, maxf, big, has_inf, 3, 0.0)
     else:
-        for j in range(w):
+        for j in range(D.size):
             u = uniform(z[j], t)
-            D[d, j] = add_round(np.float64(A[a, oa + j]), np.float64(B[b, ob + j]), sh, eminb, maxf, big, has_inf, 4, u)
+            D[j] = add_round(np.float64(A[j]), np.float64(B[j]), sh, eminb, maxf, big, has_inf, 4, u)
 
 
-def rows_fp64(D, d, A, a, oa, B, b, ob, w, prm, z, t):  # type: ignore[no-untyped-def]
+def rows_fp64(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
     """:func:`rows_bits` for the fp64 accumulator (:func:`add_fp64`), one loop per mode."""
     maxf, mode = prm[2], int(prm[3])
     if mode == 1:
-        for j in range(w):
-            D[d, j] = add_fp64(np.float64(A[a, oa + j]), np.float64(B[b, ob + j]), maxf, 1, 0.0)
+        for j in range(D.size):
+            D[j] = add_fp64(np.float64(A[j]), np.float64(B[j]), maxf, 1, 0.0)
     elif mode == 2:
-        for j in range(w):
-            D[d, j] = add_fp64(np.float64(A[a, oa + j]), np.float64(B[b, ob + j]), maxf, 2, 0.0)
+        for j in range(D.size):
+            D[j] = add_fp64(np.float64(A[j]), np.float64(B[j]), maxf, 2, 0.0)
     elif mode == 3:
-        for j in range(w):
-            D[d, j] = add_fp64(np.float64(A[a, oa + j]), np.float64(B[b, ob + j]), maxf, 3, 0.0)
+        for j in range(D.size):
+            D[j] = add_fp64(np.float64(A[j]), np.float64(B[j]), maxf, 3, 0.0)
     else:
-        for j in range(w):
-            D[d, j] = add_fp64(np.float64(A[a, oa + j]), np.float64(B[b, ob + j]), maxf, 4, uniform(z[j], t))
+        for j in range(D.size):
+            D[j] = add_fp64(np.float64(A[j]), np.float64(B[j]), maxf, 4, uniform(z[j], t))
 
 
 _NAMES = (

@@ -6,8 +6,10 @@ so that shapes of many rows and few columns (10^5 x 1, 10^4 x 1000) cost a few
 nanoseconds per addition instead of one numpy call per row. A left-deep tree
 (``sequential`` and any leaf order of it) is a running sum per column; any other
 tree runs the in-place program of :func:`fpreduce.core._fastpath._program` on
-``log2(n)``-ish reused rows. Columns go in blocks of ``_WIDTH`` so the live rows
-stay in L1/L2.
+``log2(n)``-ish reused rows. Columns go in blocks of ``_WIDTH`` to ``_WIDE`` columns
+(``_BUDGET`` elements in all the live rows, so they stay in L2). bf16 and tf32 inputs
+of the row-block kernel are checked as each row is read (an OR of its bits), not in a
+pass of their own; a block that fails is folded again from the loaded inputs.
 
 Each addition is rounded once to the accumulator format, as IEEE 754 does (the
 same rules as :mod:`fpreduce.core.arith`):
@@ -45,7 +47,7 @@ iff ``u < ((s - lo) + err) / (hi - lo)``: 53 random bits decide each rounding, a
 exactly representable fraction (any sum of two values of a format of <= 24 bits) is
 the exact probability. Overflow follows ``overflow_value`` (±Inf). Without numba,
 :func:`_fold_numpy_sr` gives the same bits. Nearest-even folds of rows wider than
-``_WIDTH`` are left to the engine's numpy fold, which is faster there.
+``_WIDTH`` into fp32, fp64 and fp16 are left to the engine's numpy fold, as fast there.
 
 Signed zeros follow IEEE 754 6.3 (an exact zero sum of opposite-signed operands is
 +0, except -0 in mode ``down``; -0 + -0 = -0), NaN propagates, Inf follows the
@@ -70,9 +72,12 @@ from fpreduce.core.arith import _Arith, _Loader
 from fpreduce.core.rounding import Mode
 from fpreduce.plans import Tree
 
-_WIDTH = 2048  # columns per block: a few live rows of this stay in L1/L2
+_WIDTH = 2048  # columns per block at least
+_WIDE = 1 << 16  # and at most (long runs of each row of X keep the prefetcher streaming)
+_BUDGET = 1 << 18  # elements in the live rows of a block, all together (1 MB of float32: L2)
 _MODES = {Mode.NEAREST_EVEN: 0, Mode.TOWARD_ZERO: 1, Mode.UP: 2, Mode.DOWN: 3, Mode.STOCHASTIC: 4}
 _NARROW = 8  # up to this many columns, a left fold keeps each column's sum in a register
+_NO_BITS = np.zeros((0, 0), dtype=np.uint32)
 _MAX_OPS = 1 << 26  # a tree of more leaves than this is not compiled into a program (memory)
 
 
@@ -81,34 +86,35 @@ def _veltkamp(s, sigma):  # type: ignore[no-untyped-def]
     return c - (c - s)
 
 
-def _add_rows(D, d, A, a, oa, B, b, ob, w, kind, prm, z, t):  # type: ignore[no-untyped-def]
-    """D[d, j] <- A[a, oa + j] + B[b, ob + j] rounded, j < w (``kind`` and ``prm``: see the module)."""
+def _add_rows(D, A, B, kind, prm, z, t):  # type: ignore[no-untyped-def]
+    """D[j] <- A[j] + B[j] rounded, j < D.size (rows; ``kind`` and ``prm``: see the module)."""
+    w = D.size
     if kind == 0:
         for j in range(w):
-            D[d, j] = A[a, oa + j] + B[b, ob + j]
+            D[j] = A[j] + B[j]
     elif kind == 1:
         sigma = np.float32(prm[5])
         for j in range(w):
-            s = np.float32(A[a, oa + j]) + np.float32(B[b, ob + j])
+            s = np.float32(A[j]) + np.float32(B[j])
             c = s * sigma
-            D[d, j] = c - (c - s)
+            D[j] = c - (c - s)
     elif kind == 2:
         sigma = np.float32(prm[5])
         tiny = np.float32(prm[6])
         maxf = np.float32(prm[2])
         for j in range(w):
-            s = np.float32(A[a, oa + j]) + np.float32(B[b, ob + j])
+            s = np.float32(A[j]) + np.float32(B[j])
             c = s * sigma
             r = c - (c - s)
             if abs(s) < tiny:
                 r = s
             if not abs(r) <= maxf:
                 r = s if s != s else (np.float32(-np.inf) if s < 0 else np.float32(np.inf))
-            D[d, j] = r
+            D[j] = r
     elif kind == 3:
-        kr.rows_bits(D, d, A, a, oa, B, b, ob, w, prm, z, t)
+        kr.rows_bits(D, A, B, prm, z, t)
     else:
-        kr.rows_fp64(D, d, A, a, oa, B, b, ob, w, prm, z, t)
+        kr.rows_fp64(D, A, B, prm, z, t)
 
 
 def _add1(s, x, kind, prm, z1, t):  # type: ignore[no-untyped-def]
@@ -200,12 +206,15 @@ def _left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-
             out[j] = _left_any(X, perm, j, kind, prm, kr.element_seed(key, e0 + j))
 
 
-def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0):  # type: ignore[no-untyped-def]
+def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb):  # type: ignore[no-untyped-def]
     """out[j] <- the fold of column j of X along ``ops`` (or a left fold in ``perm`` when ops is empty).
 
     Every addition writes a row other than its operands' (the spare row of ``bufs``, then
     renamed through ``phys``), so the compiler vectorizes it without an overlap check failing.
+    Returns the OR of the bit patterns ``Xb`` (X viewed as uint32, or empty: 0) of the
+    rows read, gathered while each row is in cache (the caller's input check).
     """
+    seen = np.uint32(0)
     n, m = X.shape
     W = bufs.shape[1]
     spare = bufs.shape[0] - 1
@@ -219,25 +228,38 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0):  # type: ig
             r0 = perm[0]
             for j in range(w):
                 bufs[0, j] = X[r0, lo + j]
-            for k in range(1, n):
-                _add_rows(bufs, k % 2, bufs, 1 - k % 2, 0, X, perm[k], lo, w, kind, prm, z, k - 1)
+            for k in range(n):
+                if k > 0:
+                    _add_rows(bufs[k % 2, :w], bufs[1 - k % 2, :w], X[perm[k], lo : lo + w], kind, prm, z, k - 1)
+                if Xb.shape[0] > 0:
+                    seen |= _or_row(Xb[perm[k], lo : lo + w])
             res = (n - 1) % 2
         else:
             for t in range(ops.shape[0]):
                 o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
                 d = phys[spare]
                 if a >= 0 and b >= 0:
-                    _add_rows(bufs, d, X, perm[a], lo, X, perm[b], lo, w, kind, prm, z, t)
+                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], X[perm[b], lo : lo + w], kind, prm, z, t)
                 elif a >= 0:
-                    _add_rows(bufs, d, X, perm[a], lo, bufs, phys[-1 - b], 0, w, kind, prm, z, t)
+                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], bufs[phys[-1 - b], :w], kind, prm, z, t)
                 elif b >= 0:
-                    _add_rows(bufs, d, bufs, phys[-1 - a], 0, X, perm[b], lo, w, kind, prm, z, t)
+                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], X[perm[b], lo : lo + w], kind, prm, z, t)
                 else:
-                    _add_rows(bufs, d, bufs, phys[-1 - a], 0, bufs, phys[-1 - b], 0, w, kind, prm, z, t)
+                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], bufs[phys[-1 - b], :w], kind, prm, z, t)
                 phys[spare], phys[-1 - o] = phys[-1 - o], d
             res = phys[-1 - root]
+            for k in range(n if Xb.shape[0] > 0 else 0):
+                seen |= _or_row(Xb[k, lo : lo + w])
         for j in range(w):
             out[lo + j] = bufs[res, j]
+    return seen
+
+
+def _or_row(bits):  # type: ignore[no-untyped-def]
+    acc = np.uint32(0)
+    for i in range(bits.size):
+        acc |= bits[i]
+    return acc
 
 
 _HELPERS = (
@@ -247,6 +269,7 @@ _HELPERS = (
     "_left_k0",
     "_left_k1",
     "_left_any",
+    "_or_row",
 )
 _COMPILED = tuple(jit.jit(f) for f in (_fold_kernel, _left_columns, _any_bits, _all_fp16))
 
@@ -307,8 +330,8 @@ def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith, offse
         return None
     kind, prm = kp
     n, m = A.shape
-    if kind <= 2 and m > _WIDTH:
-        return None  # nearest even on wide rows: the engine's vectorized numpy fold is faster (few calls per row)
+    if kind != 1 and kind <= 2 and m > _WIDTH:
+        return None  # fp32, fp64 and fp16 nearest even on wide rows: the engine's numpy fold is as fast
     fa = ar.fa
     order = np.zeros(0, dtype=np.int64) if root is None else _left_spine(root, n)
     if order is None and n > _MAX_OPS:
@@ -318,55 +341,75 @@ def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith, offse
         assert ar.rng is not None
         key = np.uint64(int(ar.rng.integers(0, 2**63)))  # the first draw of the seed's generator
         if not compiled:
-            return _fold_numpy_sr(root, order, _load(A, load, ar), fa, key, offset)
+            return _fold_numpy_sr(root, order, _load(A, load, ar)[0], fa, key, offset)
     narrow = fa.precision <= 24  # accumulator values are float32 values
-    X = _load(A, load, ar)
-    acc = np.float32 if narrow else np.float64  # X's dtype: one compiled kernel per dtype
     if order is not None and (m > _NARROW and order.size == 0):
         order = np.arange(n, dtype=np.int64)  # the row-block kernel indexes through perm
     if order is not None:
-        perm, ops, base, nbuf = order, np.zeros((0, 3), dtype=np.int64), 0, 1
+        perm, ops, base = order, np.zeros((0, 3), dtype=np.int64), 0
     else:
         assert root is not None
-        prog, nbuf, top = _program(root, n)  # leaves are rows
-        perm, ops, base, nbuf = np.arange(n, dtype=np.int64), np.array(prog, dtype=np.int64), top, max(nbuf, 1)
-    if n == 1:
-        return np.array(X[0], dtype=acc)
-    out = np.empty(m, dtype=acc)
-    bufs = np.empty((nbuf + 1, min(_WIDTH, max(m, 1))), dtype=acc)  # and a spare row
+        prog, _, top = _program(root, n)  # leaves are rows
+        perm, ops, base = np.arange(n, dtype=np.int64), np.array(prog, dtype=np.int64), top
     left = order is not None and m <= _NARROW
+    X, low = _load(A, load, ar, lazy=not left and n > 1)
+    if n == 1:
+        return np.array(X[0], dtype=np.float32 if narrow else np.float64)
+    args = (perm, ops.reshape(-1, 3), base, prm, key, offset)
+    out = _run(X, args, kind, left, low)
+    if out is None:  # some input needs rounding to the input format: load it, and fold again
+        out = _run(_load(A, load, ar)[0], args, kind, left, 0)
+    return out
+
+
+def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) -> np.ndarray | None:
+    """The compiled fold of X (None if an input has one of the bits ``low`` set: not in the input format)."""
+    perm, ops, base, prm, key, offset = args
+    m = X.shape[1]
+    out = np.empty(m, dtype=X.dtype)  # X's dtype: one compiled kernel per dtype
+    nbuf = max(int(-ops[:, 0].min(initial=0)), 1) + 1  # and a spare row
+    width = max(_WIDTH, min(_WIDE, _BUDGET // nbuf))  # long runs of each row (prefetch), the live rows in L2
+    bufs = np.empty((nbuf, min(width, max(m, 1))), dtype=X.dtype)
+    Xb = X.view(np.uint32) if low else _NO_BITS
     with np.errstate(over="ignore", invalid="ignore"):
         for k in (kind, 3):  # kind 1 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond Veltkamp)
             if left:
                 _kernels()[1](X, perm, out, k, prm, key, offset)
             else:
-                _kernels()[0](X, perm, ops.reshape(-1, 3), base, out, bufs, k, prm, key, offset)
+                seen = _kernels()[0](X, perm, ops, base, out, bufs, k, prm, key, offset, Xb)
+                if seen & low:
+                    return None
+                Xb = _NO_BITS
             if k != 1 or not np.isnan(out.max(initial=0.0)):
                 break
     return out
 
 
-def _load(A: np.ndarray, load: _Loader, ar: _Arith) -> np.ndarray:
-    """X in the accumulator's domain: float32 when its values fit (every format but fp64), else float64.
+def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False) -> tuple[np.ndarray, int]:
+    """X in the accumulator's domain (float32 when its values fit: every format but fp64), and bits to check.
 
     float32 inputs that fit the accumulator are checked in one compiled pass (bf16,
     tf32: no low bit set; fp16: finite and unchanged by rounding to fp16) and used as
-    they are; anything else goes through the engine's ``_Loader``.
+    they are; anything else goes through the engine's ``_Loader``. With ``lazy``, bf16
+    and tf32 inputs are not checked here but returned with the low bits that must be
+    zero (the row-block kernel ORs the rows as it reads them: no extra pass).
     """
     fin, fa = load.fin, ar.fa
     narrow = fa.precision <= 24  # accumulator values are float32 values
     compiled = jit.enabled() and _COMPILED[2] is not None
     if compiled and A.dtype == np.float32 and narrow and load.fits and load.premul is None and A.flags.c_contiguous:
         if fin.precision >= 24:
-            return A
+            return A, 0
         low = np.uint32((1 << (24 - fin.precision)) - 1)
+        if fin.emin == -126 and lazy:
+            return A, int(low)
         if fin.emin == -126 and not _kernels()[2](A.reshape(-1).view(np.uint32), low):
-            return A
+            return A, 0
         if fin.name == "fp16" and _kernels()[3](A.reshape(-1)):
-            return A
+            return A, 0
     ldr = _Loader(A, fin, fa, ar.mode, ar.rng, np.dtype(np.float32 if narrow else np.float64))
     ldr.premul = load.premul
-    return np.ascontiguousarray(ldr(A))
+    return np.ascontiguousarray(ldr(A)), 0
 
 
 def _left_spine(root: Tree, n: int) -> np.ndarray | None:
