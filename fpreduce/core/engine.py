@@ -26,6 +26,7 @@ from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
 from fpreduce.core import algorithms
+from fpreduce.core._compensated import compensated_plan
 from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders
 from fpreduce.core._reference import add_exact, round_float, round_fraction
 from fpreduce.core._tall import fold_plan
@@ -225,6 +226,10 @@ def _fold_blocks(
     nel = A.shape[1]
     if algorithm == "plain" and (p is None or isinstance(p, Plan)):  # one tree for every element: compiled
         res = fold_plan(None if p is None else p.root, A, load, ar, offset)
+        if res is not None:
+            return res
+    if (algorithm == "kahan" or algorithm == "neumaier") and isinstance(p, Plan):  # one leaf order: compiled
+        res = compensated_plan(np.array(p.leaves(), dtype=np.int64), A, load, ar, algorithm)
         if res is not None:
             return res
     if p is None:
