@@ -47,7 +47,7 @@ iff ``u < ((s - lo) + err) / (hi - lo)``: 53 random bits decide each rounding, a
 exactly representable fraction (any sum of two values of a format of <= 24 bits) is
 the exact probability. Overflow follows ``overflow_value`` (±Inf). Without numba,
 :func:`_fold_numpy_sr` gives the same bits. Nearest-even folds of rows wider than
-``_WIDTH`` into fp32, fp64 and fp16 are left to the engine's numpy fold, as fast there.
+``_WIDTH`` into fp64 and fp16 are left to the engine's numpy fold, as fast there.
 
 Signed zeros follow IEEE 754 6.3 (an exact zero sum of opposite-signed operands is
 +0, except -0 in mode ``down``; -0 + -0 = -0), NaN propagates, Inf follows the
@@ -73,8 +73,8 @@ from fpreduce.core.rounding import Mode
 from fpreduce.plans import Tree
 
 _WIDTH = 2048  # columns per block at least
-_WIDE = 1 << 16  # and at most (long runs of each row of X keep the prefetcher streaming)
-_BUDGET = 1 << 18  # elements in the live rows of a block, all together (1 MB of float32: L2)
+_WIDE = 1 << 18  # and at most (long runs of each row of X keep the prefetcher streaming)
+_BUDGET = 1 << 19  # elements in the live rows of a block, all together (2 MB of float32: L2)
 _MODES = {Mode.NEAREST_EVEN: 0, Mode.TOWARD_ZERO: 1, Mode.UP: 2, Mode.DOWN: 3, Mode.STOCHASTIC: 4}
 _NARROW = 8  # up to this many columns, a left fold keeps each column's sum in a register
 _NO_BITS = np.zeros((0, 0), dtype=np.uint32)
@@ -330,9 +330,9 @@ def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith, offse
         return None
     kind, prm = kp
     n, m = A.shape
-    if kind != 1 and kind <= 2 and m > _WIDTH:
-        return None  # fp32, fp64 and fp16 nearest even on wide rows: the engine's numpy fold is as fast
     fa = ar.fa
+    if m > _WIDTH and (kind == 2 or (kind == 0 and fa.precision > 24)):
+        return None  # fp64 and fp16 nearest even on wide rows: the engine's numpy fold is as fast
     order = np.zeros(0, dtype=np.int64) if root is None else _left_spine(root, n)
     if order is None and n > _MAX_OPS:
         return None
