@@ -67,10 +67,11 @@ import numpy as np
 from fpreduce.base import jit
 from fpreduce.core import _kernels_round as kr
 from fpreduce.core._fastpath import _program
+from fpreduce.core._pairwise import pairwise_program
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core.arith import _Arith, _Loader
 from fpreduce.core.rounding import Mode
-from fpreduce.plans import Tree
+from fpreduce.plans import Tree, pairwise
 
 _WIDTH = 2048  # columns per block at least
 _WIDE = 1 << 18  # and at most (long runs of each row of X keep the prefetcher streaming)
@@ -195,10 +196,20 @@ def _all_fp16(x):  # type: ignore[no-untyped-def]
     return True
 
 
-def _left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-def]
-    """out[j] <- the left fold of column j of X in the order ``perm`` (empty: rows in order), a register each."""
+def _left_columns(X, perm, ops, root, out, kind, prm, key, e0):  # type: ignore[no-untyped-def]
+    """out[j] <- the left fold of column j of X in the order ``perm`` (empty: rows in order), a register each;
+    with ``ops``, the program's fold of column j on scalar registers (one scalar addition per op)."""
+    regs = np.zeros(max(-ops[:, 0].min(), 1) if ops.shape[0] > 0 else 1, dtype=X.dtype)  # the format's values
     for j in range(X.shape[1]):
-        if kind == 0:
+        if ops.shape[0] > 0:
+            z1 = kr.element_seed(key, e0 + j)
+            for t in range(ops.shape[0]):
+                o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
+                x = X[a, j] if a >= 0 else regs[-1 - a]  # in X's dtype: kind 0 adds in float32 for fp32
+                y = X[b, j] if b >= 0 else regs[-1 - b]
+                regs[-1 - o] = _add1(x, y, kind, prm, z1, t)
+            out[j] = regs[-1 - root]
+        elif kind == 0:
             out[j] = _left_k0(X, perm, j)
         elif kind == 1:
             out[j] = _left_k1(X, perm, j, np.float32(prm[5]))
@@ -309,8 +320,11 @@ def _kind(ar: _Arith) -> tuple[int, np.ndarray] | None:
     return (4 if p == 53 else 3), prm
 
 
-def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith, offset: int = 0) -> np.ndarray | None:
-    """Every column of ``A`` folded along the tree ``root`` over its rows (None: ``sequential``), or None.
+def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith, offset: int = 0) -> np.ndarray | None:
+    """Every column of ``A`` folded along the tree ``root`` over its rows, or None.
+
+    ``root`` None is ``sequential``, ``PAIRWISE`` the tree of ``plans.pairwise``
+    (neither is built as a tree when the kernel runs).
 
     Column j is element ``offset + j`` (stochastic rounding draws by element, so a
     vector reduced piece by piece gives the bits of the whole). None when the
@@ -333,7 +347,10 @@ def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith, offse
     fa = ar.fa
     if m > _WIDTH and (kind == 2 or (kind == 0 and fa.precision > 24)):
         return None  # fp64 and fp16 nearest even on wide rows: the engine's numpy fold is as fast
-    order = np.zeros(0, dtype=np.int64) if root is None else _left_spine(root, n)
+    if isinstance(root, str) and not compiled:
+        root = pairwise(n).root  # the numpy stochastic fold takes the tree
+    tree = root
+    order = np.zeros(0, dtype=np.int64) if root is None else None if isinstance(root, str) else _left_spine(root, n)
     if order is None and n > _MAX_OPS:
         return None
     key = np.uint64(0)
@@ -341,17 +358,21 @@ def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith, offse
         assert ar.rng is not None
         key = np.uint64(int(ar.rng.integers(0, 2**63)))  # the first draw of the seed's generator
         if not compiled:
-            return _fold_numpy_sr(root, order, _load(A, load, ar)[0], fa, key, offset)
+            assert not isinstance(tree, str)
+            return _fold_numpy_sr(tree, order, _load(A, load, ar)[0], fa, key, offset)
     narrow = fa.precision <= 24  # accumulator values are float32 values
     if order is not None and (m > _NARROW and order.size == 0):
         order = np.arange(n, dtype=np.int64)  # the row-block kernel indexes through perm
     if order is not None:
         perm, ops, base = order, np.zeros((0, 3), dtype=np.int64), 0
+    elif isinstance(root, str):
+        ops, _, base = pairwise_program(n)  # leaves are rows, the tree never built
+        perm = np.arange(n, dtype=np.int64)
     else:
         assert root is not None
         prog, _, top = _program(root, n)  # leaves are rows
         perm, ops, base = np.arange(n, dtype=np.int64), np.array(prog, dtype=np.int64), top
-    left = order is not None and m <= _NARROW
+    left = m <= _NARROW  # a register per column (a left fold, or the tree's program on scalars)
     X, low = _load(A, load, ar, lazy=not left and n > 1)
     if n == 1:
         return np.array(X[0], dtype=np.float32 if narrow else np.float64)
@@ -374,7 +395,7 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
     with np.errstate(over="ignore", invalid="ignore"):
         for k in (kind, 3):  # kind 1 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond Veltkamp)
             if left:
-                _kernels()[1](X, perm, out, k, prm, key, offset)
+                _kernels()[1](X, perm, ops, base, out, k, prm, key, offset)
             else:
                 seen = _kernels()[0](X, perm, ops, base, out, bufs, k, prm, key, offset, Xb)
                 if seen & low:
