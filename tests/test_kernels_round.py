@@ -137,9 +137,8 @@ def test_compiled_rows_equal_the_references(fmt):
     for mode in range(5) if fmt != "fp64" else range(1, 5):
         prm = np.array([f.precision, f.emin, f.max_finite, mode, float(f.has_inf), 1.0, 2.0**f.emin])
         D = np.empty_like(A)
-        rows = kr.rows_fp64 if fmt == "fp64" else kr.rows_bits
         with np.errstate(invalid="ignore", over="ignore"):
-            rows(D[0], A[0], B[0], prm, z, 7)
+            kr.rows_round(D[0], A[0], B[0], prm, z, 7)
         for j in range(A.shape[1]):
             x, y = float(A[0, j]), float(B[0, j])
             if mode < 4:
@@ -150,3 +149,7 @@ def test_compiled_rows_equal_the_references(fmt):
                 u = float(kr.uniform(z[j], 7))
                 want = fp64_sr_law(x, y, u) if fmt == "fp64" else sr_law(x, y, f, u)
             assert same(float(D[0, j]), want), (fmt, mode, x, y, D[0, j], want)
+            if mode < 4:  # the scalar left fold of the two rows: one addition, the same rounding
+                with np.errstate(invalid="ignore", over="ignore"):
+                    left = kr.left_round(np.vstack([A, B]), np.zeros(0, dtype=np.int64), j, prm, z[j])
+                assert same(float(left), want), (fmt, mode, x, y, left, want)

@@ -158,47 +158,87 @@ def add_fp64(x, y, maxf, mode, u):  # type: ignore[no-untyped-def]
     return ((-maxf if neg else maxf) if over else s) if s - s != 0.0 else r
 
 
-def rows_bits(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
-    """D[j] <- A[j] + B[j] (rows) by :func:`add_round`; ``prm`` as ``_tall._kind``'s.
+def add_any(x, y, wide, c, mode, u):  # type: ignore[no-untyped-def]
+    """:func:`add_fp64` if ``wide`` (the fp64 accumulator) else :func:`add_round`; ``c`` from :func:`_consts`."""
+    sh, eminb, maxf, big, has_inf = c
+    if wide:
+        return add_fp64(x, y, maxf, mode, u)
+    return add_round(x, y, sh, eminb, maxf, big, has_inf, mode, u)
 
-    One loop per mode, the mode a constant in each (numba folds its selects away and
-    vectorizes the loop). Stochastic: addition ``t``, element seeds ``z[j]``.
+
+def _consts(prm):  # type: ignore[no-untyped-def]
+    """(fp64?, (53 - p, emin + 1023, max_finite, the overflow value, has Inf), mode) from ``_tall._kind``'s ``prm``."""
+    has_inf = prm[4] != 0
+    c = (53 - int(prm[0]), int(prm[1]) + 1023, prm[2], np.inf if has_inf else np.nan, has_inf)
+    return prm[0] == 53, c, int(prm[3])
+
+
+def _rows_m(D, A, B, wide, c, mode, z, t):  # type: ignore[no-untyped-def]
+    for j in range(D.size):
+        u = uniform(z[j], t) if mode == 4 else 0.0
+        D[j] = add_any(np.float64(A[j]), np.float64(B[j]), wide, c, mode, u)
+
+
+def rows_round(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
+    """D[j] <- A[j] + B[j] (rows) by :func:`add_round` / :func:`add_fp64`; ``prm`` as ``_tall._kind``'s.
+
+    Stochastic: addition ``t``, element seeds ``z[j]``. One loop per mode and width, the
+    mode a constant in each (numba folds the other modes' selects away and vectorizes it).
     """
-    sh, eminb, maxf, mode, has_inf = 53 - int(prm[0]), int(prm[1]) + 1023, prm[2], int(prm[3]), prm[4] != 0
-    big = np.inf if has_inf else np.nan
-    if mode == 0:
-        for j in range(D.size):
-            D[j] = add_round(np.float64(A[j]), np.float64(B[j]), sh, eminb, maxf, big, has_inf, 0, 0.0)
+    wide, c, mode = _consts(prm)
+    if wide:
+        if mode == 1:
+            _rows_m(D, A, B, True, c, 1, z, t)
+        elif mode == 2:
+            _rows_m(D, A, B, True, c, 2, z, t)
+        elif mode == 3:
+            _rows_m(D, A, B, True, c, 3, z, t)
+        else:
+            _rows_m(D, A, B, True, c, 4, z, t)
+    elif mode == 0:
+        _rows_m(D, A, B, False, c, 0, z, t)
     elif mode == 1:
-        for j in range(D.size):
-            D[j] = add_round(np.float64(A[j]), np.float64(B[j]), sh, eminb, maxf, big, has_inf, 1, 0.0)
+        _rows_m(D, A, B, False, c, 1, z, t)
     elif mode == 2:
-        for j in range(D.size):
-            D[j] = add_round(np.float64(A[j]), np.float64(B[j]), sh, eminb, maxf, big, has_inf, 2, 0.0)
+        _rows_m(D, A, B, False, c, 2, z, t)
     elif mode == 3:
-        for j in range(D.size):
-            D[j] = add_round(np.float64(A[j]), np.float64(B[j]), sh, eminb, maxf, big, has_inf, 3, 0.0)
+        _rows_m(D, A, B, False, c, 3, z, t)
     else:
-        for j in range(D.size):
-            u = uniform(z[j], t)
-            D[j] = add_round(np.float64(A[j]), np.float64(B[j]), sh, eminb, maxf, big, has_inf, 4, u)
+        _rows_m(D, A, B, False, c, 4, z, t)
 
 
-def rows_fp64(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
-    """:func:`rows_bits` for the fp64 accumulator (:func:`add_fp64`), one loop per mode."""
-    maxf, mode = prm[2], int(prm[3])
+def _left_m(X, perm, j, wide, c, mode, z1):  # type: ignore[no-untyped-def]
+    ident = perm.size == 0  # rows in order
+    s = np.float64(X[0 if ident else perm[0], j])
+    for k in range(1, X.shape[0]):
+        u = uniform(z1, k - 1) if mode == 4 else 0.0
+        s = add_any(s, np.float64(X[k if ident else perm[k], j]), wide, c, mode, u)
+    return s
+
+
+def left_round(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
+    """The left fold of column j of X, rows in the order ``perm`` (empty: in order), element seed ``z1``.
+
+    One loop per mode and width (a constant mode shortens the latency of each addition).
+    """
+    wide, c, mode = _consts(prm)
+    if wide:
+        if mode == 1:
+            return _left_m(X, perm, j, True, c, 1, z1)
+        if mode == 2:
+            return _left_m(X, perm, j, True, c, 2, z1)
+        if mode == 3:
+            return _left_m(X, perm, j, True, c, 3, z1)
+        return _left_m(X, perm, j, True, c, 4, z1)
+    if mode == 0:
+        return _left_m(X, perm, j, False, c, 0, z1)
     if mode == 1:
-        for j in range(D.size):
-            D[j] = add_fp64(np.float64(A[j]), np.float64(B[j]), maxf, 1, 0.0)
-    elif mode == 2:
-        for j in range(D.size):
-            D[j] = add_fp64(np.float64(A[j]), np.float64(B[j]), maxf, 2, 0.0)
-    elif mode == 3:
-        for j in range(D.size):
-            D[j] = add_fp64(np.float64(A[j]), np.float64(B[j]), maxf, 3, 0.0)
-    else:
-        for j in range(D.size):
-            D[j] = add_fp64(np.float64(A[j]), np.float64(B[j]), maxf, 4, uniform(z[j], t))
+        return _left_m(X, perm, j, False, c, 1, z1)
+    if mode == 2:
+        return _left_m(X, perm, j, False, c, 2, z1)
+    if mode == 3:
+        return _left_m(X, perm, j, False, c, 3, z1)
+    return _left_m(X, perm, j, False, c, 4, z1)
 
 
 _NAMES = (
@@ -209,8 +249,12 @@ _NAMES = (
     "_signed_zero",
     "add_round",
     "add_fp64",
-    "rows_bits",
-    "rows_fp64",
+    "add_any",
+    "_consts",
+    "_rows_m",
+    "rows_round",
+    "_left_m",
+    "left_round",
 )
 
 
@@ -247,5 +291,5 @@ def compile_all() -> None:
     g["f64_bits"] = cast(types.float64, types.int64, ir.IntType(64))
     g["bits_f64"] = cast(types.int64, types.float64, ir.DoubleType())
     for name in _NAMES:  # the row loops are called, the scalar functions inlined into them
-        rows = name.startswith("rows")
-        g[name] = numba.njit(cache=True, nogil=True, inline="never" if rows else "always")(g[name])
+        entry = name.endswith("_round") and name != "add_round"
+        g[name] = numba.njit(cache=True, nogil=True, inline="never" if entry else "always")(g[name])

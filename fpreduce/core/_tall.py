@@ -112,10 +112,8 @@ def _add_rows(D, A, B, kind, prm, z, t):  # type: ignore[no-untyped-def]
             if not abs(r) <= maxf:
                 r = s if s != s else (np.float32(-np.inf) if s < 0 else np.float32(np.inf))
             D[j] = r
-    elif kind == 3:
-        kr.rows_bits(D, A, B, prm, z, t)
     else:
-        kr.rows_fp64(D, A, B, prm, z, t)
+        kr.rows_round(D, A, B, prm, z, t)
 
 
 def _add1(s, x, kind, prm, z1, t):  # type: ignore[no-untyped-def]
@@ -213,8 +211,10 @@ def _left_columns(X, perm, ops, root, out, kind, prm, key, e0):  # type: ignore[
             out[j] = _left_k0(X, perm, j)
         elif kind == 1:
             out[j] = _left_k1(X, perm, j, np.float32(prm[5]))
+        elif kind == 2:
+            out[j] = _left_any(X, perm, j, kind, prm, 0)
         else:
-            out[j] = _left_any(X, perm, j, kind, prm, kr.element_seed(key, e0 + j))
+            out[j] = kr.left_round(X, perm, j, prm, kr.element_seed(key, e0 + j))
 
 
 def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb):  # type: ignore[no-untyped-def]
