@@ -182,19 +182,13 @@ def _rows_m(D, A, B, wide, c, mode, z, t):  # type: ignore[no-untyped-def]
 def rows_round(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
     """D[j] <- A[j] + B[j] (rows) by :func:`add_round` / :func:`add_fp64`; ``prm`` as ``_tall._kind``'s.
 
-    Stochastic: addition ``t``, element seeds ``z[j]``. One loop per mode and width, the
-    mode a constant in each (numba folds the other modes' selects away and vectorizes it).
+    Stochastic: addition ``t``, element seeds ``z[j]``. One loop per mode for the formats
+    of p <= 52 bits, the mode a constant in each (numba folds the other modes' selects
+    away and vectorizes it), one loop for fp64.
     """
     wide, c, mode = _consts(prm)
-    if wide:
-        if mode == 1:
-            _rows_m(D, A, B, True, c, 1, z, t)
-        elif mode == 2:
-            _rows_m(D, A, B, True, c, 2, z, t)
-        elif mode == 3:
-            _rows_m(D, A, B, True, c, 3, z, t)
-        else:
-            _rows_m(D, A, B, True, c, 4, z, t)
+    if wide:  # fp64: the mode left a variable (one loop: less to compile)
+        _rows_m(D, A, B, True, c, mode, z, t)
     elif mode == 0:
         _rows_m(D, A, B, False, c, 0, z, t)
     elif mode == 1:
@@ -219,17 +213,11 @@ def _left_m(X, perm, j, wide, c, mode, z1):  # type: ignore[no-untyped-def]
 def left_round(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
     """The left fold of column j of X, rows in the order ``perm`` (empty: in order), element seed ``z1``.
 
-    One loop per mode and width (a constant mode shortens the latency of each addition).
+    One loop per mode but for fp64 (a constant mode shortens the latency of each addition).
     """
     wide, c, mode = _consts(prm)
-    if wide:
-        if mode == 1:
-            return _left_m(X, perm, j, True, c, 1, z1)
-        if mode == 2:
-            return _left_m(X, perm, j, True, c, 2, z1)
-        if mode == 3:
-            return _left_m(X, perm, j, True, c, 3, z1)
-        return _left_m(X, perm, j, True, c, 4, z1)
+    if wide:  # fp64: the mode left a variable (one loop: less to compile)
+        return _left_m(X, perm, j, True, c, mode, z1)
     if mode == 0:
         return _left_m(X, perm, j, False, c, 0, z1)
     if mode == 1:
