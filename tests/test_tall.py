@@ -230,3 +230,30 @@ def test_stochastic_without_numba_installed(monkeypatch):
     monkeypatch.setattr(_tall, "_COMPILED", (None, None, None, None))
     assert same(fr.reduce(X, "sequential", **kw), want)
     assert same(fr.reduce(X, "pairwise", **kw), fr.reduce(X, fr.plans.pairwise(7), **kw))
+
+
+@pytest.mark.parametrize("plan", ["ring:nccl", "atomic", "rabenseifner"])
+def test_stochastic_segmented_and_atomic_plans_draw_by_element(plan):
+    """Plans whose tree varies over the elements use the same counter-based generator:
+    element e's result is its own tree folded with the draws of (key, e, addition), so a
+    vector reduced in pieces gives the bits of the whole, with or without numba."""
+    from fpreduce.core._sr_numpy import _fold_numpy_sr
+
+    n, m = 4, 300
+    X = data("bf16", n, m, 8, specials=False)
+    p = fr.plans.parse(plan, n, seed=3)
+    kw = {"input": "bf16", "accumulate": "bf16", "rounding": "stochastic"}
+    whole = fr.reduce(X, p, seed=5, **kw)
+    parts = [fr.reduce(X[:, a:b], p, seed=5, offset=a, total=m, **kw) for a, b in ((0, 13), (13, 200), (200, m))]
+    assert same(whole, np.concatenate(parts))
+    with jit.disabled():
+        assert same(whole, fr.reduce(X, p, seed=5, **kw))
+    key = np.uint64(int(np.random.default_rng(5).integers(0, 2**63)))
+    trees = [fr.plans.sequential(n, o).root for o in p.orders(0, m)] if plan == "atomic" else None
+    if trees is None:
+        bounds = p.bounds(m)
+        trees = [p.trees[int(np.searchsorted(bounds, j, side="right")) - 1].root for j in range(m)]
+    for j in (0, 1, 77, 150, m - 1):
+        col = X[:, j : j + 1].astype(np.float64)
+        want = _fold_numpy_sr(trees[j], None, col, get_format("bf16"), key, np.array([j]))
+        assert same(whole[j], want[0]), j

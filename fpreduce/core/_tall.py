@@ -198,6 +198,7 @@ def _left_columns(X, perm, ops, root, out, kind, prm, key, e0):  # type: ignore[
     """out[j] <- the left fold of column j of X in the order ``perm`` (empty: rows in order), a register each;
     with ``ops``, the program's fold of column j on scalar registers (one scalar addition per op)."""
     regs = np.zeros(max(-ops[:, 0].min(), 1) if ops.shape[0] > 0 else 1, dtype=X.dtype)  # the format's values
+    sigma = np.float32(prm[5])  # kind 1 (bf16, tf32): X is float32
     for j in range(X.shape[1]):
         if ops.shape[0] > 0:
             z1 = kr.element_seed(key, e0 + j)
@@ -205,7 +206,12 @@ def _left_columns(X, perm, ops, root, out, kind, prm, key, e0):  # type: ignore[
                 o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
                 x = X[a, j] if a >= 0 else regs[-1 - a]  # in X's dtype: kind 0 adds in float32 for fp32
                 y = X[b, j] if b >= 0 else regs[-1 - b]
-                regs[-1 - o] = _add1(x, y, kind, prm, z1, t)
+                if kind == 0:
+                    regs[-1 - o] = x + y
+                elif kind == 1:
+                    regs[-1 - o] = _veltkamp(x + y, sigma)
+                else:
+                    regs[-1 - o] = _add1(x, y, kind, prm, z1, t)
             out[j] = regs[-1 - root]
         elif kind == 0:
             out[j] = _left_k0(X, perm, j)
@@ -300,7 +306,7 @@ def _compile_helpers() -> None:
 
     kr.compile_all()
     for name in _HELPERS:  # numba inlines the hot left folds (one call site each); more would slow compiling
-        hot = name in ("_left_k0", "_left_k1")
+        hot = name in ("_left_k0", "_left_k1", "_veltkamp")
         g[name] = numba.njit(cache=True, nogil=True, inline="always" if hot else "never")(g[name])
 
 
@@ -355,8 +361,7 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
         return None
     key = np.uint64(0)
     if stochastic:
-        assert ar.rng is not None
-        key = np.uint64(int(ar.rng.integers(0, 2**63)))  # the first draw of the seed's generator
+        key = ar.sr_key()  # the first draw of the seed's generator
         if not compiled:
             assert not isinstance(tree, str)
             return _fold_numpy_sr(tree, order, _load(A, load, ar)[0], fa, key, offset)

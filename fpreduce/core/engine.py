@@ -30,6 +30,7 @@ from fpreduce.core._compensated import compensated_plan
 from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders
 from fpreduce.core._pairwise import PAIRWISE
 from fpreduce.core._reference import add_exact, round_float, round_fraction
+from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core._tall import fold_plan
 from fpreduce.core.arith import _Arith, _Loader, _scale
 from fpreduce.core.formats import Format, get_format
@@ -236,9 +237,13 @@ def _fold_blocks(
             return res
     if p is None or isinstance(p, str):
         p = sequential(A.shape[0]) if p is None else pairwise(A.shape[0])
+    if ar.mode is Mode.STOCHASTIC:
+        ar.sr_key()  # drawn first, as the compiled fold does
     out = np.empty(nel, dtype=ar.dtype)
     for blk in _pieces(p, nel, offset, total):
         dest = out[blk.lo : blk.hi] if blk.cols is None else None
+        if ar.mode is Mode.STOCHASTIC:  # the counter-based generator draws by element (any chunking)
+            ar.elements = offset + (np.arange(blk.lo, blk.hi) if blk.cols is None else blk.cols)
         res = _evaluate(blk, A, load, ar, algorithm, dest)
         if res is dest:
             pass  # computed in place
@@ -372,7 +377,15 @@ def _evaluate(
 def _fold_leaves(
     shape: Tree | None, leaf: Callable[[int], np.ndarray], n: int, width: int, ar: _Arith, algorithm: Algorithm
 ) -> np.ndarray:
-    """The general path: leaves ``leaf(0 .. n-1)`` summed along ``shape`` (None: a left fold), or compensated."""
+    """The general path: leaves ``leaf(0 .. n-1)`` summed along ``shape`` (None: a left fold), or compensated.
+
+    Stochastic rounding (plain) draws from the counter-based generator of the compiled
+    fold (:func:`fpreduce.core._sr_numpy._fold_numpy_sr`: by element and addition).
+    """
+    if algorithm == "plain" and ar.mode is Mode.STOCHASTIC and ar.elements is not None:
+        Y = np.stack([np.asarray(leaf(k), dtype=np.float64) for k in range(n)])
+        order = np.zeros(0, dtype=np.int64) if shape is None else None
+        return _fold_numpy_sr(shape, order, Y, ar.fa, ar.sr_key(), ar.elements)
     if algorithm == "kahan" or algorithm == "neumaier":
         Z = np.stack([np.asarray(leaf(k), dtype=ar.dtype) for k in range(n)])
         return algorithms.compensated(Z, ar.fa, ar.mode, kind=algorithm, rng=ar.rng)
