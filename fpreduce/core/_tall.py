@@ -45,8 +45,11 @@ whole vector) draws ``u = (splitmix64(splitmix64(key + (e+1) G) + (t+1) G) >> 11
 ``np.random.default_rng(seed)``) and rounds the exact sum up to its upper neighbour
 iff ``u < ((s - lo) + err) / (hi - lo)``: 53 random bits decide each rounding, and an
 exactly representable fraction (any sum of two values of a format of <= 24 bits) is
-the exact probability. Overflow follows ``overflow_value`` (±Inf). Without numba,
-:func:`_fold_numpy_sr` gives the same bits. Nearest-even folds of rows wider than
+the exact probability (fp64: the float64 sum steps toward its remainder iff
+``u < |err| / gap``). Overflow follows ``overflow_value`` (±Inf). Without numba,
+:func:`_fold_numpy_sr` gives the same bits; the engine's general path uses it for
+plans whose tree varies over the elements (ring, atomic, ...), so they follow the same
+law. Nearest-even folds of rows wider than
 ``_WIDTH`` into fp64 and fp16 are left to the engine's numpy fold, as fast there.
 
 Signed zeros follow IEEE 754 6.3 (an exact zero sum of opposite-signed operands is

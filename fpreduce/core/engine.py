@@ -139,7 +139,10 @@ def reduce(
             vector of ``total`` elements (default: all of it). Plans whose trees vary
             over the elements (ring chunks, atomics) are laid out over ``total``, so
             reducing a long vector piece by piece gives the same bits as reducing it
-            whole (stochastic rounding draws from ``seed`` per call).
+            whole (stochastic rounding of the plain sum draws by element and
+            addition from ``seed``'s key: the same bits in pieces; rounding inputs
+            into a narrower accumulator, ``average`` and ``output`` draw from
+            ``seed``'s Generator per call).
 
     Returns:
         shape (elements,), float32 (float64 for an fp64 result).
