@@ -105,6 +105,28 @@ def test_stochastic_rounding_follows_the_law(fmt):
         assert same(got, sr_law(x, y, f, u)), (fmt, x, y, u, got)
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "tf32", "fp8_e4m3", "fp8_e5m2"])
+def test_float32_rounding_equals_the_float64_one(fmt):
+    """add_round32 (float32 sum and remainder, int bits of float32) gives add_round's bits in every mode,
+    stochastic included (same u), and the exact rounding: float32 subnormals, float32 overflow near bf16's top."""
+    f = get_format(fmt)
+    sh, eminb, maxf, big, has_inf = params(fmt)
+    ps = pairs(fmt, 300, seed=11)
+    if f.emin == -126:
+        q = 2.0 ** (f.emin - f.precision + 1)
+        ps += [(maxf, maxf), (-maxf, -maxf), (maxf, -maxf / 2), (2.0**-126, -q), (2.0**-125, -q), (2.0**-126, q)]
+    rng = np.random.default_rng(2)
+    for mode in range(5):
+        for x, y in ps:
+            u = float(rng.random())
+            with np.errstate(invalid="ignore", over="ignore"):
+                got = PY["add_round32"](np.float32(x), np.float32(y), sh - 29, eminb - 896, maxf, big, has_inf, mode, u)
+                want = PY["add_round"](x, y, sh, eminb, maxf, big, has_inf, mode, u)
+            assert same(float(got), want), (fmt, mode, x, y, got, want)
+            if mode < 4:
+                assert same(want, add_exact(x, y, f, MODES[mode])), (fmt, mode, x, y)
+
+
 needs_jit = pytest.mark.skipif(not jit.enabled(), reason="numba not installed or FPREDUCE_NO_JIT set")
 
 

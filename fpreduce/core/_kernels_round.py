@@ -44,6 +44,16 @@ _FRAC = (1 << 52) - 1
 _GOLD = 0x9E3779B97F4A7C15
 
 
+def f32_bits(x):  # type: ignore[no-untyped-def]
+    """The bit pattern of a float32 as an int64 (sign extended from int32)."""
+    return struct.unpack("<i", struct.pack("<f", x))[0]
+
+
+def bits_f32(b):  # type: ignore[no-untyped-def]
+    """The float32 of an int32 bit pattern (given as an integer), as a float32."""
+    return np.float32(struct.unpack("<f", struct.pack("<i", b))[0])
+
+
 def f64_bits(x):  # type: ignore[no-untyped-def]
     """The bit pattern of a float64 as an int64 (plain Python: struct; compiled: an LLVM bitcast)."""
     return struct.unpack("<q", struct.pack("<d", x))[0]
@@ -116,6 +126,61 @@ def round_bits(s, err, sh, eminb, maxf, big, mode, u):  # type: ignore[no-untype
     return -r if neg else r
 
 
+def round_bits32(s, err, sh, eminb, maxf, big, mode, u):  # type: ignore[no-untyped-def]
+    """:func:`round_bits` on a float32 sum ``s`` and its float32 remainder (p <= 23, emin >= -126).
+
+    ``sh = 24 - p``, ``eminb = emin + 127``. The same neighbours and rules on float32's
+    bits (twice the lanes of float64 when vectorized); float32's subnormals have the
+    bit weight of its first binade, so below 2**-126 one bit is worth one bit. The
+    stochastic fraction is computed in float64 as ``(s - lo) + err`` (exact, then one
+    rounding: the same float64 value as :func:`round_bits` computes).
+    """
+    b = f32_bits(s)
+    neg = b < 0
+    mag = b & 0x7FFFFFFF
+    E = max(mag >> 23, 1)  # float32 subnormals: the first binade's bit weight
+    below = max(eminb - E, 0)
+    d = min(sh + below, 23)
+    low = mag & ((1 << d) - 1)
+    trunc = mag - low
+    step = 1 << d
+    nz = err != 0
+    inward = (low == 0) & nz & ((err > 0) == neg)
+    first = (mag & 0x7FFFFF) == 0
+    half_step = first & (eminb < E)
+    lo = (mag - (step << 1 if (first & (eminb >= E) & (E >= 2)) else step)) if inward else trunc
+    hi = mag if inward else trunc + step
+    inexact = (low != 0) | nz
+    k = E - 150 + d - (1 if (inward & half_step) else 0)
+    if mode == 0:
+        lo, hi = trunc, trunc + step
+        away = (low > (step >> 1)) | ((low == (step >> 1)) & ((trunc & step) != 0))
+    elif mode == 4:
+        sl = -bits_f32(hi) if neg else bits_f32(lo)
+        frac = (np.float64(s - sl) + np.float64(err)) * bits_f64((1023 - k) << 52)
+        away = inexact & ((u < frac) != neg)
+    else:
+        away = inexact & (((mode == 2) & (not neg)) | ((mode == 3) & neg))
+    r = np.float64(bits_f32(hi if away else lo))
+    outward = (mode == 0) | (mode == 4) | ((mode == 2) & (not neg)) | ((mode == 3) & neg)
+    r = (big if outward else maxf) if r > maxf else r
+    return -r if neg else r
+
+
+def add_round32(x, y, sh, eminb, maxf, big, has_inf, mode, u):  # type: ignore[no-untyped-def]
+    """:func:`add_round` of two float32 values of a format of p <= 23 bits (``sh``, ``eminb``: float32's)."""
+    s = x + y
+    bb = s - x
+    err = (x - (s - bb)) + (y - bb)
+    r = round_bits32(s, err, sh, eminb, maxf, big, mode, u)
+    r = _signed_zero(np.float64(x), np.float64(y), mode) if s == 0 else r
+    fin = (x - x == 0) & (y - y == 0)
+    outward = (mode == 0) | (mode == 4) | ((mode == 2) & (s > 0)) | ((mode == 3) & (s < 0))
+    over = np.float64(-1.0 if s < 0 else 1.0) * (big if outward else maxf)  # a float32 overflow of finite operands
+    special = (s if (has_inf | (s != s)) else np.nan) if not fin else over
+    return np.float64(special) if s - s != 0 else r
+
+
 def _signed_zero(x, y, mode):  # type: ignore[no-untyped-def]
     """The exact zero sum of x and y: -0 when both are negative (or either in mode down), else +0."""
     bx, by = f64_bits(x), f64_bits(y)
@@ -158,75 +223,80 @@ def add_fp64(x, y, maxf, mode, u):  # type: ignore[no-untyped-def]
     return ((-maxf if neg else maxf) if over else s) if s - s != 0.0 else r
 
 
-def add_any(x, y, wide, c, mode, u):  # type: ignore[no-untyped-def]
-    """:func:`add_fp64` if ``wide`` (the fp64 accumulator) else :func:`add_round`; ``c`` from :func:`_consts`."""
+def add_any(x, y, how, c, mode, u):  # type: ignore[no-untyped-def]
+    """One addition by ``how`` (:func:`_consts`): 0 :func:`add_round32`, 1 :func:`add_round`, 2 :func:`add_fp64`."""
     sh, eminb, maxf, big, has_inf = c
-    if wide:
-        return add_fp64(x, y, maxf, mode, u)
-    return add_round(x, y, sh, eminb, maxf, big, has_inf, mode, u)
+    if how == 2:
+        return add_fp64(np.float64(x), np.float64(y), maxf, mode, u)
+    if how == 1:
+        return add_round(np.float64(x), np.float64(y), sh, eminb, maxf, big, has_inf, mode, u)
+    return add_round32(np.float32(x), np.float32(y), sh - 29, eminb - 896, maxf, big, has_inf, mode, u)
 
 
 def _consts(prm):  # type: ignore[no-untyped-def]
-    """(fp64?, (53 - p, emin + 1023, max_finite, the overflow value, has Inf), mode) from ``_tall._kind``'s ``prm``."""
+    """(how, (53 - p, emin + 1023, max_finite, the overflow value, has Inf), mode) from ``_tall._kind``'s ``prm``.
+
+    ``how``: 0 for the formats of p <= 23 bits (float32 arithmetic), 1 for fp32, 2 for fp64.
+    """
     has_inf = prm[4] != 0
     c = (53 - int(prm[0]), int(prm[1]) + 1023, prm[2], np.inf if has_inf else np.nan, has_inf)
-    return prm[0] == 53, c, int(prm[3])
+    return (2 if prm[0] == 53 else 1 if prm[0] == 24 else 0), c, int(prm[3])
 
 
-def _rows_m(D, A, B, wide, c, mode, z, t):  # type: ignore[no-untyped-def]
+def _rows_m(D, A, B, how, c, mode, z, t):  # type: ignore[no-untyped-def]
     for j in range(D.size):
         u = uniform(z[j], t) if mode == 4 else 0.0
-        D[j] = add_any(np.float64(A[j]), np.float64(B[j]), wide, c, mode, u)
+        D[j] = add_any(A[j], B[j], how, c, mode, u)
 
 
 def rows_round(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
-    """D[j] <- A[j] + B[j] (rows) by :func:`add_round` / :func:`add_fp64`; ``prm`` as ``_tall._kind``'s.
+    """D[j] <- A[j] + B[j] (rows) by :func:`add_any`; ``prm`` as ``_tall._kind``'s.
 
     Stochastic: addition ``t``, element seeds ``z[j]``. One loop per mode for the formats
-    of p <= 52 bits, the mode a constant in each (numba folds the other modes' selects
-    away and vectorizes it), one loop for fp64.
+    of p <= 23 bits, the mode a constant in each (numba folds the other modes' selects
+    away and vectorizes it), one loop each for fp32 and fp64.
     """
-    wide, c, mode = _consts(prm)
-    if wide:  # fp64: the mode left a variable (one loop: less to compile)
-        _rows_m(D, A, B, True, c, mode, z, t)
+    how, c, mode = _consts(prm)
+    if how > 0:  # fp32, fp64: the mode left a variable (less to compile)
+        _rows_m(D, A, B, how, c, mode, z, t)
     elif mode == 0:
-        _rows_m(D, A, B, False, c, 0, z, t)
+        _rows_m(D, A, B, 0, c, 0, z, t)
     elif mode == 1:
-        _rows_m(D, A, B, False, c, 1, z, t)
+        _rows_m(D, A, B, 0, c, 1, z, t)
     elif mode == 2:
-        _rows_m(D, A, B, False, c, 2, z, t)
+        _rows_m(D, A, B, 0, c, 2, z, t)
     elif mode == 3:
-        _rows_m(D, A, B, False, c, 3, z, t)
+        _rows_m(D, A, B, 0, c, 3, z, t)
     else:
-        _rows_m(D, A, B, False, c, 4, z, t)
+        _rows_m(D, A, B, 0, c, 4, z, t)
 
 
-def _left_m(X, perm, j, wide, c, mode, z1):  # type: ignore[no-untyped-def]
+def _left_m(X, perm, j, how, c, mode, z1):  # type: ignore[no-untyped-def]
     ident = perm.size == 0  # rows in order
     s = np.float64(X[0 if ident else perm[0], j])
     for k in range(1, X.shape[0]):
         u = uniform(z1, k - 1) if mode == 4 else 0.0
-        s = add_any(s, np.float64(X[k if ident else perm[k], j]), wide, c, mode, u)
+        s = np.float64(add_any(s, X[k if ident else perm[k], j], how, c, mode, u))
     return s
 
 
 def left_round(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
     """The left fold of column j of X, rows in the order ``perm`` (empty: in order), element seed ``z1``.
 
-    One loop per mode but for fp64 (a constant mode shortens the latency of each addition).
+    One loop per mode for p <= 23 bits (a constant mode shortens each addition's latency).
     """
-    wide, c, mode = _consts(prm)
-    if wide:  # fp64: the mode left a variable (one loop: less to compile)
-        return _left_m(X, perm, j, True, c, mode, z1)
+    how, c, mode = _consts(prm)
+    if how > 0:  # fp32, fp64: the mode left a variable (less to compile)
+        return _left_m(X, perm, j, how, c, mode, z1)
     if mode == 0:
-        return _left_m(X, perm, j, False, c, 0, z1)
+        return _left_m(X, perm, j, 0, c, 0, z1)
     if mode == 1:
-        return _left_m(X, perm, j, False, c, 1, z1)
+        return _left_m(X, perm, j, 0, c, 1, z1)
     if mode == 2:
-        return _left_m(X, perm, j, False, c, 2, z1)
+        return _left_m(X, perm, j, 0, c, 2, z1)
     if mode == 3:
-        return _left_m(X, perm, j, False, c, 3, z1)
-    return _left_m(X, perm, j, False, c, 4, z1)
+        return _left_m(X, perm, j, 0, c, 3, z1)
+    return _left_m(X, perm, j, 0, c, 4, z1)
 
 
 _NAMES = (
@@ -234,6 +304,8 @@ _NAMES = (
     "element_seed",
     "uniform",
     "round_bits",
+    "round_bits32",
+    "add_round32",
     "_signed_zero",
     "add_round",
     "add_fp64",
@@ -246,7 +318,7 @@ _NAMES = (
 )
 
 
-_PLAIN = {name: globals()[name] for name in (*_NAMES, "f64_bits", "bits_f64")}
+_PLAIN = {name: globals()[name] for name in (*_NAMES, "f64_bits", "bits_f64", "f32_bits", "bits_f32")}
 
 
 def plain() -> dict[str, Any]:
@@ -276,8 +348,21 @@ def compile_all() -> None:
 
         return intrinsic(typer)
 
+    def cast32(src, dst, to_int):  # type: ignore[no-untyped-def]
+        def typer(typingctx, x):  # type: ignore[no-untyped-def]
+            def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+                if to_int:  # float32 -> int32 bits -> int64 (sign extended)
+                    return builder.sext(builder.bitcast(args[0], ir.IntType(32)), ir.IntType(64))
+                return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
+
+            return dst(src), codegen
+
+        return intrinsic(typer)
+
     g["f64_bits"] = cast(types.float64, types.int64, ir.IntType(64))
     g["bits_f64"] = cast(types.int64, types.float64, ir.DoubleType())
+    g["f32_bits"] = cast32(types.float32, types.int64, True)
+    g["bits_f32"] = cast32(types.int64, types.float32, False)
     for name in _NAMES:  # the row loops are called, the scalar functions inlined into them
         entry = name.endswith("_round") and name != "add_round"
         g[name] = numba.njit(cache=True, nogil=True, inline="never" if entry else "always")(g[name])
