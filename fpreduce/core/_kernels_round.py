@@ -18,6 +18,11 @@ innocuously for p <= 25), and stochastic rounding the documented law of
 in float64. Overflow follows :func:`fpreduce.core.rounding.overflow_value`, signed
 zeros IEEE 754 6.3, NaN propagates, Inf stays (NaN for a format without Inf).
 
+:func:`add_round32` does the same in float32 for formats of p <= 23 bits (bf16,
+tf32, fp16, fp8): the float32 sum and its float32 TwoSum remainder (exact but for a
+float32 overflow, which then rounds by mode), float32's bits (twice the lanes of
+float64 when vectorized), the same bits as :func:`add_round`.
+
 :func:`add_fp64` is the fp64 accumulator's directed and stochastic addition: the
 float64 sum, stepped one ulp (bit pattern +- 1) toward the remainder when the mode
 says so. No branch in either but for the special values, so numba vectorizes a row

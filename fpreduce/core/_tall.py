@@ -27,7 +27,8 @@ same rules as :mod:`fpreduce.core.arith`):
 * ``kind 3`` (fp8 in nearest even; every format of at most 52 bits in directed and
   stochastic modes): the float64 sum and its exact remainder (TwoSum), rounded on the
   sum's bits by :func:`fpreduce.core._kernels_round.add_round` (branch free: a row of
-  it vectorizes; one loop per mode).
+  it vectorizes; one loop per mode), in float32 for formats of p <= 23 bits
+  (``add_round32``: the same bits).
 * ``kind 4`` (fp64, directed and stochastic modes): TwoSum and a one-ulp step of the
   bit pattern in the mode's direction (:func:`fpreduce.core._kernels_round.add_fp64`).
 
