@@ -288,20 +288,22 @@ def _left_m(X, perm, j, how, c, mode, z1):  # type: ignore[no-untyped-def]
 def left_round(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
     """The left fold of column j of X, rows in the order ``perm`` (empty: in order), element seed ``z1``.
 
-    One loop per mode for p <= 23 bits (a constant mode shortens each addition's latency).
+    One loop per mode for p <= 23 bits (a constant mode shortens each addition's latency),
+    in float64 (:func:`add_round`: a shorter chain than float32's, whose lanes a single
+    column does not use).
     """
     how, c, mode = _consts(prm)
     if how > 0:  # fp32, fp64: the mode left a variable (less to compile)
         return _left_m(X, perm, j, how, c, mode, z1)
     if mode == 0:
-        return _left_m(X, perm, j, 0, c, 0, z1)
+        return _left_m(X, perm, j, 1, c, 0, z1)
     if mode == 1:
-        return _left_m(X, perm, j, 0, c, 1, z1)
+        return _left_m(X, perm, j, 1, c, 1, z1)
     if mode == 2:
-        return _left_m(X, perm, j, 0, c, 2, z1)
+        return _left_m(X, perm, j, 1, c, 2, z1)
     if mode == 3:
-        return _left_m(X, perm, j, 0, c, 3, z1)
-    return _left_m(X, perm, j, 0, c, 4, z1)
+        return _left_m(X, perm, j, 1, c, 3, z1)
+    return _left_m(X, perm, j, 1, c, 4, z1)
 
 
 _NAMES = (
