@@ -306,6 +306,29 @@ def left_round(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
     return _left_m(X, perm, j, 1, c, 4, z1)
 
 
+def rows_wide(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
+    """:func:`rows_round` for the fp64 accumulator alone (float64 rows)."""
+    how, c, mode = _consts(prm)
+    _rows_m(D, A, B, 2, c, mode, z, t)
+
+
+def left_wide(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
+    """:func:`left_round` for the fp64 accumulator alone (float64 rows)."""
+    how, c, mode = _consts(prm)
+    return _left_m(X, perm, j, 2, c, mode, z1)
+
+
+def rows_any(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
+    """:func:`rows_round` for float32 rows, :func:`rows_wide` for float64 ones: chosen by the compiler from
+    the dtype (:func:`compile_all`), so a kernel compiles the loops of its own dtype only."""
+    (rows_wide if D.dtype == np.float64 else rows_round)(D, A, B, prm, z, t)
+
+
+def left_any(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
+    """:func:`left_round` or :func:`left_wide` by X's dtype, as :func:`rows_any`."""
+    return (left_wide if X.dtype == np.float64 else left_round)(X, perm, j, prm, z1)
+
+
 _NAMES = (
     "mix",
     "element_seed",
@@ -322,6 +345,8 @@ _NAMES = (
     "rows_round",
     "_left_m",
     "left_round",
+    "rows_wide",
+    "left_wide",
 )
 
 
@@ -344,7 +369,7 @@ def compile_all() -> None:
     import numba
     from llvmlite import ir
     from numba import types
-    from numba.extending import intrinsic
+    from numba.extending import intrinsic, overload
 
     def cast(src, dst, llvm):  # type: ignore[no-untyped-def]
         def typer(typingctx, x):  # type: ignore[no-untyped-def]
@@ -366,10 +391,20 @@ def compile_all() -> None:
 
         return intrinsic(typer)
 
+    def rows_by_dtype(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
+        fn = g["rows_wide"] if D.dtype == types.float64 else g["rows_round"]
+        return lambda D, A, B, prm, z, t: fn(D, A, B, prm, z, t)
+
+    def left_by_dtype(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
+        fn = g["left_wide"] if X.dtype == types.float64 else g["left_round"]
+        return lambda X, perm, j, prm, z1: fn(X, perm, j, prm, z1)
+
     g["f64_bits"] = cast(types.float64, types.int64, ir.IntType(64))
     g["bits_f64"] = cast(types.int64, types.float64, ir.DoubleType())
     g["f32_bits"] = cast32(types.float32, types.int64, True)
     g["bits_f32"] = cast32(types.int64, types.float32, False)
+    overload(rows_any)(rows_by_dtype)  # the compiler picks by dtype: each kernel compiles its own loops only
+    overload(left_any)(left_by_dtype)
     for name in _NAMES:  # the row loops are called, the scalar functions inlined into them
-        entry = name.endswith("_round") and name != "add_round"
+        entry = name.startswith(("rows", "left")) and not name.endswith("_m")
         g[name] = numba.njit(cache=True, nogil=True, inline="never" if entry else "always")(g[name])

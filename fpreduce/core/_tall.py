@@ -117,7 +117,7 @@ def _add_rows(D, A, B, kind, prm, z, t):  # type: ignore[no-untyped-def]
                 r = s if s != s else (np.float32(-np.inf) if s < 0 else np.float32(np.inf))
             D[j] = r
     else:
-        kr.rows_round(D, A, B, prm, z, t)
+        kr.rows_any(D, A, B, prm, z, t)
 
 
 def _add1(s, x, kind, prm, z1, t):  # type: ignore[no-untyped-def]
@@ -224,7 +224,7 @@ def _left_columns(X, perm, ops, root, out, kind, prm, key, e0):  # type: ignore[
         elif kind == 2:
             out[j] = _left_any(X, perm, j, kind, prm, 0)
         else:
-            out[j] = kr.left_round(X, perm, j, prm, kr.element_seed(key, e0 + j))
+            out[j] = kr.left_any(X, perm, j, prm, kr.element_seed(key, e0 + j))
 
 
 def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb):  # type: ignore[no-untyped-def]
