@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import fpreduce as fr
 from fpreduce.base import jit
 from fpreduce.base.errors import InvalidArgument
-from fpreduce.core import _steps, _tall
+from fpreduce.core import _kernels_round, _steps
 from fpreduce.core._reference import add_exact, round_float
 from fpreduce.core.formats import get_format
 from fpreduce.strategies import arrays, shapes
@@ -132,7 +132,7 @@ def test_the_numpy_generator_is_the_kernels():
     u = _steps.uniforms(12345, e[None, :], t)
     for i in range(3):
         for j in range(3):
-            assert u[i, j] == _tall._uniform(np.uint64(12345), e[j], t[i, 0])
+            assert u[i, j] == _kernels_round.uniform(_kernels_round.element_seed(np.uint64(12345), e[j]), t[i, 0])
 
 
 @given(st.sampled_from(["bf16", "fp16", "fp8_e5m2", "fp32"]), st.integers(0, 2**32))

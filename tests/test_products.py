@@ -193,3 +193,26 @@ def test_the_compiled_tree_is_the_numpy_tree(mode):
             got = fr.dot(A, B, p, **kw)
             with jit.disabled():
                 assert same(fr.dot(A, B, p, **kw), got)
+
+
+@pytest.mark.parametrize("mode", ["nearest_even", "toward_zero", "up", "down", "stochastic"])
+def test_fused_products_below_the_smallest_subnormal(mode):
+    """A product below the accumulator's smallest subnormal rounds to 0 or to it (the compiled kernel
+    reads the sum's bits, which hold at most 52 discarded bits: this range has its own branch)."""
+    from fpreduce.base.jit import disabled
+
+    tiny = 2.0**-133  # bf16's smallest subnormal
+    c = np.array([0.25, 0.5, 0.75, -0.25, -0.5, -0.75, 2.0**-30, -(2.0**-30)])
+    a = np.zeros((2, c.size), dtype=np.float32)
+    b = np.zeros((2, c.size), dtype=np.float32)
+    a[1], b[1] = np.float32(tiny), c.astype(np.float32)  # row 0: +0 terms, row 1: the tiny product
+    got = fr.dot(a, b, input="fp32", accumulate="bf16", rounding=mode, seed=3)
+    with disabled():
+        assert np.array_equal(fr.dot(a, b, input="fp32", accumulate="bf16", rounding=mode, seed=3), got)
+    assert set(np.abs(got.astype(np.float64))) <= {0.0, tiny}
+    assert np.array_equal(np.signbit(got), c < 0)  # the sign is kept, also when rounded to zero
+    if mode == "nearest_even":
+        assert np.abs(got).tolist() == [0.0, 0.0, tiny, 0.0, 0.0, tiny, 0.0, 0.0]  # half ties to even: 0
+    if mode in ("up", "down"):
+        away = (c > 0) if mode == "up" else (c < 0)
+        assert np.array_equal(np.abs(got) == np.float32(tiny), away)

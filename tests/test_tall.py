@@ -86,8 +86,9 @@ def test_compiled_fold_equals_numpy_and_fraction_reference(n, m, acc, mode, plan
 @needs_jit
 @pytest.mark.parametrize("acc", ACCS)
 @pytest.mark.parametrize("mode", MODES)
-def test_block_kernel_many_columns(acc, mode):
+def test_block_kernel_many_columns(acc, mode, monkeypatch):
     """More columns than one block of the row kernel, and more than the register path takes."""
+    monkeypatch.setattr(_tall, "_WIDE", _tall._WIDTH)  # blocks of _WIDTH columns
     n, m = 5, _tall._WIDTH + 37
     X = data("bf16", n, m, 3, True)
     for plan in ("sequential", "pairwise", "((0,(1,2)),(3,4))"):
@@ -119,6 +120,22 @@ def test_inputs_that_need_rounding_are_loaded():
         got = fr.reduce(X, "sequential", input=inp, accumulate="fp32")
         assert same(got, fr.reduce_reference(X, "sequential", input=inp, accumulate="fp32"))
         assert not same(got, fr.reduce(X, "sequential", input="fp32", accumulate="fp32"))
+
+
+@needs_jit
+@pytest.mark.parametrize("plan", ["sequential", "pairwise"])
+def test_wide_rows_check_their_inputs_as_they_are_read(plan):
+    """bf16 inputs of a wide fold are checked while folding: a value with low bits set makes it load and refold."""
+    X = fr.round_to(np.random.default_rng(6).standard_normal((6, 3 * _tall._WIDTH)), "bf16").astype(np.float32)
+    kw = {"input": "bf16", "accumulate": "bf16"}
+    ok = fr.reduce(X, plan, **kw)
+    with jit.disabled():
+        assert same(ok, fr.reduce(X, plan, **kw))
+    X[4, -3] = np.float32(1 + 2.0**-12)  # not a bf16 value: rounded to 1 on loading
+    got = fr.reduce(X, plan, **kw)
+    assert same(got[-20:], fr.reduce_reference(X[:, -20:], plan, **kw))
+    with jit.disabled():
+        assert same(got, fr.reduce(X, plan, **kw))
 
 
 @needs_jit
@@ -213,3 +230,30 @@ def test_stochastic_without_numba_installed(monkeypatch):
     monkeypatch.setattr(_tall, "_COMPILED", (None, None, None, None))
     assert same(fr.reduce(X, "sequential", **kw), want)
     assert same(fr.reduce(X, "pairwise", **kw), fr.reduce(X, fr.plans.pairwise(7), **kw))
+
+
+@pytest.mark.parametrize("plan", ["ring:nccl", "atomic", "rabenseifner"])
+def test_stochastic_segmented_and_atomic_plans_draw_by_element(plan):
+    """Plans whose tree varies over the elements use the same counter-based generator:
+    element e's result is its own tree folded with the draws of (key, e, addition), so a
+    vector reduced in pieces gives the bits of the whole, with or without numba."""
+    from fpreduce.core._sr_numpy import _fold_numpy_sr
+
+    n, m = 4, 300
+    X = data("bf16", n, m, 8, specials=False)
+    p = fr.plans.parse(plan, n, seed=3)
+    kw = {"input": "bf16", "accumulate": "bf16", "rounding": "stochastic"}
+    whole = fr.reduce(X, p, seed=5, **kw)
+    parts = [fr.reduce(X[:, a:b], p, seed=5, offset=a, total=m, **kw) for a, b in ((0, 13), (13, 200), (200, m))]
+    assert same(whole, np.concatenate(parts))
+    with jit.disabled():
+        assert same(whole, fr.reduce(X, p, seed=5, **kw))
+    key = np.uint64(int(np.random.default_rng(5).integers(0, 2**63)))
+    trees = [fr.plans.sequential(n, o).root for o in p.orders(0, m)] if plan == "atomic" else None
+    if trees is None:
+        bounds = p.bounds(m)
+        trees = [p.trees[int(np.searchsorted(bounds, j, side="right")) - 1].root for j in range(m)]
+    for j in (0, 1, 77, 150, m - 1):
+        col = X[:, j : j + 1].astype(np.float64)
+        want = _fold_numpy_sr(trees[j], None, col, get_format("bf16"), key, np.array([j]))
+        assert same(whole[j], want[0]), j

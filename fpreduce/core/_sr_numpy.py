@@ -62,11 +62,15 @@ def _add_sr_numpy(x: np.ndarray, y: np.ndarray, fa: Format, key: np.uint64, t: i
 
 
 def _fold_numpy_sr(
-    root: Tree | None, order: np.ndarray | None, X: np.ndarray, fa: Format, key: np.uint64, offset: int
+    root: Tree | None, order: np.ndarray | None, X: np.ndarray, fa: Format, key: np.uint64, offset: int | np.ndarray
 ) -> np.ndarray:
-    """The stochastic fold of the kernel, row by row in numpy (no numba): the same generator, the same bits."""
+    """The stochastic fold of the kernel, row by row in numpy (no numba): the same generator, the same bits.
+
+    Column j is element ``offset + j``, or ``offset[j]`` for an array of element indices
+    (the engine's gathered segments and per-element orders).
+    """
     n, m = X.shape
-    e = np.arange(offset, offset + m, dtype=np.uint64)
+    e = np.arange(offset, offset + m, dtype=np.uint64) if isinstance(offset, int) else offset.astype(np.uint64)
     X64 = X.astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         if order is not None:

@@ -5,8 +5,8 @@ The engine adds two values of the accumulator format; the primitives
 of a wider format (``float acc += x`` with a wider ``x``, rounded once) and exact
 products (FMA). :func:`_add_any` is that addition: the exact sum ``a + x`` of two
 float64 values, rounded once in any mode. The float64 sum ``s`` and its exact
-remainder ``err`` (TwoSum) determine it: directed and stochastic modes use ``err``
-as :func:`fpreduce.core._tall._round_scalar` does; to nearest, only a float64 sum
+remainder ``err`` (TwoSum) determine it, rounded by the engine's
+:func:`fpreduce.core._kernels_round.round_bits`; to nearest, only a float64 sum
 that is exactly a midpoint of the target grid needs ``err`` (no midpoint lies
 strictly between the exact sum and its nearest float64), and is stepped one float64
 ulp toward it first. A float64 overflow of finite operands overflows every format
@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from fpreduce.base import jit
+from fpreduce.core import _kernels_round as kr
 from fpreduce.core import _tall
 from fpreduce.core._sr_numpy import _add_sr_numpy
 from fpreduce.core.arith import _Arith, add_rounded
@@ -59,24 +60,54 @@ def _overflow(neg, mode, maxf, has_inf):  # type: ignore[no-untyped-def]
     return -mag if neg else mag
 
 
+def _uniform(key, e, t):  # type: ignore[no-untyped-def]
+    """The engine's draw for addition ``t`` of element ``e`` (:mod:`fpreduce.core._kernels_round`)."""
+    return uniform(element_seed(key, e), t)
+
+
+def _below_tiny(s, err, tiny, mode, u):  # type: ignore[no-untyped-def]
+    """The exact sum ``s + err``, 0 < |s| < ``tiny`` (the smallest subnormal), rounded: by ``round_bits``' rules.
+
+    Nearest: ``tiny`` above half of it (half: even, 0); stochastic: toward +Inf iff
+    ``u < ((s - floor) + err) / tiny`` (``floor`` the exact sum rounded down), as ``round_bits``.
+    """
+    neg = s < 0
+    mag, rem = (-s, -err) if neg else (s, err)
+    if mode == 0:
+        away = mag > 0.5 * tiny or (mag == 0.5 * tiny and rem > 0.0)
+    elif mode == 4:
+        away = (u < ((s + tiny) + err) / tiny) != neg if neg else u < (s + err) / tiny
+    else:
+        away = (mode == 2 and not neg) or (mode == 3 and neg)
+    r = tiny if away else 0.0
+    return -r if neg else r
+
+
 def _add_any(a, x, p, emin, maxf, mode, has_inf, u):  # type: ignore[no-untyped-def]
     """``a + x`` (any float64 values) rounded once to the format (p, emin, maxf) in ``mode`` (see the module)."""
     if p == 53:
         if mode == 0:
             return a + x
-        return _add_fp64(a, x, mode, maxf, u)
+        return add_fp64(a, x, maxf, mode, u)
     s = a + x
-    if math.isinf(s) and not (math.isinf(a) or math.isinf(x)):
+    if s != s:
+        return s
+    if math.isinf(s):
+        if math.isinf(a) or math.isinf(x):
+            return s if has_inf else math.nan
         return _overflow(s < 0, mode, maxf, has_inf)
-    err = 0.0
-    if s == s and not math.isinf(s):
-        bb = s - a
-        err = (a - (s - bb)) + (x - bb)
-        if mode == 0 and err != 0.0:
-            h = math.ldexp(s, p - max(math.frexp(s)[1] - 1, emin))  # s over half its quantum: exact
-            if h == math.floor(h) and math.floor(h * 0.5) * 2.0 != h:  # a midpoint: the remainder decides
-                s = np.nextafter(s, math.inf if err > 0 else -math.inf)
-    return _round_scalar(s, err, a, x, p, emin, maxf, mode, has_inf, u)
+    if s == 0.0:  # exact (a float64 sum that rounds to zero is exact): IEEE 754 6.3's sign
+        return signed_zero(a, x, mode)
+    bb = s - a
+    err = (a - (s - bb)) + (x - bb)
+    if mode == 0 and err != 0.0:
+        h = math.ldexp(s, p - max(math.frexp(s)[1] - 1, emin))  # s over half its quantum: exact
+        if h == math.floor(h) and math.floor(h * 0.5) * 2.0 != h:  # a midpoint: the remainder decides
+            s = np.nextafter(s, math.inf if err > 0 else -math.inf)
+    tiny = math.ldexp(1.0, emin - p + 1)  # the smallest subnormal
+    if abs(s) < tiny:  # wide addends only (round_bits reads at most 52 discarded bits): 0 or +-tiny
+        return _below_tiny(s, err, tiny, mode, u)
+    return round_bits(s, err, 53 - p, emin + 1023, maxf, math.inf if has_inf else math.nan, mode, u)
 
 
 def _step(a, x, kind, prm, p, emin, maxf, mode, has_inf, key, t, e):  # type: ignore[no-untyped-def]
@@ -147,9 +178,12 @@ def _tree_kernel(L, ops, root, out, bufs, p, emin, maxf, mode, has_inf, key, e0)
         out[j] = bufs[-1 - root]
 
 
-_round_scalar: Any = _tall._round_scalar
-_add_fp64: Any = _tall._add_fp64
-_uniform: Any = _tall._uniform
+# the engine's rounding and generator (plain Python until the kernels compile, then numba functions)
+round_bits: Any = kr.round_bits
+add_fp64: Any = kr.add_fp64
+signed_zero: Any = kr.signed_zero
+uniform: Any = kr.uniform
+element_seed: Any = kr.element_seed
 _COMPILED: list[Callable[..., Any]] = []
 
 
@@ -160,11 +194,11 @@ def _kernel() -> Callable[..., Any] | None:
     if not _COMPILED:
         import numba
 
-        _tall._compile_helpers()  # the engine's scalar rounder and generator, as numba functions
+        _tall._compile_helpers()  # the engine's rounding and generator, as numba functions
         g = globals()
-        for name in ("_round_scalar", "_add_fp64", "_uniform"):
-            g[name] = getattr(_tall, name)
-        for name in ("_overflow", "_add_any", "_step"):
+        for name in ("round_bits", "add_fp64", "signed_zero", "uniform", "element_seed"):
+            g[name] = getattr(kr, name)
+        for name in ("_overflow", "_uniform", "_below_tiny", "_add_any", "_step"):
             g[name] = numba.njit(cache=True, nogil=True, inline="always" if name == "_step" else "never")(g[name])
         _COMPILED.append(numba.njit(cache=True, nogil=True)(_fold_kernel))
         _COMPILED.append(numba.njit(cache=True, nogil=True)(_tree_kernel))

@@ -6,8 +6,10 @@ so that shapes of many rows and few columns (10^5 x 1, 10^4 x 1000) cost a few
 nanoseconds per addition instead of one numpy call per row. A left-deep tree
 (``sequential`` and any leaf order of it) is a running sum per column; any other
 tree runs the in-place program of :func:`fpreduce.core._fastpath._program` on
-``log2(n)``-ish reused rows. Columns go in blocks of ``_WIDTH`` so the live rows
-stay in L1/L2.
+``log2(n)``-ish reused rows. Columns go in blocks of ``_WIDTH`` to ``_WIDE`` columns
+(``_BUDGET`` elements in all the live rows, so they stay in L2). bf16 and tf32 inputs
+of the row-block kernel are checked as each row is read (an OR of its bits), not in a
+pass of their own; a block that fails is folded again from the loaded inputs.
 
 Each addition is rounded once to the accumulator format, as IEEE 754 does (the
 same rules as :mod:`fpreduce.core.arith`):
@@ -22,9 +24,18 @@ same rules as :mod:`fpreduce.core.arith`):
 * ``kind 2`` (fp16, nearest even): the float32 sum; below 2**-14 it is exact (a
   multiple of fp16's subnormal quantum), above it Veltkamp on 11 bits; beyond
   65504 it rounds to 65504 or overflows to ±Inf (NaN stays NaN).
-* ``kind 3`` (fp8 in nearest even; every format of at most 52 bits in directed and stochastic modes): the
-  float64 sum and its exact remainder (TwoSum), rounded by :func:`_round_scalar`.
-* ``kind 4`` (fp64, directed and stochastic modes): TwoSum and a float64 step in the mode's direction.
+* ``kind 3`` (fp8 in nearest even; every format of at most 52 bits in directed and
+  stochastic modes): the float64 sum and its exact remainder (TwoSum), rounded on the
+  sum's bits by :func:`fpreduce.core._kernels_round.add_round` (branch free: a row of
+  it vectorizes; one loop per mode), in float32 for formats of p <= 23 bits
+  (``add_round32``: the same bits).
+* ``kind 4`` (fp64, directed and stochastic modes): TwoSum and a one-ulp step of the
+  bit pattern in the mode's direction (:func:`fpreduce.core._kernels_round.add_fp64`).
+
+Every addition of the row-block kernel writes a row other than its operands' (a spare
+row, renamed), so that numba vectorizes it. numba caches each compiled function with
+the file that defines it: after editing ``_kernels_round.py``, whose functions are
+inlined here, touch this file too (or clear ``__pycache__``).
 
 Stochastic rounding (mode 4, kinds 3 and 4) uses a counter-based generator, so its
 bits depend on the seed alone, not on the shape, the chunking (``offset``), numba or
@@ -35,9 +46,12 @@ whole vector) draws ``u = (splitmix64(splitmix64(key + (e+1) G) + (t+1) G) >> 11
 ``np.random.default_rng(seed)``) and rounds the exact sum up to its upper neighbour
 iff ``u < ((s - lo) + err) / (hi - lo)``: 53 random bits decide each rounding, and an
 exactly representable fraction (any sum of two values of a format of <= 24 bits) is
-the exact probability. Overflow follows ``overflow_value`` (±Inf). Without numba,
-:func:`_fold_numpy_sr` gives the same bits. Nearest-even folds of rows wider than
-``_WIDTH`` are left to the engine's numpy fold, which is faster there.
+the exact probability (fp64: the float64 sum steps toward its remainder iff
+``u < |err| / gap``). Overflow follows ``overflow_value`` (±Inf). Without numba,
+:func:`_fold_numpy_sr` gives the same bits; the engine's general path uses it for
+plans whose tree varies over the elements (ring, atomic, ...), so they follow the same
+law. Nearest-even folds of rows wider than
+``_WIDTH`` into fp64 and fp16 are left to the engine's numpy fold, as fast there.
 
 Signed zeros follow IEEE 754 6.3 (an exact zero sum of opposite-signed operands is
 +0, except -0 in mode ``down``; -0 + -0 = -0), NaN propagates, Inf follows the
@@ -49,22 +63,26 @@ run: tests/test_tall.py checks both against ``reduce_reference`` bit for bit.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fpreduce.base import jit
+from fpreduce.core import _kernels_round as kr
 from fpreduce.core._fastpath import _program
+from fpreduce.core._pairwise import pairwise_program
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core.arith import _Arith, _Loader
 from fpreduce.core.rounding import Mode
-from fpreduce.plans import Tree
+from fpreduce.plans import Tree, pairwise
 
-_WIDTH = 2048  # columns per block: a few live rows of this stay in L1/L2
+_WIDTH = 2048  # columns per block at least
+_WIDE = 1 << 18  # and at most (long runs of each row of X keep the prefetcher streaming)
+_BUDGET = 1 << 19  # elements in the live rows of a block, all together (2 MB of float32: L2)
 _MODES = {Mode.NEAREST_EVEN: 0, Mode.TOWARD_ZERO: 1, Mode.UP: 2, Mode.DOWN: 3, Mode.STOCHASTIC: 4}
 _NARROW = 8  # up to this many columns, a left fold keeps each column's sum in a register
+_NO_BITS = np.zeros((0, 0), dtype=np.uint32)
 _MAX_OPS = 1 << 26  # a tree of more leaves than this is not compiled into a program (memory)
 
 
@@ -73,157 +91,36 @@ def _veltkamp(s, sigma):  # type: ignore[no-untyped-def]
     return c - (c - s)
 
 
-def _mix(z):  # type: ignore[no-untyped-def]
-    """The splitmix64 finalizer (Steele, Lea & Flood 2014): a bijection of uint64 with full avalanche."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def _uniform(key, e, t):  # type: ignore[no-untyped-def]
-    """The uniform number of addition ``t`` of element ``e``: 53 bits of splitmix64(key, e, t) over 2**53."""
-    g = np.uint64(0x9E3779B97F4A7C15)
-    z = _mix(key + (np.uint64(e) + np.uint64(1)) * g)
-    z = _mix(z + (np.uint64(t) + np.uint64(1)) * g)
-    return np.float64(z >> np.uint64(11)) * 2.0**-53
-
-
-def _round_scalar(s, err, a, b, p, emin, maxf, mode, has_inf, u):  # type: ignore[no-untyped-def]
-    """``s + err`` (the exact sum of a and b: s its float64 rounding) rounded to (p, emin, maxf) in ``mode``.
-
-    Mode 4 (stochastic) rounds to the neighbour above with probability
-    ``frac = ((s - lo) + err) / (hi - lo)`` (float64) when ``u < frac``.
-    """
-    if s != s:
-        return s
-    if math.isinf(s):  # an Inf operand (float64 cannot overflow on formats of p <= 52 bits... except fp64)
-        return s if has_inf else np.nan
-    if s == 0.0:  # an exact zero (a float64 sum that rounds to zero is exact)
-        na, nb = math.copysign(1.0, a) < 0, math.copysign(1.0, b) < 0
-        if na and nb:
-            return -0.0
-        if (not na and not nb) or mode != 3:
-            return 0.0
-        return -0.0
-    s0 = s
-    if mode != 0 and err != 0.0:
-        q0 = math.ldexp(1.0, max(math.frexp(s)[1] - 1, emin) - p + 1)
-        if math.floor(s / q0) * q0 == s:  # s on the grid: the remainder's sign decides
-            s = np.nextafter(s, math.inf if err > 0 else -math.inf)
-    e = math.frexp(s)[1]
-    k = max(e - 1, emin) - p + 1
-    y = math.ldexp(s, -k)  # exact
-    if mode == 0:
-        r = np.rint(y)
-    elif mode == 1:
-        r = math.trunc(y) * 1.0
-    elif mode == 2:
-        r = math.ceil(y) * 1.0
-    elif mode == 3:
-        r = math.floor(y) * 1.0
-    else:  # stochastic: the neighbours lo < exact < hi (unbounded exponent), or the exact grid value
-        r = math.floor(y) * 1.0
-        if r != y or err != 0.0:
-            lo = math.ldexp(r, k)
-            frac = ((s0 - lo) + err) / math.ldexp(1.0, k)
-            if u < frac:
-                r += 1.0
-    res = math.copysign(math.ldexp(r, k), s)
-    if abs(res) > maxf:
-        big = math.inf if has_inf else np.nan
-        neg = s < 0
-        if mode == 0 or mode == 4:
-            mag = big
-        elif mode == 1:
-            mag = maxf
-        elif mode == 2:
-            mag = maxf if neg else big
-        else:
-            mag = big if neg else maxf
-        res = -mag if neg else mag
-    return res
-
-
-def _add_fp64(a, b, mode, maxf, u):  # type: ignore[no-untyped-def]
-    """fp64 addition in a directed or stochastic mode: the float64 sum stepped once toward its exact remainder.
-
-    Stochastic: toward the remainder with probability |err| / (the gap between the two neighbours), if ``u`` is below.
-    """
-    s = a + b
-    if s != s:
-        return s
-    if math.isinf(s):
-        if math.isinf(a) or math.isinf(b):
-            return s
-        neg = s < 0
-        if mode == 1 or (mode == 2 and neg) or (mode == 3 and not neg):
-            return -maxf if neg else maxf
-        return s  # nearest and stochastic: ±Inf
-    if s == 0.0:
-        na, nb = math.copysign(1.0, a) < 0, math.copysign(1.0, b) < 0
-        if na and nb:
-            return -0.0
-        if (not na and not nb) or mode != 3:
-            return 0.0
-        return -0.0
-    bb = s - a
-    err = (a - (s - bb)) + (b - bb)
-    if err == 0.0:
-        return s
-    if mode == 4:
-        other = np.nextafter(s, math.inf if err > 0 else -math.inf)
-        return other if u < abs(err) / abs(other - s) else s
-    if mode == 2:
-        return np.nextafter(s, math.inf) if err > 0 else s
-    if mode == 3:
-        return np.nextafter(s, -math.inf) if err < 0 else s
-    if (err < 0) != (s < 0):  # toward zero: step back when the remainder points to zero
-        return np.nextafter(s, 0.0)
-    return s
-
-
-def _add_rows(D, d, A, a, oa, B, b, ob, w, kind, prm, key, t, e0):  # type: ignore[no-untyped-def]
-    """D[d, j] <- A[a, oa + j] + B[b, ob + j] rounded, j < w (``kind`` and ``prm``: see the module)."""
+def _add_rows(D, A, B, kind, prm, z, t):  # type: ignore[no-untyped-def]
+    """D[j] <- A[j] + B[j] rounded, j < D.size (rows; ``kind`` and ``prm``: see the module)."""
+    w = D.size
     if kind == 0:
         for j in range(w):
-            D[d, j] = A[a, oa + j] + B[b, ob + j]
+            D[j] = A[j] + B[j]
     elif kind == 1:
         sigma = np.float32(prm[5])
         for j in range(w):
-            s = np.float32(A[a, oa + j]) + np.float32(B[b, ob + j])
+            s = np.float32(A[j]) + np.float32(B[j])
             c = s * sigma
-            D[d, j] = c - (c - s)
+            D[j] = c - (c - s)
     elif kind == 2:
         sigma = np.float32(prm[5])
         tiny = np.float32(prm[6])
         maxf = np.float32(prm[2])
         for j in range(w):
-            s = np.float32(A[a, oa + j]) + np.float32(B[b, ob + j])
+            s = np.float32(A[j]) + np.float32(B[j])
             c = s * sigma
             r = c - (c - s)
             if abs(s) < tiny:
                 r = s
             if not abs(r) <= maxf:
                 r = s if s != s else (np.float32(-np.inf) if s < 0 else np.float32(np.inf))
-            D[d, j] = r
-    elif kind == 3:
-        p, emin, maxf, mode, has_inf = int(prm[0]), int(prm[1]), prm[2], int(prm[3]), prm[4] != 0
-        for j in range(w):
-            x = np.float64(A[a, oa + j])
-            y = np.float64(B[b, ob + j])
-            s = x + y
-            bb = s - x
-            err = (x - (s - bb)) + (y - bb)
-            u = _uniform(key, e0 + j, t) if mode == 4 else 0.0
-            D[d, j] = _round_scalar(s, err, x, y, p, emin, maxf, mode, has_inf, u)
+            D[j] = r
     else:
-        maxf, mode = prm[2], int(prm[3])
-        for j in range(w):
-            u = _uniform(key, e0 + j, t) if mode == 4 else 0.0
-            D[d, j] = _add_fp64(np.float64(A[a, oa + j]), np.float64(B[b, ob + j]), mode, maxf, u)
+        kr.rows_any(D, A, B, prm, z, t)
 
 
-def _add1(s, x, kind, prm, key, t, e):  # type: ignore[no-untyped-def]
+def _add1(s, x, kind, prm, z1, t):  # type: ignore[no-untyped-def]
     """One addition ``s + x`` rounded (a scalar ``_add_rows``)."""
     if kind == 0:
         return s + x
@@ -240,15 +137,12 @@ def _add1(s, x, kind, prm, key, t, e):  # type: ignore[no-untyped-def]
         if not abs(r) <= np.float32(prm[2]):
             r = t if t != t else (np.float32(-np.inf) if t < 0 else np.float32(np.inf))
         return r
+    v = kr.uniform(z1, t) if prm[3] == 4 else 0.0
     if kind == 3:
-        a, b = np.float64(s), np.float64(x)
-        u = a + b
-        bb = u - a
-        err = (a - (u - bb)) + (b - bb)
-        v = _uniform(key, e, t) if prm[3] == 4 else 0.0
-        return _round_scalar(u, err, a, b, int(prm[0]), int(prm[1]), prm[2], int(prm[3]), prm[4] != 0, v)
-    v = _uniform(key, e, t) if prm[3] == 4 else 0.0
-    return _add_fp64(np.float64(s), np.float64(x), int(prm[3]), prm[2], v)
+        big = np.inf if prm[4] != 0 else np.nan
+        sh, eminb = 53 - int(prm[0]), int(prm[1]) + 1023
+        return kr.add_round(np.float64(s), np.float64(x), sh, eminb, prm[2], big, prm[4] != 0, int(prm[3]), v)
+    return kr.add_fp64(np.float64(s), np.float64(x), prm[2], int(prm[3]), v)
 
 
 def _left_k0(X, perm, j):  # type: ignore[no-untyped-def]
@@ -269,11 +163,11 @@ def _left_k1(X, perm, j, sigma):  # type: ignore[no-untyped-def]
     return s
 
 
-def _left_any(X, perm, j, kind, prm, key, e):  # type: ignore[no-untyped-def]
+def _left_any(X, perm, j, kind, prm, z1):  # type: ignore[no-untyped-def]
     ident = perm.size == 0
     s = np.float64(X[0 if ident else perm[0], j])
     for k in range(1, X.shape[0]):
-        s = np.float64(_add1(s, X[k if ident else perm[k], j], kind, prm, key, k - 1, e))
+        s = np.float64(_add1(s, X[k if ident else perm[k], j], kind, prm, z1, k - 1))
     return s
 
 
@@ -304,58 +198,99 @@ def _all_fp16(x):  # type: ignore[no-untyped-def]
     return True
 
 
-def _left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-def]
-    """out[j] <- the left fold of column j of X in the order ``perm`` (empty: rows in order), a register each."""
+def _left_columns(X, perm, ops, root, out, kind, prm, key, e0):  # type: ignore[no-untyped-def]
+    """out[j] <- the left fold of column j of X in the order ``perm`` (empty: rows in order), a register each;
+    with ``ops``, the program's fold of column j on scalar registers (one scalar addition per op)."""
+    regs = np.zeros(max(-ops[:, 0].min(), 1) if ops.shape[0] > 0 else 1, dtype=X.dtype)  # the format's values
+    sigma = np.float32(prm[5])  # kind 1 (bf16, tf32): X is float32
     for j in range(X.shape[1]):
-        if kind == 0:
+        if ops.shape[0] > 0:
+            z1 = kr.element_seed(key, e0 + j)
+            for t in range(ops.shape[0]):
+                o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
+                x = X[a, j] if a >= 0 else regs[-1 - a]  # in X's dtype: kind 0 adds in float32 for fp32
+                y = X[b, j] if b >= 0 else regs[-1 - b]
+                if kind == 0:
+                    regs[-1 - o] = x + y
+                elif kind == 1:
+                    regs[-1 - o] = _veltkamp(x + y, sigma)
+                else:
+                    regs[-1 - o] = _add1(x, y, kind, prm, z1, t)
+            out[j] = regs[-1 - root]
+        elif kind == 0:
             out[j] = _left_k0(X, perm, j)
         elif kind == 1:
             out[j] = _left_k1(X, perm, j, np.float32(prm[5]))
+        elif kind == 2:
+            out[j] = _left_any(X, perm, j, kind, prm, 0)
         else:
-            out[j] = _left_any(X, perm, j, kind, prm, key, e0 + j)
+            out[j] = kr.left_any(X, perm, j, prm, kr.element_seed(key, e0 + j))
 
 
-def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0):  # type: ignore[no-untyped-def]
-    """out[j] <- the fold of column j of X along ``ops`` (or a left fold in ``perm`` when ops is empty)."""
+def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb):  # type: ignore[no-untyped-def]
+    """out[j] <- the fold of column j of X along ``ops`` (or a left fold in ``perm`` when ops is empty).
+
+    Every addition writes a row other than its operands' (the spare row of ``bufs``, then
+    renamed through ``phys``), so the compiler vectorizes it without an overlap check failing.
+    Returns the OR of the bit patterns ``Xb`` (X viewed as uint32, or empty: 0) of the
+    rows read, gathered while each row is in cache (the caller's input check).
+    """
+    seen = np.uint32(0)
     n, m = X.shape
     W = bufs.shape[1]
+    spare = bufs.shape[0] - 1
+    phys = np.arange(bufs.shape[0])  # buffer i lives in row phys[i]; row phys[spare] is free
+    z = np.zeros(W if prm[3] == 4 else 0, dtype=np.uint64)  # the block's element seeds (stochastic)
     for lo in range(0, m, W):
         w = min(W, m - lo)
-        if ops.shape[0] == 0:  # left fold: bufs[0] is the running sum
+        for j in range(min(z.size, w)):
+            z[j] = kr.element_seed(key, e0 + lo + j)
+        if ops.shape[0] == 0:  # left fold: the running sum alternates between two rows
             r0 = perm[0]
             for j in range(w):
                 bufs[0, j] = X[r0, lo + j]
-            for k in range(1, n):
-                _add_rows(bufs, 0, bufs, 0, 0, X, perm[k], lo, w, kind, prm, key, k - 1, e0 + lo)
-            res = 0
+            for k in range(n):
+                if k > 0:
+                    _add_rows(bufs[k % 2, :w], bufs[1 - k % 2, :w], X[perm[k], lo : lo + w], kind, prm, z, k - 1)
+                if Xb.shape[0] > 0:
+                    seen |= _or_row(Xb[perm[k], lo : lo + w])
+            res = (n - 1) % 2
         else:
             for t in range(ops.shape[0]):
                 o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
-                d = -1 - o
+                d = phys[spare]
                 if a >= 0 and b >= 0:
-                    _add_rows(bufs, d, X, perm[a], lo, X, perm[b], lo, w, kind, prm, key, t, e0 + lo)
+                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], X[perm[b], lo : lo + w], kind, prm, z, t)
                 elif a >= 0:
-                    _add_rows(bufs, d, X, perm[a], lo, bufs, -1 - b, 0, w, kind, prm, key, t, e0 + lo)
+                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], bufs[phys[-1 - b], :w], kind, prm, z, t)
                 elif b >= 0:
-                    _add_rows(bufs, d, bufs, -1 - a, 0, X, perm[b], lo, w, kind, prm, key, t, e0 + lo)
+                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], X[perm[b], lo : lo + w], kind, prm, z, t)
                 else:
-                    _add_rows(bufs, d, bufs, -1 - a, 0, bufs, -1 - b, 0, w, kind, prm, key, t, e0 + lo)
-            res = -1 - root
+                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], bufs[phys[-1 - b], :w], kind, prm, z, t)
+                phys[spare], phys[-1 - o] = phys[-1 - o], d
+            res = phys[-1 - root]
+            for k in range(n if Xb.shape[0] > 0 else 0):
+                seen |= _or_row(Xb[k, lo : lo + w])
         for j in range(w):
             out[lo + j] = bufs[res, j]
+    return seen
+
+
+def _or_row(bits):  # type: ignore[no-untyped-def]
+    acc = np.uint32(0)
+    for i in range(bits.size):
+        acc |= bits[i]
+    return acc
 
 
 _HELPERS = (
     "_veltkamp",
-    "_round_scalar",
-    "_add_fp64",
     "_add_rows",
     "_add1",
     "_left_k0",
     "_left_k1",
     "_left_any",
-    "_mix",
-    "_uniform",
+    "_or_row",
 )
 _COMPILED = tuple(jit.jit(f) for f in (_fold_kernel, _left_columns, _any_bits, _all_fp16))
 
@@ -373,8 +308,9 @@ def _compile_helpers() -> None:
         return
     import numba
 
+    kr.compile_all()
     for name in _HELPERS:  # numba inlines the hot left folds (one call site each); more would slow compiling
-        hot = name in ("_left_k0", "_left_k1")
+        hot = name in ("_left_k0", "_left_k1", "_veltkamp")
         g[name] = numba.njit(cache=True, nogil=True, inline="always" if hot else "never")(g[name])
 
 
@@ -394,8 +330,11 @@ def _kind(ar: _Arith) -> tuple[int, np.ndarray] | None:
     return (4 if p == 53 else 3), prm
 
 
-def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith, offset: int = 0) -> np.ndarray | None:
-    """Every column of ``A`` folded along the tree ``root`` over its rows (None: ``sequential``), or None.
+def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith, offset: int = 0) -> np.ndarray | None:
+    """Every column of ``A`` folded along the tree ``root`` over its rows, or None.
+
+    ``root`` None is ``sequential``, ``PAIRWISE`` the tree of ``plans.pairwise``
+    (neither is built as a tree when the kernel runs).
 
     Column j is element ``offset + j`` (stochastic rounding draws by element, so a
     vector reduced piece by piece gives the bits of the whole). None when the
@@ -415,67 +354,92 @@ def fold_plan(root: Tree | None, A: np.ndarray, load: _Loader, ar: _Arith, offse
         return None
     kind, prm = kp
     n, m = A.shape
-    if kind <= 2 and m > _WIDTH:
-        return None  # nearest even on wide rows: the engine's vectorized numpy fold is faster (few calls per row)
     fa = ar.fa
-    order = np.zeros(0, dtype=np.int64) if root is None else _left_spine(root, n)
+    if m > _WIDTH and (kind == 2 or (kind == 0 and fa.precision > 24)):
+        return None  # fp64 and fp16 nearest even on wide rows: the engine's numpy fold is as fast
+    if isinstance(root, str) and not compiled:
+        root = pairwise(n).root  # the numpy stochastic fold takes the tree
+    tree = root
+    order = np.zeros(0, dtype=np.int64) if root is None else None if isinstance(root, str) else _left_spine(root, n)
     if order is None and n > _MAX_OPS:
         return None
     key = np.uint64(0)
     if stochastic:
-        assert ar.rng is not None
-        key = np.uint64(int(ar.rng.integers(0, 2**63)))  # the first draw of the seed's generator
+        key = ar.sr_key()  # the first draw of the seed's generator
         if not compiled:
-            return _fold_numpy_sr(root, order, _load(A, load, ar), fa, key, offset)
+            assert not isinstance(tree, str)
+            return _fold_numpy_sr(tree, order, _load(A, load, ar)[0], fa, key, offset)
     narrow = fa.precision <= 24  # accumulator values are float32 values
-    X = _load(A, load, ar)
-    acc = np.float32 if kind in (1, 2) or (kind == 0 and narrow) else np.float64
     if order is not None and (m > _NARROW and order.size == 0):
         order = np.arange(n, dtype=np.int64)  # the row-block kernel indexes through perm
     if order is not None:
-        perm, ops, base, nbuf = order, np.zeros((0, 3), dtype=np.int64), 0, 1
+        perm, ops, base = order, np.zeros((0, 3), dtype=np.int64), 0
+    elif isinstance(root, str):
+        ops, _, base = pairwise_program(n)  # leaves are rows, the tree never built
+        perm = np.arange(n, dtype=np.int64)
     else:
         assert root is not None
-        prog, nbuf, top = _program(root, n)  # leaves are rows
-        perm, ops, base, nbuf = np.arange(n, dtype=np.int64), np.array(prog, dtype=np.int64), top, max(nbuf, 1)
+        prog, _, top = _program(root, n)  # leaves are rows
+        perm, ops, base = np.arange(n, dtype=np.int64), np.array(prog, dtype=np.int64), top
+    left = m <= _NARROW  # a register per column (a left fold, or the tree's program on scalars)
+    X, low = _load(A, load, ar, lazy=not left and n > 1)
     if n == 1:
-        return np.array(X[0], dtype=acc)
-    out = np.empty(m, dtype=acc)
-    bufs = np.empty((nbuf, min(_WIDTH, max(m, 1))), dtype=acc)
-    left = order is not None and m <= _NARROW
-    with np.errstate(over="ignore", invalid="ignore"):
-        for k in (kind, 3):  # kind 1 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond Veltkamp)
-            if left:
-                _kernels()[1](X, perm, out, k, prm, key, offset)
-            else:
-                _kernels()[0](X, perm, ops.reshape(-1, 3), base, out, bufs, k, prm, key, offset)
-            if k != 1 or not np.isnan(out.max(initial=0.0)):
-                break
-            out, bufs = out.astype(np.float64), bufs.astype(np.float64)
+        return np.array(X[0], dtype=np.float32 if narrow else np.float64)
+    args = (perm, ops.reshape(-1, 3), base, prm, key, offset)
+    out = _run(X, args, kind, left, low)
+    if out is None:  # some input needs rounding to the input format: load it, and fold again
+        out = _run(_load(A, load, ar)[0], args, kind, left, 0)
     return out
 
 
-def _load(A: np.ndarray, load: _Loader, ar: _Arith) -> np.ndarray:
-    """X in the accumulator's domain: float32 when its values fit (every format but fp64), else float64.
+def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) -> np.ndarray | None:
+    """The compiled fold of X (None if an input has one of the bits ``low`` set: not in the input format)."""
+    perm, ops, base, prm, key, offset = args
+    m = X.shape[1]
+    out = np.empty(m, dtype=X.dtype)  # X's dtype: one compiled kernel per dtype
+    nbuf = max(int(-ops[:, 0].min(initial=0)), 1) + 1  # and a spare row
+    width = max(_WIDTH, min(_WIDE, _BUDGET // nbuf))  # long runs of each row (prefetch), the live rows in L2
+    bufs = np.empty((nbuf, min(width, max(m, 1))), dtype=X.dtype)
+    Xb = X.view(np.uint32) if low else _NO_BITS
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in (kind, 3):  # kind 1 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond Veltkamp)
+            if left:
+                _kernels()[1](X, perm, ops, base, out, k, prm, key, offset)
+            else:
+                seen = _kernels()[0](X, perm, ops, base, out, bufs, k, prm, key, offset, Xb)
+                if seen & low:
+                    return None
+                Xb = _NO_BITS
+            if k != 1 or not np.isnan(out.max(initial=0.0)):
+                break
+    return out
+
+
+def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False) -> tuple[np.ndarray, int]:
+    """X in the accumulator's domain (float32 when its values fit: every format but fp64), and bits to check.
 
     float32 inputs that fit the accumulator are checked in one compiled pass (bf16,
     tf32: no low bit set; fp16: finite and unchanged by rounding to fp16) and used as
-    they are; anything else goes through the engine's ``_Loader``.
+    they are; anything else goes through the engine's ``_Loader``. With ``lazy``, bf16
+    and tf32 inputs are not checked here but returned with the low bits that must be
+    zero (the row-block kernel ORs the rows as it reads them: no extra pass).
     """
     fin, fa = load.fin, ar.fa
     narrow = fa.precision <= 24  # accumulator values are float32 values
     compiled = jit.enabled() and _COMPILED[2] is not None
     if compiled and A.dtype == np.float32 and narrow and load.fits and load.premul is None and A.flags.c_contiguous:
         if fin.precision >= 24:
-            return A
+            return A, 0
         low = np.uint32((1 << (24 - fin.precision)) - 1)
+        if fin.emin == -126 and lazy:
+            return A, int(low)
         if fin.emin == -126 and not _kernels()[2](A.reshape(-1).view(np.uint32), low):
-            return A
+            return A, 0
         if fin.name == "fp16" and _kernels()[3](A.reshape(-1)):
-            return A
+            return A, 0
     ldr = _Loader(A, fin, fa, ar.mode, ar.rng, np.dtype(np.float32 if narrow else np.float64))
     ldr.premul = load.premul
-    return np.ascontiguousarray(ldr(A))
+    return np.ascontiguousarray(ldr(A)), 0
 
 
 def _left_spine(root: Tree, n: int) -> np.ndarray | None:

@@ -106,6 +106,15 @@ class _Arith:
         self.programs: dict[int, tuple[Tree | None, Program]] = {}  # the fast path's, per shape object
         self._scratch: list[np.ndarray] = []
         self._gather: np.ndarray | None = None
+        self._key: np.uint64 | None = None
+        self.elements: np.ndarray | None = None  # the current block's element indices (stochastic folds)
+
+    def sr_key(self) -> np.uint64:
+        """The counter-based generator's key: the first ``integers(0, 2**63)`` draw of ``rng``, drawn once."""
+        if self._key is None:
+            assert self.rng is not None
+            self._key = np.uint64(int(self.rng.integers(0, 2**63)))
+        return self._key
 
     def scratch(self, count: int, width: int) -> list[np.ndarray]:
         """``count`` float32 work arrays of ``width``, allocated once per reduction (no fresh pages per block)."""

@@ -26,14 +26,17 @@ from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
 from fpreduce.core import algorithms
+from fpreduce.core._compensated import compensated_plan
 from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders
+from fpreduce.core._pairwise import PAIRWISE
 from fpreduce.core._reference import add_exact, round_float, round_fraction
+from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core._tall import fold_plan
 from fpreduce.core.arith import _Arith, _Loader, _scale
 from fpreduce.core.formats import Format, get_format
 from fpreduce.core.options import Algorithm, Average, get_algorithm, get_average
 from fpreduce.core.rounding import Mode, get_mode, round_to
-from fpreduce.plans import AnyPlan, PerElementPlan, Plan, SegmentedPlan, Tree, fold, parse, sequential
+from fpreduce.plans import AnyPlan, PerElementPlan, Plan, SegmentedPlan, Tree, fold, pairwise, parse, sequential
 
 __all__ = ["reduce", "reduce_reference"]
 
@@ -42,15 +45,16 @@ _BLOCK = 1 << 15  # elements per block: a few rows of this stay in L2 while they
 
 def _prepare(
     X: ArrayLike, plan: AnyPlan | str, seed: int | None = None, *, lazy: bool = False
-) -> tuple[np.ndarray, AnyPlan | None]:
-    """X as a 2-D float array and the plan (None for the text ``sequential`` with ``lazy``: built when needed)."""
+) -> tuple[np.ndarray, AnyPlan | str | None]:
+    """X as a 2-D float array and the plan; with ``lazy``, the text ``sequential`` gives None and
+    ``pairwise`` ``PAIRWISE`` (their trees are built only when needed: the compiled fold takes neither)."""
     A = as_float_array(X, "X must be a float array of shape (workers, elements), got {dtype}")
     if A.ndim == 1:
         A = A[:, None]
     if A.ndim != 2:
         raise InvalidArgument(f"X must have shape (workers, elements), got shape {A.shape}")
-    if lazy and isinstance(plan, str) and plan.strip() == "sequential" and A.shape[0] >= 1:
-        return A, None  # the compiled left fold needs no tree of n leaves
+    if lazy and isinstance(plan, str) and plan.strip() in ("sequential", PAIRWISE) and A.shape[0] >= 1:
+        return A, None if plan.strip() == "sequential" else PAIRWISE  # the compiled fold needs no tree of n leaves
     p = parse(plan, A.shape[0], seed=seed or 0) if isinstance(plan, str) else plan
     if p.n != A.shape[0]:
         raise InvalidArgument(f"plan has {p.n} workers but X has {A.shape[0]} rows")
@@ -135,7 +139,10 @@ def reduce(
             vector of ``total`` elements (default: all of it). Plans whose trees vary
             over the elements (ring chunks, atomics) are laid out over ``total``, so
             reducing a long vector piece by piece gives the same bits as reducing it
-            whole (stochastic rounding draws from ``seed`` per call).
+            whole (stochastic rounding of the plain sum draws by element and
+            addition from ``seed``'s key: the same bits in pieces; rounding inputs
+            into a narrower accumulator, ``average`` and ``output`` draw from
+            ``seed``'s Generator per call).
 
     Returns:
         shape (elements,), float32 (float64 for an fp64 result).
@@ -219,19 +226,27 @@ class _Block:
 
 
 def _fold_blocks(
-    p: AnyPlan | None, A: np.ndarray, load: _Loader, ar: _Arith, algorithm: Algorithm, offset: int, total: int
+    p: AnyPlan | str | None, A: np.ndarray, load: _Loader, ar: _Arith, algorithm: Algorithm, offset: int, total: int
 ) -> np.ndarray:
     """The plain or compensated reduction of every column of ``A``, block by block."""
     nel = A.shape[1]
-    if algorithm == "plain" and (p is None or isinstance(p, Plan)):  # one tree for every element: compiled
-        res = fold_plan(None if p is None else p.root, A, load, ar, offset)
+    if algorithm == "plain" and not isinstance(p, SegmentedPlan | PerElementPlan):  # one tree for all: compiled
+        res = fold_plan(p.root if isinstance(p, Plan) else p, A, load, ar, offset)
         if res is not None:
             return res
-    if p is None:
-        p = sequential(A.shape[0])
+    if (algorithm == "kahan" or algorithm == "neumaier") and isinstance(p, Plan):  # one leaf order: compiled
+        res = compensated_plan(np.array(p.leaves(), dtype=np.int64), A, load, ar, algorithm)
+        if res is not None:
+            return res
+    if p is None or isinstance(p, str):
+        p = sequential(A.shape[0]) if p is None else pairwise(A.shape[0])
+    if ar.mode is Mode.STOCHASTIC:
+        ar.sr_key()  # drawn first, as the compiled fold does
     out = np.empty(nel, dtype=ar.dtype)
     for blk in _pieces(p, nel, offset, total):
         dest = out[blk.lo : blk.hi] if blk.cols is None else None
+        if ar.mode is Mode.STOCHASTIC:  # the counter-based generator draws by element (any chunking)
+            ar.elements = offset + (np.arange(blk.lo, blk.hi) if blk.cols is None else blk.cols)
         res = _evaluate(blk, A, load, ar, algorithm, dest)
         if res is dest:
             pass  # computed in place
@@ -365,7 +380,15 @@ def _evaluate(
 def _fold_leaves(
     shape: Tree | None, leaf: Callable[[int], np.ndarray], n: int, width: int, ar: _Arith, algorithm: Algorithm
 ) -> np.ndarray:
-    """The general path: leaves ``leaf(0 .. n-1)`` summed along ``shape`` (None: a left fold), or compensated."""
+    """The general path: leaves ``leaf(0 .. n-1)`` summed along ``shape`` (None: a left fold), or compensated.
+
+    Stochastic rounding (plain) draws from the counter-based generator of the compiled
+    fold (:func:`fpreduce.core._sr_numpy._fold_numpy_sr`: by element and addition).
+    """
+    if algorithm == "plain" and ar.mode is Mode.STOCHASTIC and ar.elements is not None:
+        Y = np.stack([np.asarray(leaf(k), dtype=np.float64) for k in range(n)])
+        order = np.zeros(0, dtype=np.int64) if shape is None else None
+        return _fold_numpy_sr(shape, order, Y, ar.fa, ar.sr_key(), ar.elements)
     if algorithm == "kahan" or algorithm == "neumaier":
         Z = np.stack([np.asarray(leaf(k), dtype=ar.dtype) for k in range(n)])
         return algorithms.compensated(Z, ar.fa, ar.mode, kind=algorithm, rng=ar.rng)
@@ -407,6 +430,7 @@ def reduce_reference(
     """
     A, p = _prepare(X, plan)
     assert p is not None
+    assert not isinstance(p, str)
     avg = get_average(average)
     fin, fa = get_format(input), get_format(accumulate)
     fo = fa if output is None else get_format(output)

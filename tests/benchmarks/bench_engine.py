@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def plain_adds(X: np.ndarray) -> np.ndarray:
     return s
 
 
-def run(n: int, m: int, cases: list[tuple[str, dict[str, str]]], rounds: int = 1) -> None:
+def run(n: int, m: int, cases: list[tuple[str, dict[str, Any]]], rounds: int = 1) -> None:
     """Print each case's time over the baseline's; with ``rounds`` > 1, the range over rounds.
 
     Every round measures the baseline again, so a ratio compares timings taken
@@ -124,6 +125,8 @@ def main() -> None:
         ("atomic", bf),
         ("sequential", {"input": "bf16", "accumulate": "fp32", "output": "bf16"}),
         ("sequential", {"input": "bf16", "accumulate": "bf16", "rounding": "toward_zero"}),
+        ("sequential", {"input": "bf16", "accumulate": "bf16", "rounding": "up"}),
+        ("sequential", {"input": "bf16", "accumulate": "bf16", "rounding": "stochastic", "seed": 1}),
         ("sequential", {"input": "bf16", "accumulate": "bf16", "algorithm": "kahan"}),
         ("sequential", {"input": "bf16", "accumulate": "bf16", "algorithm": "binned"}),
         ("sequential", {"input": "bf16", "accumulate": "bf16", "algorithm": "exact"}),

@@ -1,0 +1,410 @@
+"""One IEEE addition rounded in any mode by integer bit operations: the compiled folds' rounding.
+
+:func:`add_round` adds two values of a format of p <= 52 bits (fp8 .. fp32, every
+accumulator but fp64) and rounds the exact sum once, in any mode, from the float64
+sum ``s`` and its exact remainder ``err`` (TwoSum). The rounding works on the bits of
+``s``: with ``E`` its biased exponent, the format's quantum at ``s`` is ``2**k``,
+``k = max(E - 1023, emin) - p + 1``, so the low ``d = k - (E - 1075)`` bits of the
+53-bit significand ``m`` are the discarded ones (``d >= 53``: all of them). When
+``s`` lies on the format's grid and ``err`` is nonzero, ``s`` is first moved one
+float64 ulp toward the exact sum (``m`` +- 1 on the magnitude: no grid point lies
+between, as the grid is at least two float64 ulps apart), so the discarded bits are
+nonzero exactly when the exact sum is inexact: directed modes need only them and the
+sign, nearest even the usual half-and-even test (the float64 sum double-rounds
+innocuously for p <= 25), and stochastic rounding the documented law of
+:mod:`fpreduce.core._tall` (round up, signed, iff ``u < ((s - lo) + err) / 2**k``,
+``lo`` the exact sum rounded down, ``s`` the unmoved float64 sum). The result is
+``q * 2**k`` with ``q`` the kept significand, +1 when rounded away from zero: exact
+in float64. Overflow follows :func:`fpreduce.core.rounding.overflow_value`, signed
+zeros IEEE 754 6.3, NaN propagates, Inf stays (NaN for a format without Inf).
+
+:func:`add_round32` does the same in float32 for formats of p <= 23 bits (bf16,
+tf32, fp16, fp8): the float32 sum and its float32 TwoSum remainder (exact but for a
+float32 overflow, which then rounds by mode), float32's bits (twice the lanes of
+float64 when vectorized), the same bits as :func:`add_round`.
+
+:func:`add_fp64` is the fp64 accumulator's directed and stochastic addition: the
+float64 sum, stepped one ulp (bit pattern +- 1) toward the remainder when the mode
+says so. No branch in either but for the special values, so numba vectorizes a row
+of them. ``u`` comes from :func:`uniform`, the counter-based generator (splitmix64 of
+key, element, addition); :func:`element_seed` is its first half, the same for every
+addition of an element, computed once per element by the folds.
+
+The functions run as plain Python (the bit casts through ``struct``; :func:`plain` gives
+them even after compiling: tests check them against the exact rounder one value at a
+time) and are made numba functions by :func:`compile_all`, with LLVM bit casts, when
+the folds compile.
+"""
+
+from __future__ import annotations
+
+import struct
+import types
+from typing import Any
+
+import numpy as np
+
+_ABS = 0x7FFFFFFFFFFFFFFF
+_FRAC = (1 << 52) - 1
+_GOLD = 0x9E3779B97F4A7C15
+
+
+def f32_bits(x):  # type: ignore[no-untyped-def]
+    """The bit pattern of a float32 as an int64 (sign extended from int32)."""
+    return struct.unpack("<i", struct.pack("<f", x))[0]
+
+
+def bits_f32(b):  # type: ignore[no-untyped-def]
+    """The float32 of an int32 bit pattern (given as an integer), as a float32."""
+    return np.float32(struct.unpack("<f", struct.pack("<i", b))[0])
+
+
+def f64_bits(x):  # type: ignore[no-untyped-def]
+    """The bit pattern of a float64 as an int64 (plain Python: struct; compiled: an LLVM bitcast)."""
+    return struct.unpack("<q", struct.pack("<d", x))[0]
+
+
+def bits_f64(b):  # type: ignore[no-untyped-def]
+    """The float64 of an int64 bit pattern."""
+    return struct.unpack("<d", struct.pack("<q", b))[0]
+
+
+def mix(z):  # type: ignore[no-untyped-def]
+    """The splitmix64 finalizer (Steele, Lea & Flood 2014): a bijection of uint64 with full avalanche."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def element_seed(key, e):  # type: ignore[no-untyped-def]
+    """splitmix64(key + (e + 1) G): the first half of element ``e``'s draws."""
+    return mix(key + (np.uint64(e) + np.uint64(1)) * np.uint64(_GOLD))
+
+
+def uniform(z1, t):  # type: ignore[no-untyped-def]
+    """The uniform number of addition ``t`` of the element of seed ``z1``: 53 bits of splitmix64 over 2**53."""
+    z = mix(np.uint64(z1) + (np.uint64(t) + np.uint64(1)) * np.uint64(_GOLD))
+    return np.float64(z >> np.uint64(11)) * 2.0**-53
+
+
+def round_bits(s, err, sh, eminb, maxf, big, mode, u):  # type: ignore[no-untyped-def]
+    """``s + err`` (s finite, nonzero: a float64 sum, err its exact remainder) rounded to the format.
+
+    ``sh = 53 - p``, ``eminb = emin + 1023``; ``maxf``, ``big`` (Inf, or NaN without Inf):
+    the overflow values; ``mode`` 0..4 as in ``_tall``; ``u`` the stochastic draw. The
+    neighbours ``lo <= |exact| <= hi`` on the grid come from the bits of ``s`` alone
+    (when ``s`` is on the grid and the remainder points to zero, ``lo`` is the grid
+    point below ``s``: half a quantum below at a normal binade's start), and ``err`` only
+    picks among them, so the remainder's latency overlaps the bit work. Branch free
+    (``&``, ``|``, selects), so a loop of it vectorizes. The values of a format are
+    multiples of its smallest subnormal, so a nonzero ``s`` keeps ``d <= 52``.
+    """
+    b = f64_bits(s)
+    neg = b < 0
+    mag = b & _ABS
+    E = mag >> 52
+    below = max(eminb - E, 0)
+    d = min(sh + below, 52)  # the discarded bits
+    low = mag & ((1 << d) - 1)
+    trunc = mag - low
+    step = 1 << d
+    nz = err != 0.0
+    inward = (low == 0) & nz & ((err > 0.0) == neg)  # on the grid, the exact sum just below |s|
+    first = (mag & _FRAC) == 0  # a binade's first value: one bit below it is worth half a bit here
+    half_step = first & (eminb < E)  # and the grid below is finer (normal), or the same (subnormal)
+    lo = (mag - (step << 1 if (first & (eminb >= E)) else step)) if inward else trunc
+    hi = mag if inward else trunc + step
+    inexact = (low != 0) | nz
+    k = E - 1075 + d - (1 if (inward & half_step) else 0)  # the quantum 2**k between lo and hi
+    if mode == 0:  # the float64 sum double-rounds innocuously (p <= 25)
+        lo, hi = trunc, trunc + step
+        away = (low > (step >> 1)) | ((low == (step >> 1)) & ((trunc & step) != 0))
+    elif mode == 4:
+        sl = -bits_f64(hi) if neg else bits_f64(lo)  # the exact sum rounded down (signed)
+        up = u < ((s - sl) + err) * bits_f64((1023 - k) << 52)  # frac of the gap above sl: no division
+        away = inexact & (up != neg)
+    else:
+        away = inexact & (((mode == 2) & (not neg)) | ((mode == 3) & neg))
+    r = bits_f64(hi if away else lo)
+    outward = (mode == 0) | (mode == 4) | ((mode == 2) & (not neg)) | ((mode == 3) & neg)
+    r = (big if outward else maxf) if r > maxf else r
+    return -r if neg else r
+
+
+def round_bits32(s, err, sh, eminb, maxf, big, mode, u):  # type: ignore[no-untyped-def]
+    """:func:`round_bits` on a float32 sum ``s`` and its float32 remainder (p <= 23, emin >= -126).
+
+    ``sh = 24 - p``, ``eminb = emin + 127``. The same neighbours and rules on float32's
+    bits (twice the lanes of float64 when vectorized); float32's subnormals have the
+    bit weight of its first binade, so below 2**-126 one bit is worth one bit. The
+    stochastic fraction is computed in float64 as ``(s - lo) + err`` (exact, then one
+    rounding: the same float64 value as :func:`round_bits` computes).
+    """
+    b = f32_bits(s)
+    neg = b < 0
+    mag = b & 0x7FFFFFFF
+    E = max(mag >> 23, 1)  # float32 subnormals: the first binade's bit weight
+    below = max(eminb - E, 0)
+    d = min(sh + below, 23)
+    low = mag & ((1 << d) - 1)
+    trunc = mag - low
+    step = 1 << d
+    nz = err != 0
+    inward = (low == 0) & nz & ((err > 0) == neg)
+    first = (mag & 0x7FFFFF) == 0
+    half_step = first & (eminb < E)
+    lo = (mag - (step << 1 if (first & (eminb >= E) & (E >= 2)) else step)) if inward else trunc
+    hi = mag if inward else trunc + step
+    inexact = (low != 0) | nz
+    k = E - 150 + d - (1 if (inward & half_step) else 0)
+    if mode == 0:
+        lo, hi = trunc, trunc + step
+        away = (low > (step >> 1)) | ((low == (step >> 1)) & ((trunc & step) != 0))
+    elif mode == 4:
+        sl = -bits_f32(hi) if neg else bits_f32(lo)
+        frac = (np.float64(s - sl) + np.float64(err)) * bits_f64((1023 - k) << 52)
+        away = inexact & ((u < frac) != neg)
+    else:
+        away = inexact & (((mode == 2) & (not neg)) | ((mode == 3) & neg))
+    r = np.float64(bits_f32(hi if away else lo))
+    outward = (mode == 0) | (mode == 4) | ((mode == 2) & (not neg)) | ((mode == 3) & neg)
+    r = (big if outward else maxf) if r > maxf else r
+    return -r if neg else r
+
+
+def add_round32(x, y, sh, eminb, maxf, big, has_inf, mode, u):  # type: ignore[no-untyped-def]
+    """:func:`add_round` of two float32 values of a format of p <= 23 bits (``sh``, ``eminb``: float32's)."""
+    s = x + y
+    bb = s - x
+    err = (x - (s - bb)) + (y - bb)
+    r = round_bits32(s, err, sh, eminb, maxf, big, mode, u)
+    r = signed_zero(np.float64(x), np.float64(y), mode) if s == 0 else r
+    fin = (x - x == 0) & (y - y == 0)
+    outward = (mode == 0) | (mode == 4) | ((mode == 2) & (s > 0)) | ((mode == 3) & (s < 0))
+    over = np.float64(-1.0 if s < 0 else 1.0) * (big if outward else maxf)  # a float32 overflow of finite operands
+    special = (s if (has_inf | (s != s)) else np.nan) if not fin else over
+    return np.float64(special) if s - s != 0 else r
+
+
+def signed_zero(x, y, mode):  # type: ignore[no-untyped-def]
+    """The exact zero sum of x and y: -0 when both are negative (or either in mode down), else +0."""
+    bx, by = f64_bits(x), f64_bits(y)
+    return -0.0 if (((bx & by) < 0) | ((mode == 3) & ((bx | by) < 0))) else 0.0
+
+
+def add_round(x, y, sh, eminb, maxf, big, has_inf, mode, u):  # type: ignore[no-untyped-def]
+    """x + y (float64 values of the format) rounded to it in ``mode``: IEEE signed zeros, NaN and Inf."""
+    s = x + y
+    bb = s - x
+    err = (x - (s - bb)) + (y - bb)
+    r = round_bits(s, err, sh, eminb, maxf, big, mode, u)
+    r = signed_zero(x, y, mode) if s == 0.0 else r
+    # NaN or Inf (a float64 sum of values of p <= 52 bits cannot overflow): Inf stays, or NaN without Inf
+    return (s if (has_inf | (s != s)) else np.nan) if s - s != 0.0 else r
+
+
+def add_fp64(x, y, maxf, mode, u):  # type: ignore[no-untyped-def]
+    """fp64 addition in a directed or stochastic mode: the float64 sum, stepped one ulp toward its remainder.
+
+    Stochastic: toward the remainder with probability |err| / (the gap to that neighbour), if ``u`` is below.
+    A float64 overflow of finite operands follows IEEE 754 7.4 per mode. Branch free as ``round_bits``.
+    """
+    s = x + y
+    bb = s - x
+    err = (x - (s - bb)) + (y - bb)
+    b = f64_bits(s)
+    neg = b < 0
+    outward = (err > 0.0) != neg  # the remainder points away from zero
+    other = bits_f64(b + 1 if outward else b - 1)  # the neighbour on the remainder's side
+    nz = err != 0.0
+    gap = f64_bits(abs(other - s))  # a power of two (or Inf)
+    inv = 0.0 if gap >= 0x7FF0000000000000 else bits_f64(0x7FE0000000000000 - gap)  # 1 / gap
+    step_sr = nz & (u < abs(err) * inv)
+    step = step_sr if mode == 4 else (err > 0.0 if mode == 2 else (err < 0.0 if mode == 3 else nz & (not outward)))
+    r = other if step else s
+    r = signed_zero(x, y, mode) if s == 0.0 else r
+    toward = (mode == 1) | ((mode == 2) & neg) | ((mode == 3) & (not neg))
+    over = (x - x == 0.0) & (y - y == 0.0) & toward  # finite operands, rounded toward zero: max_finite
+    return ((-maxf if neg else maxf) if over else s) if s - s != 0.0 else r
+
+
+def add_any(x, y, how, c, mode, u):  # type: ignore[no-untyped-def]
+    """One addition by ``how`` (:func:`_consts`): 0 :func:`add_round32`, 1 :func:`add_round`, 2 :func:`add_fp64`."""
+    sh, eminb, maxf, big, has_inf = c
+    if how == 2:
+        return add_fp64(np.float64(x), np.float64(y), maxf, mode, u)
+    if how == 1:
+        return add_round(np.float64(x), np.float64(y), sh, eminb, maxf, big, has_inf, mode, u)
+    return add_round32(np.float32(x), np.float32(y), sh - 29, eminb - 896, maxf, big, has_inf, mode, u)
+
+
+def _consts(prm):  # type: ignore[no-untyped-def]
+    """(how, (53 - p, emin + 1023, max_finite, the overflow value, has Inf), mode) from ``_tall._kind``'s ``prm``.
+
+    ``how``: 0 for the formats of p <= 23 bits (float32 arithmetic), 1 for fp32, 2 for fp64.
+    """
+    has_inf = prm[4] != 0
+    c = (53 - int(prm[0]), int(prm[1]) + 1023, prm[2], np.inf if has_inf else np.nan, has_inf)
+    return (2 if prm[0] == 53 else 1 if prm[0] == 24 else 0), c, int(prm[3])
+
+
+def _rows_m(D, A, B, how, c, mode, z, t):  # type: ignore[no-untyped-def]
+    for j in range(D.size):
+        u = uniform(z[j], t) if mode == 4 else 0.0
+        D[j] = add_any(A[j], B[j], how, c, mode, u)
+
+
+def rows_round(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
+    """D[j] <- A[j] + B[j] (rows) by :func:`add_any`; ``prm`` as ``_tall._kind``'s.
+
+    Stochastic: addition ``t``, element seeds ``z[j]``. One loop per mode for the formats
+    of p <= 23 bits, the mode a constant in each (numba folds the other modes' selects
+    away and vectorizes it), one loop each for fp32 and fp64.
+    """
+    how, c, mode = _consts(prm)
+    if how > 0:  # fp32, fp64: the mode left a variable (less to compile)
+        _rows_m(D, A, B, how, c, mode, z, t)
+    elif mode == 0:
+        _rows_m(D, A, B, 0, c, 0, z, t)
+    elif mode == 1:
+        _rows_m(D, A, B, 0, c, 1, z, t)
+    elif mode == 2:
+        _rows_m(D, A, B, 0, c, 2, z, t)
+    elif mode == 3:
+        _rows_m(D, A, B, 0, c, 3, z, t)
+    else:
+        _rows_m(D, A, B, 0, c, 4, z, t)
+
+
+def _left_m(X, perm, j, how, c, mode, z1):  # type: ignore[no-untyped-def]
+    ident = perm.size == 0  # rows in order
+    s = np.float64(X[0 if ident else perm[0], j])
+    for k in range(1, X.shape[0]):
+        u = uniform(z1, k - 1) if mode == 4 else 0.0
+        s = np.float64(add_any(s, X[k if ident else perm[k], j], how, c, mode, u))
+    return s
+
+
+def left_round(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
+    """The left fold of column j of X, rows in the order ``perm`` (empty: in order), element seed ``z1``.
+
+    One loop per mode for p <= 23 bits (a constant mode shortens each addition's latency),
+    in float64 (:func:`add_round`: a shorter chain than float32's, whose lanes a single
+    column does not use).
+    """
+    how, c, mode = _consts(prm)
+    if how > 0:  # fp32, fp64: the mode left a variable (less to compile)
+        return _left_m(X, perm, j, how, c, mode, z1)
+    if mode == 0:
+        return _left_m(X, perm, j, 1, c, 0, z1)
+    if mode == 1:
+        return _left_m(X, perm, j, 1, c, 1, z1)
+    if mode == 2:
+        return _left_m(X, perm, j, 1, c, 2, z1)
+    if mode == 3:
+        return _left_m(X, perm, j, 1, c, 3, z1)
+    return _left_m(X, perm, j, 1, c, 4, z1)
+
+
+def rows_wide(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
+    """:func:`rows_round` for the fp64 accumulator alone (float64 rows)."""
+    how, c, mode = _consts(prm)
+    _rows_m(D, A, B, 2, c, mode, z, t)
+
+
+def left_wide(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
+    """:func:`left_round` for the fp64 accumulator alone (float64 rows)."""
+    how, c, mode = _consts(prm)
+    return _left_m(X, perm, j, 2, c, mode, z1)
+
+
+def rows_any(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
+    """:func:`rows_round` for float32 rows, :func:`rows_wide` for float64 ones: chosen by the compiler from
+    the dtype (:func:`compile_all`), so a kernel compiles the loops of its own dtype only."""
+    (rows_wide if D.dtype == np.float64 else rows_round)(D, A, B, prm, z, t)
+
+
+def left_any(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
+    """:func:`left_round` or :func:`left_wide` by X's dtype, as :func:`rows_any`."""
+    return (left_wide if X.dtype == np.float64 else left_round)(X, perm, j, prm, z1)
+
+
+_NAMES = (
+    "mix",
+    "element_seed",
+    "uniform",
+    "round_bits",
+    "round_bits32",
+    "add_round32",
+    "signed_zero",
+    "add_round",
+    "add_fp64",
+    "add_any",
+    "_consts",
+    "_rows_m",
+    "rows_round",
+    "_left_m",
+    "left_round",
+    "rows_wide",
+    "left_wide",
+)
+
+
+_PLAIN = {name: globals()[name] for name in (*_NAMES, "f64_bits", "bits_f64", "f32_bits", "bits_f32")}
+
+
+def plain() -> dict[str, Any]:
+    """This module's functions as plain Python (struct bit casts), whether or not :func:`compile_all` ran (tests)."""
+    ns = dict(globals())
+    for name, fn in _PLAIN.items():
+        ns[name] = types.FunctionType(fn.__code__, ns, name)
+    return ns
+
+
+def compile_all() -> None:
+    """Make this module's functions numba functions (the bit casts LLVM bitcasts), once."""
+    g = globals()
+    if not isinstance(g["add_round"], type(compile_all)):
+        return
+    import numba
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic, overload
+
+    def cast(src, dst, llvm):  # type: ignore[no-untyped-def]
+        def typer(typingctx, x):  # type: ignore[no-untyped-def]
+            def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+                return builder.bitcast(args[0], llvm)
+
+            return dst(src), codegen
+
+        return intrinsic(typer)
+
+    def cast32(src, dst, to_int):  # type: ignore[no-untyped-def]
+        def typer(typingctx, x):  # type: ignore[no-untyped-def]
+            def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+                if to_int:  # float32 -> int32 bits -> int64 (sign extended)
+                    return builder.sext(builder.bitcast(args[0], ir.IntType(32)), ir.IntType(64))
+                return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
+
+            return dst(src), codegen
+
+        return intrinsic(typer)
+
+    def rows_by_dtype(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
+        fn = g["rows_wide"] if D.dtype == types.float64 else g["rows_round"]
+        return lambda D, A, B, prm, z, t: fn(D, A, B, prm, z, t)
+
+    def left_by_dtype(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
+        fn = g["left_wide"] if X.dtype == types.float64 else g["left_round"]
+        return lambda X, perm, j, prm, z1: fn(X, perm, j, prm, z1)
+
+    g["f64_bits"] = cast(types.float64, types.int64, ir.IntType(64))
+    g["bits_f64"] = cast(types.int64, types.float64, ir.DoubleType())
+    g["f32_bits"] = cast32(types.float32, types.int64, True)
+    g["bits_f32"] = cast32(types.int64, types.float32, False)
+    overload(rows_any)(rows_by_dtype)  # the compiler picks by dtype: each kernel compiles its own loops only
+    overload(left_any)(left_by_dtype)
+    for name in _NAMES:  # the row loops are called, the scalar functions inlined into them
+        entry = name.startswith(("rows", "left")) and not name.endswith("_m")
+        g[name] = numba.njit(cache=True, nogil=True, inline="never" if entry else "always")(g[name])
