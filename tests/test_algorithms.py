@@ -2,7 +2,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -164,6 +164,7 @@ def _ulp(v, f):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("fmt", ["fp64", "fp32", "bf16", "fp16"])
+@settings(max_examples=max(5, settings.default.max_examples // 2))  # 20 cases: 600 examples in CI
 @given(data=st.data())
 def test_binned_is_order_independent_and_within_bound(fmt, mode, data):
     src = fr.get_format(data.draw(st.sampled_from(["fp32", "bf16", "fp64"])))
@@ -291,6 +292,7 @@ def test_binned_stochastic_is_seeded_and_brackets_the_exact_sum():
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("fmt", ["fp64", "fp32", "bf16", "fp16", "fp8_e5m2"])
+@settings(max_examples=max(5, settings.default.max_examples // 3))  # 25 cases: 500 Fraction sums in CI
 @given(data=st.data())
 def test_exact_is_the_fraction_sum_rounded_once(fmt, mode, data):
     f = fr.get_format(fmt)
