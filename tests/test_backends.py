@@ -251,3 +251,22 @@ def test_average_ddp_is_what_real_ddp_gives(n: int) -> None:
             assert differing(outs[0], pre) > 0  # N = 3, 5 are not powers of two: 1/N is rounded
         seen.add(dt)
     assert seen == set(GLOO_DTYPES)
+
+
+def test_a_failed_launchers_output_keeps_its_cause_and_its_exception():
+    """mpirun prints the cause at the top and the rank's exception at the bottom: both must reach the error."""
+    from fpreduce.backends._common import excerpt
+
+    text = "\n".join(
+        ["prterun was unable to launch the specified application", "-" * 40]
+        + [f"detail line {i}" for i in range(20)]
+        + ["Traceback (most recent call last):", "  File x", "ValueError: bad bucket", "=" * 40]
+    )
+    one = excerpt(text)
+    assert "\n" not in one
+    assert one.startswith("ValueError: bad bucket")  # the error line first
+    assert "prterun was unable to launch" in one  # the head is kept
+    assert "detail line 10" not in one  # the middle is not
+    assert "----" not in one
+    assert "====" not in one
+    assert excerpt("a\nb") == "a | b"

@@ -254,8 +254,17 @@ def _tail(logs: Sequence[object], idx: Sequence[int]) -> str:
         f.seek(0)  # type: ignore[attr-defined]
         text = f.read().decode(errors="replace").strip()  # type: ignore[attr-defined]
         if text:
-            out.append("Output: " + " | ".join(text.splitlines()[-6:]))
+            out.append("Output: " + excerpt(text))
     return " ".join(out)
+
+
+def excerpt(text: str, keep: int = 4) -> str:
+    """A failed process's output on one line: its error lines first, then its first and last ``keep``
+    lines (mpirun's cause is often at the top and the Python exception at the bottom), rules dropped."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip() and set(ln.strip()) - set("-=*")]
+    errors = [ln for ln in lines if "Error" in ln or "error:" in ln][-2:]
+    shown = lines if len(lines) <= 2 * keep else [*lines[:keep], "...", *lines[-keep:]]
+    return " | ".join(dict.fromkeys([*errors, *shown]))
 
 
 def _kill(procs: Sequence[subprocess.Popen[bytes]]) -> None:

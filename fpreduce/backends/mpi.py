@@ -52,6 +52,7 @@ from fpreduce.backends._common import (
     BackendError,
     _kill,
     collect,
+    excerpt,
     new_workdir,
     python,
     run_group,
@@ -314,7 +315,7 @@ def run_command(cmd: Sequence[str], what: str, timeout: float) -> str:
     if proc.returncode != 0:
         errors = list(dict.fromkeys(ln.strip() for ln in text.splitlines() if "fpreduce: error:" in ln))
         m = _FAILED_RANK.search(text)
-        tail = " | ".join(text.strip().splitlines()[-6:])
+        tail = excerpt(text)
         raise BackendError(
             f"{what}: exited with code {proc.returncode}"
             + (f" (rank {m.group(1)} failed first)" if m else "")
