@@ -7,21 +7,11 @@ Baseline for element-wise work: a plain numpy float32 ``a + b`` of the same size
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 
 import numpy as np
+from _timing import best
 
 import fpreduce as fr
-
-
-def best(fn: Callable[[], object], repeat: int = 3) -> float:
-    t = math.inf
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        t = min(t, time.perf_counter() - t0)
-    return t
 
 
 def main() -> None:
@@ -39,7 +29,7 @@ def main() -> None:
         ("round_to fp64 -> fp8_e4m3 nearest", lambda: fr.round_to(a64, "fp8_e4m3")),
         ("round_to fp64 -> bf16 stochastic", lambda: fr.round_to(a64, "bf16", "stochastic", rng=1)),
     ]:
-        print(f"{label:40s} {best(fn) / base:8.1f} x baseline")
+        print(f"{label:40s} {best(fn, 3) / base:8.1f} x baseline")
 
     # exact sums
     x = rng.standard_normal(10**6).astype(np.float32) * np.float32(1e3)

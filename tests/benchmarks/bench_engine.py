@@ -10,33 +10,15 @@ ml_dtypes and torch are measured side by side when installed.
 
 from __future__ import annotations
 
-import math
 import sys
-import time
-from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
+from _timing import best, inplace_adds
 
 import fpreduce as fr
 from fpreduce.base import jit
-
-
-def best(fn: Callable[[], object], repeat: int = 2) -> float:
-    t = math.inf
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        t = min(t, time.perf_counter() - t0)
-    return t
-
-
-def inplace_adds(X: np.ndarray) -> np.ndarray:
-    acc = X[0].copy()
-    for k in range(1, X.shape[0]):
-        np.add(acc, X[k], out=acc)
-    return acc
 
 
 def plain_adds(X: np.ndarray) -> np.ndarray:

@@ -14,13 +14,12 @@ A call's time includes building the plan (a tree of n leaves for ``pairwise``).
 
 from __future__ import annotations
 
-import math
 import sys
 import time
-from collections.abc import Callable
 from contextlib import nullcontext
 
 import numpy as np
+from _timing import best, inplace_adds
 
 import fpreduce as fr
 from fpreduce.base import jit
@@ -36,22 +35,6 @@ CASES = [
     ("bf16", "bf16", "up"),
     ("bf16", "bf16", "stochastic"),
 ]
-
-
-def best(fn: Callable[[], object], repeat: int = 2) -> float:
-    t = math.inf
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        t = min(t, time.perf_counter() - t0)
-    return t
-
-
-def inplace_adds(X: np.ndarray) -> np.ndarray:
-    acc = X[0].copy()
-    for i in range(1, X.shape[0]):
-        np.add(acc, X[i], out=acc)
-    return acc
 
 
 def run(n: int, m: int, plans: list[str], budget: float) -> None:
