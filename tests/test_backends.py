@@ -8,11 +8,11 @@ and a backend is missing, the tests fail instead of skipping.
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import sys
 
 import pytest
+from _backends import require
 
 import fpreduce as fr
 from fpreduce.backends import BackendError, CaseResult, VerifyResult, algorithms, experiment_b, gloo, mpi, verify
@@ -24,15 +24,6 @@ MPI_CELLS = [(n, a) for a in ("ring", "rabenseifner", "recursive_doubling") for 
 ]  # the full N = 2..8 matrix is scripts/verify_matrix.py (docs/verification.md)
 GLOO_NS = (2, 3, 5, 8)
 GLOO_DTYPES = ("fp32", "fp16", "bf16")
-
-
-def _require(backend: str) -> None:
-    try:
-        (mpi if backend == "mpi" else gloo).check_available()
-    except fr.InvalidArgument as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set but backend {backend!r} is missing: {e}")
-        pytest.skip(str(e))
 
 
 @functools.cache
@@ -61,7 +52,7 @@ def _gloo_cell(n: int) -> dict[str, tuple[CaseResult, ...]]:
 
 @pytest.mark.parametrize(("n", "algorithm"), MPI_CELLS, ids=[f"{a}-N{n}" for n, a in MPI_CELLS])
 def test_mpi_allreduce_is_bit_exact(n: int, algorithm: str) -> None:
-    _require("mpi")
+    require("mpi")
     for c in _mpi_cell(n, algorithm):
         assert c.ranks_agree, f"M={c.elements}: ranks got different bits"
         assert c.differing == 0, f"M={c.elements}: {c.differing} elements differ from {c.plan} ({c.note})"
@@ -80,7 +71,7 @@ def test_mpi_allreduce_is_bit_exact(n: int, algorithm: str) -> None:
     ],
 )
 def test_mpi_other_plans_differ(n: int, algorithm: str, other: str) -> None:
-    _require("mpi")
+    require("mpi")
     big = _mpi_cell(n, algorithm)[-1]
     assert big.elements == 1000
     assert big.contrast[other] > 0
@@ -104,7 +95,7 @@ def test_mpi_fallbacks_are_what_the_source_says() -> None:
 )  # N = 8 (one launch of 8 torch processes, the slowest cell) is CI-only; N = 2, 3, 5 check the same ring
 @pytest.mark.parametrize("dtype", GLOO_DTYPES)
 def test_gloo_allreduce_is_bit_exact(n: int, dtype: str) -> None:
-    _require("gloo")
+    require("gloo")
     for c in _gloo_cell(n)[dtype]:
         assert c.ranks_agree, f"M={c.elements}: ranks got different bits"
         assert c.differing == 0, f"M={c.elements}: {c.differing} elements differ from {c.plan}"
@@ -112,7 +103,7 @@ def test_gloo_allreduce_is_bit_exact(n: int, dtype: str) -> None:
 
 @pytest.mark.parametrize("dtype", GLOO_DTYPES)
 def test_gloo_other_plans_differ(dtype: str) -> None:
-    _require("gloo")
+    require("gloo")
     big = _gloo_cell(5)[dtype][-1]
     assert big.elements == 1000
     assert min(big.contrast.values()) > 0, big.contrast
@@ -122,7 +113,7 @@ def test_gloo_other_plans_differ(dtype: str) -> None:
 
 
 def test_verify_mpi_end_to_end() -> None:
-    _require("mpi")
+    require("mpi")
     r = verify("mpi", 5, "rabenseifner", "fp64", 10, 4)
     assert isinstance(r, VerifyResult)
     assert r.ok
@@ -132,7 +123,7 @@ def test_verify_mpi_end_to_end() -> None:
 
 
 def test_verify_gloo_end_to_end() -> None:
-    _require("gloo")
+    require("gloo")
     r = verify("gloo", 3, None, "bf16", 17, 5)
     assert r.ok
     assert r.algorithm == "ring"
@@ -188,14 +179,14 @@ def test_algorithms_lists() -> None:
 
 
 def test_mpi_dead_rank_is_named() -> None:
-    _require("mpi")
+    require("mpi")
     X = make_inputs(3, 10, "fp32", 0)
     with pytest.raises(BackendError, match="rank 1 failed first"):
         mpi.run_allreduce([X], "ring", fault="die:1", timeout=60)
 
 
 def test_gloo_hung_rank_times_out_and_is_named() -> None:
-    _require("gloo")
+    require("gloo")
     X = make_inputs(3, 10, "fp32", 0)
     # under load ranks 0 and 1 may not have reached it either: rank 2 must be named among those that did not
     with pytest.raises(BackendError, match=r"timed out after 6 s.*Rank (\d+, )*2 never reached the all-reduce"):
@@ -207,7 +198,7 @@ def test_gloo_hung_rank_times_out_and_is_named() -> None:
 
 @pytest.mark.parametrize("algorithm", ["ring", "rabenseifner"])
 def test_mpi_reranking_with_comm_split_stays_bit_exact(algorithm: str) -> None:
-    _require("mpi")
+    require("mpi")
     steps = experiment_b.reranking(5, algorithm, steps=4, elements=200, seed=7)
     assert all(s.ranks_agree and s.differing == 0 for s in steps), steps
     assert any(s.differing_unrelabelled > 0 for s in steps)  # the re-ranking really changed the sums
@@ -215,7 +206,7 @@ def test_mpi_reranking_with_comm_split_stays_bit_exact(algorithm: str) -> None:
 
 def test_mpi_adapt_reduce_sums_in_arrival_order() -> None:
     """Rank 0 folds its own buffer, then each child's as it arrives: some sequential order."""
-    _require("mpi")
+    require("mpi")
     r = experiment_b.arrival_order(4, steps=6, elements=128, seed=5)
     assert r.possible > 1  # the orders are distinguishable
     assert r.explained, r.orders
@@ -237,7 +228,7 @@ def _ddp_cell(n: int) -> tuple[tuple[str, object, list[object]], ...]:
 def test_average_ddp_is_what_real_ddp_gives(n: int) -> None:
     """Real DistributedDataParallel (no comm hook) on gloo: its averaged gradients are, bit for bit,
     ``average="ddp"`` summed along gloo's ring; ``predivide`` (x / N, one rounding) is not, for fp32."""
-    _require("gloo")
+    require("gloo")
     from fpreduce.backends._common import differing
 
     seen = set()

@@ -14,16 +14,16 @@ If ``CI`` is set and Open MPI or mpi4py is missing, the MPI tests fail instead o
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from _backends import require
 
 import fpreduce as fr
-from fpreduce.backends import BackendError, distributed, mpi
+from fpreduce.backends import BackendError, distributed
 from fpreduce.run import rundir, runner, split
 from fpreduce.run.config import load_config
 from fpreduce.run.runner import check_run, run_experiment
@@ -99,15 +99,6 @@ if MPI.COMM_WORLD.Get_rank() == 1:
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner, "chunk_width", lambda workers: SMALL_WIDTH)
     monkeypatch.setattr(split, "chunk_width", lambda workers: SMALL_WIDTH)
-
-
-def _require() -> None:
-    try:
-        mpi.check_available()
-    except fr.InvalidArgument as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set but backend 'mpi' is missing: {e}")
-        pytest.skip(str(e))
 
 
 def _stable(d: Path) -> dict[str, Any]:
@@ -236,7 +227,7 @@ def _patched(tmp_path: Path, extra: str = "") -> str:
 
 @pytest.mark.usefixtures("small_chunks")
 def test_mpirun_3_ranks_synthetic_and_file_equal_one_process(tmp_path: Path) -> None:
-    _require()
+    require("mpi")
     workers, elements = 8, 4 * SMALL_WIDTH + 300
     syn = tmp_path / "syn.toml"
     syn.write_text(_config(workers, elements, 2))
@@ -258,7 +249,7 @@ def test_mpirun_3_ranks_synthetic_and_file_equal_one_process(tmp_path: Path) -> 
 
 def test_mpirun_3_ranks_training(tmp_path: Path) -> None:
     """Training: the reduction split, the update on rank 0 (its parameters sent every step)."""
-    _require()
+    require("mpi")
     cfg = tmp_path / "m.toml"
     cfg.write_text(MODEL + ARMS)
     run_experiment(cfg, tmp_path / "one")
@@ -270,7 +261,7 @@ def test_mpirun_3_ranks_training(tmp_path: Path) -> None:
 
 def test_mpirun_2_ranks_real_chunk_width(tmp_path: Path) -> None:
     """The real chunk width (65,536 elements at 64 workers): two chunks, one per rank."""
-    _require()
+    require("mpi")
     cfg = tmp_path / "d.toml"
     cfg.write_text(_config(64, 65536 + 3000, 1, arms=ARMS[: ARMS.index('[[arms]]\nname = "S"')]))
     run_experiment(cfg, tmp_path / "one")
@@ -284,7 +275,7 @@ def test_mpirun_2_ranks_real_chunk_width(tmp_path: Path) -> None:
 
 def _two_step_run(tmp_path: Path) -> tuple[Path, Path, list[str]]:
     """(config, run directory, the `fpreduce run --distributed` arguments) of a 2-step, 3-chunk run."""
-    _require()
+    require("mpi")
     cfg = tmp_path / "d.toml"
     cfg.write_text(_config(8, 3 * SMALL_WIDTH, 2))
     out = tmp_path / "run"
@@ -343,7 +334,7 @@ formats = ["bf16:bf16", "bf16:fp32"]
 
 
 def test_sweep_on_mpi_workers_resumes_with_the_same_table(tmp_path: Path) -> None:
-    _require()
+    require("mpi")
     cfg = tmp_path / "sw.toml"
     cfg.write_text(SWEEP)
     seen: list[tuple[str, str]] = []

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _backends import require
 
 import fpreduce as fr
 from fpreduce import plans
@@ -93,15 +94,6 @@ order = "arrival"
 input = "fp32"
 accumulate = "fp32"
 """
-
-
-def _require() -> None:
-    try:
-        mpi.check_available()
-    except fr.InvalidArgument as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set but backend 'mpi' is missing: {e}")
-        pytest.skip(str(e))
 
 
 def _write(tmp_path: Path, text: str, name: str = "cfg.toml") -> Path:
@@ -184,7 +176,7 @@ def test_default_backend_writes_no_real_csv(tmp_path: Path) -> None:
 
 
 def test_wrong_number_of_ranks_singleton(tmp_path: Path) -> None:
-    _require()
+    require("mpi")
     r = _cli(["run", str(_write(tmp_path, RING)), "--backend", "mpi", "--out", str(tmp_path / "run")])
     assert r.returncode == 2, r.stderr
     assert "experiment.workers = 4 but this MPI job has 1 rank(s)" in r.stderr
@@ -194,7 +186,7 @@ def test_wrong_number_of_ranks_singleton(tmp_path: Path) -> None:
 
 
 def test_launcher_and_option_disagree(tmp_path: Path) -> None:
-    _require()
+    require("mpi")
     cfg = _write(tmp_path, RING.replace("workers = 4", "workers = 1"))
     r = _cli(
         ["run", str(cfg), "--backend", "mpi", "--mpi-algorithm", "ring:ompi", "--out", str(tmp_path / "r")],
@@ -205,7 +197,7 @@ def test_launcher_and_option_disagree(tmp_path: Path) -> None:
 
 
 def test_training_source_refused(tmp_path: Path) -> None:
-    _require()
+    require("mpi")
     text = RING.replace('kind = "synthetic"\nelements = 257', 'kind = "model"').replace("workers = 4", "workers = 1")
     r = _cli(["run", str(_write(tmp_path, text)), "--backend", "mpi", "--out", str(tmp_path / "r")])
     assert r.returncode == 2
@@ -253,7 +245,7 @@ accumulate = "bf16"
 
 
 def test_no_real_arm_is_an_error_under_mpirun(tmp_path: Path) -> None:
-    _require()
+    require("mpi")
     cfg = _write(tmp_path, BF16_ONLY)
     with pytest.raises(BackendError, match="no arm can run on the real library"):
         mpi_run.launch(cfg, tmp_path / "run", timeout=120)
@@ -264,7 +256,7 @@ def test_no_real_arm_is_an_error_under_mpirun(tmp_path: Path) -> None:
 
 
 def test_ring_run_is_bit_exact(tmp_path: Path) -> None:
-    _require()
+    require("mpi")
     cfg_path = _write(tmp_path, RING)
     out = tmp_path / "run"
     text = mpi_run.launch(cfg_path, out, algorithm="ring:ompi", args=["--no-report"], timeout=120)
@@ -307,7 +299,7 @@ def test_ring_run_is_bit_exact(tmp_path: Path) -> None:
 
 
 def test_rabenseifner_fp64_and_emulated_arms(tmp_path: Path) -> None:
-    _require()
+    require("mpi")
     out = tmp_path / "run"
     text = mpi_run.launch(
         _write(tmp_path, RABENSEIFNER), out, algorithm="rabenseifner", args=["--no-report"], timeout=120
@@ -328,7 +320,7 @@ def test_rabenseifner_fp64_and_emulated_arms(tmp_path: Path) -> None:
 
 
 def test_wrong_number_of_ranks_under_mpirun(tmp_path: Path) -> None:
-    _require()
+    require("mpi")
     with pytest.raises(BackendError, match=r"experiment.workers = 4 but this MPI job has 3 rank\(s\)"):
         mpi_run.launch(_write(tmp_path, RING), tmp_path / "run", np_=3, timeout=120)
     assert not (tmp_path / "run").exists()
