@@ -29,7 +29,8 @@ from fpreduce.core.exact import ExactSum, exact_sum, exact_sum_mpmath
 from fpreduce.core.fabsum import fabsum
 from fpreduce.core.formats import FORMATS, Format, as_native, format_name, from_bits, get_format, to_bits, ulp
 from fpreduce.core.metrics import backward_bounds
-from fpreduce.core.primitives import backward_error, partial_sums, round_inputs, stagnation
+from fpreduce.core.metrics import backward_errors as backward_error
+from fpreduce.core.primitives import partial_sums, round_inputs, stagnation
 from fpreduce.core.products import dot, matvec
 from fpreduce.core.rounding import MODES, Mode, round_to
 

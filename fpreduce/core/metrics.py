@@ -10,12 +10,16 @@ All functions are vectorized over columns (the reduction is along axis 0).
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fpreduce.base.errors import InvalidArgument
+from fpreduce.base.fpflags import own_flags
 from fpreduce.core.exact import ExactSum, exact_sum
 from fpreduce.core.formats import Format, get_format, to_bits
+from fpreduce.core.primitives import as_rows
 from fpreduce.core.rounding import quantum_bits
 from fpreduce.plans import PerElementPlan, Plan, SegmentedPlan
 
@@ -24,6 +28,7 @@ __all__ = [
     "apriori_bound",
     "backward_bounds",
     "backward_error",
+    "backward_errors",
     "bits_equal",
     "condition_number",
     "correct_bits",
@@ -459,3 +464,36 @@ def backward_bounds(depth: int, fmt: str | Format, *, lam: float = 5.0) -> dict[
         "probability": prob if ok else None,
         "lam": lam,
     }
+
+
+@own_flags
+def backward_errors(s_hat: ArrayLike, X: ArrayLike) -> NDArray[np.float64]:
+    """The backward error ``|s_hat - s| / sum_i |x_i|`` of each column's computed sum, exactly
+    (``fr.backward_error``; :func:`backward_error` is their maximum in float64, as metrics.csv's).
+
+    ``s`` is the exact sum of the column of ``X`` (terms, elements), and both the
+    error and ``sum |x_i|`` are exact rationals; their ratio is rounded once to
+    float64. It is the smallest relative perturbation of the terms of which
+    ``s_hat`` is the exact sum; compare it with
+    :func:`backward_bounds` (``fr.backward_bounds(depth, fmt)``,
+    depth ``n - 1`` for a left fold of n terms, ``max(plan.depths())`` for a tree; a
+    bound that is not informative, ``d u >= 1``, is None). A column of zeros gives 0
+    if ``s_hat`` is 0, else ``inf``; NaN where ``s_hat`` or the sum is not finite.
+
+    >>> import numpy as np
+    >>> float(backward_errors(np.float32(4.0), np.array([1.0, 2.0, 0.5]))[0])
+    0.14285714285714285
+    """
+    A = as_rows(X, "backward_error")
+    d = A.shape[1]
+    y = np.broadcast_to(np.asarray(s_hat, dtype=np.float64).reshape(-1), (d,))
+    ex, absx = exact_sum(A), exact_sum(np.abs(A))
+    s64 = ex.to_float64().reshape(-1)
+    out = np.empty(d)
+    for j in range(d):
+        if not (np.isfinite(y[j]) and np.isfinite(s64[j])):
+            out[j] = np.nan
+            continue
+        err, den = abs(Fraction(float(y[j])) - ex.fraction(j)), absx.fraction(j)
+        out[j] = float(err / den) if den else (0.0 if err == 0 else np.inf)
+    return out

@@ -15,7 +15,6 @@
   the key, the element and the row), so the bits depend on the seed alone, not on how
   the array is cut into pieces.
 * :func:`stagnation`: where a column of partial sums last changed.
-* :func:`backward_error`: ``|s_hat - s| / sum |x_i|`` per column, computed exactly.
 
 The generator is the engine's (:mod:`fpreduce.core._tall`): ``key`` is the first
 ``integers(0, 2**63)`` draw of ``np.random.default_rng(seed)``; addition ``t`` of a
@@ -25,7 +24,6 @@ left fold of element ``e`` draws counter ``t``; an input in row ``i`` draws coun
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Literal
 
 import numpy as np
@@ -36,11 +34,11 @@ from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.base.fpflags import own_flags
 from fpreduce.core._steps import add_any_numpy, fold_rows, round_with_uniforms, uniforms
 from fpreduce.core.arith import _Loader
-from fpreduce.core.exact import ExactSum, exact_sum
+from fpreduce.core.exact import ExactSum
 from fpreduce.core.formats import Format, get_format
 from fpreduce.core.rounding import Mode, get_mode
 
-__all__ = ["INPUT_T", "backward_error", "partial_sums", "round_inputs", "stagnation", "stream_key"]
+__all__ = ["INPUT_T", "partial_sums", "round_inputs", "stagnation", "stream_key"]
 
 INPUT_T = 1 << 61  # counter of the input in row i: INPUT_T + i
 Addends = Literal["accumulator", "wide"]
@@ -253,35 +251,3 @@ def _exact_prefixes(X: np.ndarray, f: Format, m: Mode) -> np.ndarray:
             values[k * d + j] = (acc, -1074)
     ex = ExactSum(values, special.reshape(-1), ~np.isfinite(special).reshape(-1), negzero.reshape(-1), (n, d))
     return np.asarray(ex.round(f, m.value), dtype=np.float64)
-
-
-@own_flags
-def backward_error(s_hat: ArrayLike, X: ArrayLike) -> NDArray[np.float64]:
-    """The backward error ``|s_hat - s| / sum_i |x_i|`` of each column's computed sum, exactly.
-
-    ``s`` is the exact sum of the column of ``X`` (terms, elements), and both the
-    error and ``sum |x_i|`` are exact rationals; their ratio is rounded once to
-    float64. It is the smallest relative perturbation of the terms of which
-    ``s_hat`` is the exact sum; compare it with
-    :func:`fpreduce.core.metrics.backward_bounds` (``fr.backward_bounds(depth, fmt)``,
-    depth ``n - 1`` for a left fold of n terms, ``max(plan.depths())`` for a tree; a
-    bound that is not informative, ``d u >= 1``, is None). A column of zeros gives 0
-    if ``s_hat`` is 0, else ``inf``; NaN where ``s_hat`` or the sum is not finite.
-
-    >>> import numpy as np
-    >>> float(backward_error(np.float32(4.0), np.array([1.0, 2.0, 0.5]))[0])
-    0.14285714285714285
-    """
-    A = as_rows(X, "backward_error")
-    d = A.shape[1]
-    y = np.broadcast_to(np.asarray(s_hat, dtype=np.float64).reshape(-1), (d,))
-    ex, absx = exact_sum(A), exact_sum(np.abs(A))
-    s64 = ex.to_float64().reshape(-1)
-    out = np.empty(d)
-    for j in range(d):
-        if not (np.isfinite(y[j]) and np.isfinite(s64[j])):
-            out[j] = np.nan
-            continue
-        err, den = abs(Fraction(float(y[j])) - ex.fraction(j)), absx.fraction(j)
-        out[j] = float(err / den) if den else (0.0 if err == 0 else np.inf)
-    return out
