@@ -361,6 +361,19 @@ def plain() -> dict[str, Any]:
     return ns
 
 
+def cast(src: Any, dst: Any, llvm: Any) -> Any:
+    """A numba intrinsic reinterpreting a value of numba type ``src`` as ``dst`` (LLVM type ``llvm``): a bitcast."""
+    from numba.extending import intrinsic
+
+    def typer(typingctx, x):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            return builder.bitcast(args[0], llvm)
+
+        return dst(src), codegen
+
+    return intrinsic(typer)
+
+
 def compile_all() -> None:
     """Make this module's functions numba functions (the bit casts LLVM bitcasts), once."""
     g = globals()
@@ -370,15 +383,6 @@ def compile_all() -> None:
     from llvmlite import ir
     from numba import types
     from numba.extending import intrinsic, overload
-
-    def cast(src, dst, llvm):  # type: ignore[no-untyped-def]
-        def typer(typingctx, x):  # type: ignore[no-untyped-def]
-            def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-                return builder.bitcast(args[0], llvm)
-
-            return dst(src), codegen
-
-        return intrinsic(typer)
 
     def cast32(src, dst, to_int):  # type: ignore[no-untyped-def]
         def typer(typingctx, x):  # type: ignore[no-untyped-def]

@@ -70,6 +70,7 @@ import numpy as np
 
 from fpreduce.base import jit
 from fpreduce.core import _kernels_round as kr
+from fpreduce.core import _narrow
 from fpreduce.core._fastpath import _program
 from fpreduce.core._pairwise import pairwise_program
 from fpreduce.core._sr_numpy import _fold_numpy_sr
@@ -355,14 +356,14 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
     kind, prm = kp
     n, m = A.shape
     fa = ar.fa
-    if m > _WIDTH and (kind == 2 or (kind == 0 and fa.precision > 24)):
-        return None  # fp64 and fp16 nearest even on wide rows: the engine's numpy fold is as fast
     if isinstance(root, str) and not compiled:
         root = pairwise(n).root  # the numpy stochastic fold takes the tree
     tree = root
     order = np.zeros(0, dtype=np.int64) if root is None else None if isinstance(root, str) else _left_spine(root, n)
     if order is None and n > _MAX_OPS:
         return None
+    if m > _WIDTH and ((kind == 2 and order is None) or (kind == 0 and fa.precision > 24)):
+        return None  # fp64 nearest even, fp16 in a tree, on wide rows: the engine's numpy fold is as fast
     key = np.uint64(0)
     if stochastic:
         key = ar.sr_key()  # the first draw of the seed's generator
@@ -400,6 +401,11 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
     nbuf = max(int(-ops[:, 0].min(initial=0)), 1) + 1  # and a spare row
     width = max(_WIDTH, min(_WIDE, _BUDGET // nbuf))  # long runs of each row (prefetch), the live rows in L2
     bufs = np.empty((nbuf, min(width, max(m, 1))), dtype=X.dtype)
+    if not left and ops.shape[0] == 0 and X.dtype == np.float32 and _narrow.wide_kind(kind, prm) >= 0:
+        got, done = _narrow.fold_left(X, perm, _narrow.wide_kind(kind, prm), prm, key, offset, low)
+        if got is None or done:
+            return got  # else a sum beyond the kernel's range: the exact scalar path, below
+        kind, low = 3, 0
     Xb = X.view(np.uint32) if low else _NO_BITS
     with np.errstate(over="ignore", invalid="ignore"):
         for k in (kind, 3):  # kind 1 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond Veltkamp)

@@ -1,0 +1,118 @@
+"""Directed and stochastic additions on float32 bits (core/_narrow.py) and the wide left fold.
+
+One addition of :func:`add_narrow` (plain Python) against the float64 rounder of
+``_kernels_round`` (itself checked against the exact rounder), value by value, for
+every narrow format and mode; the compiled fold of wide rows against the numpy paths
+and the exact rational reference, special values and overflow included (the kernel
+hands those to the exact scalar path); stochastic folds across the kernel's blocks
+of columns and in pieces.
+"""
+
+import numpy as np
+import pytest
+from test_tall import data, same
+
+import fpreduce as fr
+from fpreduce.base import jit
+from fpreduce.core import _kernels_round as kr
+from fpreduce.core import _narrow
+from fpreduce.core.formats import get_format
+
+NARROW = ["bf16", "tf32", "fp16", "fp8_e5m2", "fp8_e4m3"]
+DIRECTED = ["toward_zero", "up", "down"]
+needs_jit = pytest.mark.skipif(not jit.enabled(), reason="numba not installed or FPREDUCE_NO_JIT set")
+
+
+def values(fmt, k, seed):
+    """k values of fmt: random binades, subnormals, zeros of both signs, the largest finite, ties."""
+    f = get_format(fmt)
+    rng = np.random.default_rng(seed)
+    tiny = 2.0 ** (f.emin - f.precision + 1)
+    pool = [0.0, -0.0, tiny, -tiny, 3 * tiny, f.max_finite, -f.max_finite, 1.0, -1.0, 2.0**-f.precision]
+    x = rng.standard_normal(k) * np.exp2(rng.integers(f.emin - 4, 8, k))
+    x = np.where(rng.random(k) < 0.3, rng.choice(pool, k), x)
+    return fr.round_to(x, f).astype(np.float64)
+
+
+@pytest.mark.parametrize("fmt", NARROW)
+def test_one_addition_equals_the_float64_rounder(fmt):
+    """add_narrow on the scaled format == _kernels_round.add_round, every mode, where the kernel answers."""
+    f = get_format(fmt)
+    add = _narrow.plain_add()
+    ref = kr.plain()["add_round"]
+    scale, (L, step, d, limit) = _narrow.params(f.precision, f.emin, f.max_finite)
+    big = np.inf if f.has_inf else np.nan
+    a, b = values(fmt, 400, 1), values(fmt, 400, 2)
+    u = np.random.default_rng(3).random(400)
+    checked = 0
+    for mode in (1, 2, 3, 4):
+        for x, y, v in zip(a, b, u, strict=True):
+            with np.errstate(over="ignore", invalid="ignore"):
+                got, mag = add(np.float32(x * scale), np.float32(y * scale), mode, L, step, int(d), v)
+            if mag > limit:
+                continue  # near the top: the caller folds again by the exact path
+            want = ref(x, y, 53 - f.precision, f.emin + 1023, f.max_finite, big, f.has_inf, mode, v)
+            assert same(np.float64(got) / scale, want), (fmt, mode, x, y, v)
+            checked += 1
+    assert checked > 1200  # most pairs are answered here
+
+
+@needs_jit
+@pytest.mark.parametrize("acc", NARROW)
+@pytest.mark.parametrize("mode", DIRECTED)
+@pytest.mark.parametrize("specials", [False, True])
+def test_wide_left_fold_equals_numpy_and_reference(acc, mode, specials):
+    """More columns than the register path: the row kernel of _narrow, against numpy and the Fraction reference."""
+    inp = acc if get_format(acc).precision < 11 else "bf16"
+    X = data(inp, 7, 300, 5, specials)
+    for plan in ("sequential", fr.plans.sequential(7, [3, 1, 0, 6, 2, 5, 4])):
+        kw = {"input": inp, "accumulate": acc, "rounding": mode}
+        got = fr.reduce(X, plan, **kw)
+        with jit.disabled():
+            assert same(got, fr.reduce(X, plan, **kw))
+        cols = np.r_[0:30, 270:300]
+        assert same(got[cols], fr.reduce_reference(X[:, cols], plan, **kw))
+
+
+@needs_jit
+@pytest.mark.parametrize("acc", ["bf16", "fp16", "tf32"])
+def test_overflow_and_the_top_binade(acc):
+    """Sums near and beyond the largest finite value (handed to the exact path): Inf, max finite, by mode."""
+    f = get_format(acc)
+    top = f.max_finite
+    X = np.array([[top, top, -top, top, 1.0] * 60, [top, -(2.0 ** (f.emax - f.precision)), top, 2.0, 1.0] * 60])
+    X = fr.round_to(X, acc).astype(np.float32)
+    for mode in DIRECTED + ["nearest_even"]:
+        kw = {"input": acc, "accumulate": acc, "rounding": mode}
+        got = fr.reduce(X, "sequential", **kw)
+        assert same(got[:5], fr.reduce_reference(X[:, :5], "sequential", **kw))
+    up = fr.reduce(X, "sequential", input=acc, accumulate=acc, rounding="up")
+    zero = fr.reduce(X, "sequential", input=acc, accumulate=acc, rounding="toward_zero")
+    assert up[0] == np.inf
+    assert zero[0] == top
+
+
+@needs_jit
+@pytest.mark.parametrize("acc", ["bf16", "fp16", "fp8_e4m3"])
+def test_stochastic_across_blocks_and_pieces(acc):
+    """The stochastic kernel goes by blocks of columns: same bits as numpy's twin and as pieces of the vector."""
+    m = _narrow._BLOCK + 77
+    X = data(acc, 3, m, 6, specials=False)
+    kw = {"input": acc, "accumulate": acc, "rounding": "stochastic"}
+    whole = fr.reduce(X, "sequential", seed=4, **kw)
+    with jit.disabled():
+        assert same(whole, fr.reduce(X, "sequential", seed=4, **kw))
+    cut = _narrow._BLOCK - 5
+    parts = [fr.reduce(X[:, a:b], "sequential", seed=4, offset=a, total=m, **kw) for a, b in ((0, cut), (cut, m))]
+    assert same(whole, np.concatenate(parts))
+
+
+@needs_jit
+def test_down_gives_minus_zero_for_an_exact_zero_sum():
+    """IEEE 754 6.3: x + (-x) is -0 in mode down, +0 otherwise; +0 + +0 is +0 in every mode."""
+    X = np.array([[1.5] * 20 + [0.0] * 20, [-1.5] * 20 + [0.0] * 20], dtype=np.float32)
+    down = fr.reduce(X, "sequential", input="bf16", accumulate="bf16", rounding="down")
+    zero = fr.reduce(X, "sequential", input="bf16", accumulate="bf16", rounding="toward_zero")
+    assert np.all(np.signbit(down[:20]))
+    assert not np.any(np.signbit(down[20:]))
+    assert not np.any(np.signbit(zero))
