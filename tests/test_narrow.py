@@ -116,3 +116,22 @@ def test_down_gives_minus_zero_for_an_exact_zero_sum():
     assert np.all(np.signbit(down[:20]))
     assert not np.any(np.signbit(down[20:]))
     assert not np.any(np.signbit(zero))
+
+
+@needs_jit
+def test_fp16_inputs_are_checked_as_the_rows_are_read():
+    """float32 data that is not fp16 (too many bits, below the subnormal quantum, beyond 65504) is rounded first.
+
+    Alone in its column, an unrounded value below 2**-14 would pass through the fold
+    unchanged: the result would not be an fp16 value.
+    """
+    odd = [2.0**-24 + 2.0**-40, 3 * 2.0**-26, -(2.0**-25), 1 + 2.0**-12, 65536.0, 70000.0]
+    for k, v in enumerate(odd):
+        X = np.zeros((5, 40), dtype=np.float32)
+        X[2, 7 + k] = v
+        kw = {"input": "fp16", "accumulate": "fp16"}
+        got = fr.reduce(X, "sequential", **kw)
+        assert same(got, fr.reduce_reference(X, "sequential", **kw)), v
+        with jit.disabled():
+            assert same(got, fr.reduce(X, "sequential", **kw)), v
+        assert got[7 + k] == fr.round_to(np.array([v]), "fp16")[0], v  # (-0 here: the fold gives +0)

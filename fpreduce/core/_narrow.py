@@ -60,6 +60,16 @@ _INF = 0x7F800000
 _BLOCK = 1 << 14  # columns per block of a stochastic fold: the block's element seeds stay in L1/L2
 
 
+FP16_CHECK = 0x3FFF  # the bits of :func:`fp16_flags` (``_tall._load``'s ``low`` for fp16 inputs checked here)
+
+
+def fp16_flags(v):  # type: ignore[no-untyped-def]
+    """Nonzero unless the float32 ``v`` is a finite fp16 value: ``v * 2**-112`` exact, its low 13 bits zero."""
+    w = v * np.float32(2.0**-112)
+    off = (w * np.float32(2.0**112) != v) | (abs(v) > np.float32(65504.0))  # inexact (or NaN), or beyond fp16
+    return (f2u(w) & np.uint32(0x1FFF)) | (np.uint32(0x2000) if off else np.uint32(0))
+
+
 def f2u(x):  # type: ignore[no-untyped-def]
     """The bit pattern of a float32 as a uint32."""
     return np.uint32(struct.unpack("<I", struct.pack("<f", x))[0])
@@ -168,7 +178,7 @@ def _row_kind(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-
             v = c - (c - s)
             v = s if abs(s) < tiny else v
             o[j] = v if abs(v) <= maxf else (s if s != s else (np.float32(-np.inf) if s < 0 else np.float32(np.inf)))
-            seen |= xb[j]
+            seen |= fp16_flags(x[j])  # fp16 inputs are checked as read
     else:
         L, step, d = nprm[0], nprm[1], np.int64(nprm[2])
         sc = np.float32(scale)
@@ -187,7 +197,8 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0):  # type: ignor
     """out <- the left fold of X's rows (float32) in the order ``perm``, in place, row by row; see the module.
 
     ``Xb`` is X viewed as uint32: returns the OR of the bits of every row read
-    (``_tall``'s input check, gathered as the rows are added). Kind 5 works on the
+    (``_tall``'s input check, gathered as the rows are added; kind 2, fp16: the OR of
+    :func:`fp16_flags`). Kind 5 works on the
     scaled format (inputs times ``scale``, the result divided back, exactly);
     stochastic folds go by blocks of ``_BLOCK`` columns (the block's element seeds,
     element ``e0 + j``, computed once), the others by whole rows.
@@ -200,7 +211,7 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0):  # type: ignor
     big = np.uint32(0)
     for j in range(m):
         out[j] = X[r0, j] * sc
-        seen |= Xb[r0, j]
+        seen |= fp16_flags(X[r0, j]) if kind == 2 else Xb[r0, j]
     z = np.zeros(_BLOCK if (kind == 5) & (mode == 4) else 0, dtype=np.uint64)
     if z.size > 0:
         for lo in range(0, m, _BLOCK):
@@ -223,7 +234,7 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0):  # type: ignor
     return seen, big
 
 
-_NAMES = ("add_narrow", "_row5", "_row_kind", "left_rows")
+_NAMES = ("fp16_flags", "add_narrow", "_row5", "_row_kind", "left_rows")
 _COMPILED: list[Any] = []
 _PLAIN = {name: globals()[name] for name in ("add_narrow", "f2u", "f2i", "u2f")}
 

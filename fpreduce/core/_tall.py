@@ -181,22 +181,22 @@ def _any_bits(bits, mask):  # type: ignore[no-untyped-def]
 
 
 def _all_fp16(x):  # type: ignore[no-untyped-def]
-    """Whether every float32 ``x[i]`` is a finite fp16 value (NaN and Inf fail: the loader handles them)."""
+    """Whether every float32 ``x[i]`` is a finite fp16 value (NaN and Inf fail: the loader handles them).
+
+    Branch free (one pass that vectorizes, no early exit): below 2**-14 a multiple of
+    fp16's subnormal quantum (an integer times 2**24, exactly), above it unchanged by
+    Veltkamp rounding to 11 bits, and at most 65504.
+    """
     sigma = np.float32(8193.0)
+    bad = 0
     for i in range(x.size):
         v = x[i]
         a = abs(v)
-        if not a <= np.float32(65504.0):
-            return False
-        if a < np.float32(2.0**-14):
-            t = v * np.float32(2.0**24)  # exact: a multiple of fp16's subnormal quantum is an integer here
-            if t != np.floor(t):
-                return False
-        else:
-            c = v * sigma
-            if c - (c - v) != v:
-                return False
-    return True
+        t = v * np.float32(2.0**24)
+        c = v * sigma
+        ok = (t == np.floor(t)) if a < np.float32(2.0**-14) else (c - (c - v) == v)
+        bad |= not (ok & (a <= np.float32(65504.0)))
+    return bad == 0
 
 
 def _left_columns(X, perm, ops, root, out, kind, prm, key, e0):  # type: ignore[no-untyped-def]
@@ -383,7 +383,8 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
         prog, _, top = _program(root, n)  # leaves are rows
         perm, ops, base = np.arange(n, dtype=np.int64), np.array(prog, dtype=np.int64), top
     left = m <= _NARROW  # a register per column (a left fold, or the tree's program on scalars)
-    X, low = _load(A, load, ar, lazy=not left and n > 1)
+    wide = not left and order is not None and kind == 2  # _narrow's fold checks fp16 inputs as it reads them
+    X, low = _load(A, load, ar, lazy=not left and n > 1, lazy16=wide)
     if n == 1:
         return np.array(X[0], dtype=np.float32 if narrow else np.float64)
     args = (perm, ops.reshape(-1, 3), base, prm, key, offset)
@@ -421,14 +422,16 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
     return out
 
 
-def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False) -> tuple[np.ndarray, int]:
+def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False, lazy16: bool = False) -> tuple[np.ndarray, int]:
     """X in the accumulator's domain (float32 when its values fit: every format but fp64), and bits to check.
 
     float32 inputs that fit the accumulator are checked in one compiled pass (bf16,
     tf32: no low bit set; fp16: finite and unchanged by rounding to fp16) and used as
     they are; anything else goes through the engine's ``_Loader``. With ``lazy``, bf16
     and tf32 inputs are not checked here but returned with the low bits that must be
-    zero (the row-block kernel ORs the rows as it reads them: no extra pass).
+    zero (the row-block kernel ORs the rows as it reads them: no extra pass); with
+    ``lazy16``, fp16 inputs likewise, for :mod:`fpreduce.core._narrow`'s fp16 fold
+    (``low`` = its ``FP16_CHECK``).
     """
     fin, fa = load.fin, ar.fa
     narrow = fa.precision <= 24  # accumulator values are float32 values
@@ -441,6 +444,8 @@ def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False) -> tuple
             return A, int(low)
         if fin.emin == -126 and not _kernels()[2](A.reshape(-1).view(np.uint32), low):
             return A, 0
+        if fin.name == "fp16" and lazy16:
+            return A, _narrow.FP16_CHECK
         if fin.name == "fp16" and _kernels()[3](A.reshape(-1)):
             return A, 0
     ldr = _Loader(A, fin, fa, ar.mode, ar.rng, np.dtype(np.float32 if narrow else np.float64))
