@@ -135,3 +135,19 @@ def test_fp16_inputs_are_checked_as_the_rows_are_read():
         with jit.disabled():
             assert same(got, fr.reduce(X, "sequential", **kw)), v
         assert got[7 + k] == fr.round_to(np.array([v]), "fp16")[0], v  # (-0 here: the fold gives +0)
+
+
+@needs_jit
+@pytest.mark.parametrize("acc", ["bf16", "tf32"])
+@pytest.mark.parametrize("mode", [*DIRECTED, "stochastic"])
+def test_tree_rows_equal_numpy_and_reference(acc, mode):
+    """Trees over wide rows (pairwise, a random tree, 10^3 x 40 through the row blocks): _narrow's rows."""
+    for n, m, plan in ((9, 300, "pairwise"), (9, 300, "random"), (1000, 40, "pairwise")):
+        X = data("bf16", n, m, 7, specials=m == 300)
+        p = fr.plans.random_tree(n, np.random.default_rng(1)) if plan == "random" else plan
+        kw = {"input": "bf16", "accumulate": acc, "rounding": mode}
+        got = fr.reduce(X, p, seed=3, **kw)
+        with jit.disabled():
+            assert same(got, fr.reduce(X, p, seed=3, **kw))
+        if mode != "stochastic":
+            assert same(got[:12], fr.reduce_reference(X[:, :12], p, **kw))

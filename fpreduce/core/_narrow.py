@@ -234,7 +234,41 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0):  # type: ignor
     return seen, big
 
 
-_NAMES = ("fp16_flags", "add_narrow", "_row5", "_row_kind", "left_rows")
+def _rows5_m(D, A, B, mode, L, step, d, limit, z, t):  # type: ignore[no-untyped-def]
+    for j in range(D.size):
+        u = kr.uniform(z[j], t) if mode == 4 else 0.0
+        v, mag = add_narrow(A[j], B[j], mode, L, step, d, u)
+        D[j] = v if mag <= limit else np.float32(np.nan)
+
+
+def rows5(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
+    """D[j] <- A[j] + B[j] by :func:`add_narrow` (rows of bf16 or tf32: no scaling; ``prm`` as ``_tall``'s).
+
+    A sum the kernel does not answer (module docstring) gives NaN, which reaches the
+    fold's result: ``_tall`` folds again by the exact scalar path. One loop per mode.
+    Stochastic: addition ``t``, element seeds ``z[j]``.
+    """
+    d = 24 - int(prm[0])
+    step = np.uint32(1) << np.uint32(d)
+    L = step - np.uint32(1)
+    limit = f2u(np.float32(prm[2])) - step
+    mode = int(prm[3])
+    if mode == 1:
+        _rows5_m(D, A, B, 1, L, step, d, limit, z, t)
+    elif mode == 2:
+        _rows5_m(D, A, B, 2, L, step, d, limit, z, t)
+    elif mode == 3:
+        _rows5_m(D, A, B, 3, L, step, d, limit, z, t)
+    else:
+        _rows5_m(D, A, B, 4, L, step, d, limit, z, t)
+
+
+def rows_kind(prm: np.ndarray) -> bool:
+    """Whether :func:`rows5` folds rows of this format and mode (``_tall``'s kind 3 parameters)."""
+    return int(prm[0]) <= 23 and int(prm[1]) == -126 and int(prm[3]) > 0
+
+
+_NAMES = ("fp16_flags", "add_narrow", "_row5", "_row_kind", "left_rows", "_rows5_m", "rows5")
 _COMPILED: list[Any] = []
 _PLAIN = {name: globals()[name] for name in ("add_narrow", "f2u", "f2i", "u2f")}
 
@@ -250,8 +284,14 @@ def plain_add() -> Any:
 
 def kernel() -> Any:
     """The compiled :func:`left_rows` (its helpers and bit casts compiled first), once."""
+    compile_all()
+    return _COMPILED[0]
+
+
+def compile_all() -> None:
+    """Make this module's functions numba functions (compiled on first call), the bit casts LLVM bitcasts; once."""
     if _COMPILED:
-        return _COMPILED[0]
+        return
     import numba
     from llvmlite import ir
     from numba import types as nt
@@ -263,10 +303,9 @@ def kernel() -> Any:
     g["f2i"] = cast(nt.float32, nt.int32, ir.IntType(32))
     g["u2f"] = cast(nt.uint32, nt.float32, ir.FloatType())
     for name in _NAMES:
-        entry = name == "left_rows"
+        entry = name in ("left_rows", "rows5")
         g[name] = numba.njit(cache=True, nogil=True, inline="never" if entry else "always")(g[name])
     _COMPILED.append(g["left_rows"])
-    return g["left_rows"]
 
 
 def wide_kind(kind: int, prm: np.ndarray) -> int:

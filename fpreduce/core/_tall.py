@@ -31,6 +31,11 @@ same rules as :mod:`fpreduce.core.arith`):
   (``add_round32``: the same bits).
 * ``kind 4`` (fp64, directed and stochastic modes): TwoSum and a one-ulp step of the
   bit pattern in the mode's direction (:func:`fpreduce.core._kernels_round.add_fp64`).
+* ``kind 5`` (bf16, tf32 in directed and stochastic modes, rows of a tree; and every
+  format of p <= 23 bits in a left fold of wide rows): the same bits on float32 bit
+  patterns in 32-bit lanes (:mod:`fpreduce.core._narrow`); a sum near the top, Inf or
+  NaN is folded again with ``kind 3``. Left folds of wide rows in kinds 0, 1, 2 and 5
+  run row by row in place (:func:`fpreduce.core._narrow.left_rows`).
 
 Every addition of the row-block kernel writes a row other than its operands' (a spare
 row, renamed), so that numba vectorizes it. numba caches each compiled function with
@@ -117,6 +122,8 @@ def _add_rows(D, A, B, kind, prm, z, t):  # type: ignore[no-untyped-def]
             if not abs(r) <= maxf:
                 r = s if s != s else (np.float32(-np.inf) if s < 0 else np.float32(np.inf))
             D[j] = r
+    elif kind == 5:  # bf16, tf32 in directed and stochastic modes: float32 bits
+        _narrow.rows5(D, A, B, prm, z, t)
     else:
         kr.rows_any(D, A, B, prm, z, t)
 
@@ -310,6 +317,7 @@ def _compile_helpers() -> None:
     import numba
 
     kr.compile_all()
+    _narrow.compile_all()
     for name in _HELPERS:  # numba inlines the hot left folds (one call site each); more would slow compiling
         hot = name in ("_left_k0", "_left_k1", "_veltkamp")
         g[name] = numba.njit(cache=True, nogil=True, inline="always" if hot else "never")(g[name])
@@ -407,9 +415,11 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
         if got is None or done:
             return got  # else a sum beyond the kernel's range: the exact scalar path, below
         kind, low = 3, 0
+    elif not left and kind == 3 and X.dtype == np.float32 and _narrow.rows_kind(prm):
+        kind = 5  # the rows of _narrow (bf16, tf32; directed and stochastic), NaN where it does not answer
     Xb = X.view(np.uint32) if low else _NO_BITS
     with np.errstate(over="ignore", invalid="ignore"):
-        for k in (kind, 3):  # kind 1 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond Veltkamp)
+        for k in (kind, 3):  # kind 1 or 5 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond range)
             if left:
                 _kernels()[1](X, perm, ops, base, out, k, prm, key, offset)
             else:
@@ -417,7 +427,7 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
                 if seen & low:
                     return None
                 Xb = _NO_BITS
-            if k != 1 or not np.isnan(out.max(initial=0.0)):
+            if k not in (1, 5) or not np.isnan(out.max(initial=0.0)):
                 break
     return out
 
