@@ -193,8 +193,10 @@ def _row_kind(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-
     return seen, big
 
 
-def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0):  # type: ignore[no-untyped-def]
-    """out <- the left fold of X's rows (float32) in the order ``perm``, in place, row by row; see the module.
+def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0, c0):  # type: ignore[no-untyped-def]
+    """out <- the left fold of X's columns ``c0 .. c0 + out.size - 1`` in the row order ``perm``, row by row.
+
+    Float32 rows, in place in ``out`` (see the module); column ``c0 + j`` is element ``e0 + j``.
 
     ``Xb`` is X viewed as uint32: returns the OR of the bits of every row read
     (``_tall``'s input check, gathered as the rows are added; kind 2, fp16: the OR of
@@ -203,15 +205,17 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0):  # type: ignor
     stochastic folds go by blocks of ``_BLOCK`` columns (the block's element seeds,
     element ``e0 + j``, computed once), the others by whole rows.
     """
-    n, m = X.shape
+    n, m = X.shape[0], out.size
+    c1 = c0 + m  # rows are sliced X[r][c0:c1] (contiguous: the loops vectorize), never X[:, c0:c1]
     mode = int(prm[3])
     sc = np.float32(scale if kind == 5 else 1.0)
     r0 = perm[0]
     seen = np.uint32(0)
     big = np.uint32(0)
+    x0, xb0 = X[r0][c0:c1], Xb[r0][c0:c1]
     for j in range(m):
-        out[j] = X[r0, j] * sc
-        seen |= fp16_flags(X[r0, j]) if kind == 2 else Xb[r0, j]
+        out[j] = x0[j] * sc
+        seen |= fp16_flags(x0[j]) if kind == 2 else xb0[j]
     z = np.zeros(_BLOCK if (kind == 5) & (mode == 4) else 0, dtype=np.uint64)
     if z.size > 0:
         for lo in range(0, m, _BLOCK):
@@ -220,12 +224,13 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0):  # type: ignor
                 z[j] = kr.element_seed(key, e0 + lo + j)
             for k in range(1, n):
                 r = perm[k]
-                bits, mag = _row_kind(out[lo:hi], X[r, lo:hi], Xb[r, lo:hi], 5, prm, nprm, scale, 4, z, k - 1)
+                x, xb = X[r][c0 + lo : c0 + hi], Xb[r][c0 + lo : c0 + hi]
+                bits, mag = _row_kind(out[lo:hi], x, xb, 5, prm, nprm, scale, 4, z, k - 1)
                 seen, big = seen | bits, max(big, mag)
     else:  # whole rows
         for k in range(1, n):
             r = perm[k]
-            bits, mag = _row_kind(out, X[r], Xb[r], kind, prm, nprm, scale, mode, z, k - 1)
+            bits, mag = _row_kind(out, X[r][c0:c1], Xb[r][c0:c1], kind, prm, nprm, scale, mode, z, k - 1)
             seen, big = seen | bits, max(big, mag)
     if sc != np.float32(1.0):
         inv = np.float32(1.0 / scale)
@@ -323,10 +328,18 @@ def wide_kind(kind: int, prm: np.ndarray) -> int:
 
 
 def fold_left(
-    X: np.ndarray, perm: np.ndarray, kind: int, prm: np.ndarray, key: np.uint64, e0: int, low: int
+    X: np.ndarray,
+    perm: np.ndarray,
+    kind: int,
+    prm: np.ndarray,
+    key: np.uint64,
+    e0: int,
+    low: int,
+    cols: tuple[int, int] | None = None,
 ) -> tuple[np.ndarray | None, bool]:
-    """The left fold of X's float32 rows in the order ``perm`` by :func:`left_rows`: (out, done).
+    """The left fold of X's float32 rows (columns ``cols``: all) in the order ``perm`` by :func:`left_rows`.
 
+    Returns (out, done).
     ``out`` None: an input has one of the bits ``low`` set (not in the input format).
     ``done`` False: a sum reached the format's top, or Inf or NaN (kind 5), or
     Veltkamp's range (kind 1): the caller folds again by the exact scalar path.
@@ -334,9 +347,10 @@ def fold_left(
     scale, nprm = 1.0, np.zeros(4, dtype=np.uint32)
     if kind == 5:
         scale, nprm = params(int(prm[0]), int(prm[1]), float(prm[2]))
-    out = np.empty(X.shape[1], dtype=np.float32)
+    c0, c1 = (0, X.shape[1]) if cols is None else cols
+    out = np.empty(c1 - c0, dtype=np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
-        seen, big = kernel()(X, X.view(np.uint32), perm, out, kind, prm, nprm, scale, key, e0)
+        seen, big = kernel()(X, X.view(np.uint32), perm, out, kind, prm, nprm, scale, key, e0, c0)
     if seen & low:
         return None, True
     if kind == 5:

@@ -22,6 +22,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fpreduce.base import jit
 from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
@@ -30,6 +31,7 @@ from fpreduce.core._compensated import compensated_plan
 from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders
 from fpreduce.core._pairwise import PAIRWISE
 from fpreduce.core._reference import add_exact, round_float, round_fraction
+from fpreduce.core._segments import fold_segments, is_left_deep, left_segments, shape_of
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core._tall import fold_plan
 from fpreduce.core.arith import _Arith, _Loader, _scale
@@ -69,28 +71,6 @@ def _span(offset: int, nel: int, total: int | None) -> int:
             f"need 0 <= offset and offset + elements <= total, got offset={offset}, elements={nel}, total={total}"
         )
     return total
-
-
-def _shape_of(p: Plan) -> tuple[bytes, Tree, np.ndarray]:
-    """(key, shape over slots 0..n-1 in leaf order, slot -> worker).
-
-    A full binary tree is determined by its leaf depths in left-to-right order, so
-    the depths serve as a hashable key (hashing deep nested tuples would recurse).
-    """
-    leaves = np.array(p.leaves(), dtype=np.intp)
-    slot = np.empty_like(leaves)
-    slot[leaves] = np.arange(leaves.size)
-    shape = fold(p.root, lambda i: int(slot[i]), lambda a, b: (a, b))
-    return p.depths()[leaves].tobytes(), shape, leaves
-
-
-def _is_left_deep(shape: Tree) -> bool:
-    node = shape
-    while not isinstance(node, int):
-        if not isinstance(node[1], int):
-            return False
-        node = node[0]
-    return True
 
 
 @own_flags
@@ -234,6 +214,11 @@ def _fold_blocks(
         res = fold_plan(p.root if isinstance(p, Plan) else p, A, load, ar, offset)
         if res is not None:
             return res
+    if algorithm == "plain" and isinstance(p, SegmentedPlan):  # left folds per segment (rings): compiled
+        segs = left_segments(p, nel, offset, total)
+        res = None if segs is None else fold_segments(segs, A, load, ar, offset)
+        if res is not None:
+            return res
     if (algorithm == "kahan" or algorithm == "neumaier") and isinstance(p, Plan):  # one leaf order: compiled
         res = compensated_plan(np.array(p.leaves(), dtype=np.int64), A, load, ar, algorithm)
         if res is not None:
@@ -269,7 +254,7 @@ def _pieces(p: AnyPlan, nel: int, offset: int = 0, total: int | None = None) -> 
     (``_fused_atomic``), else gathers every element's own order.
     """
     if isinstance(p, Plan):
-        key, shape, perm = _shape_of(p)
+        key, shape, perm = shape_of(p)
         for lo in range(0, nel, _BLOCK):
             yield _Block(lo, min(nel, lo + _BLOCK), None, shape, _View(perm))
         return
@@ -286,12 +271,12 @@ def _segment_blocks(p: SegmentedPlan, nel: int, offset: int, total: int | None) 
     groups: dict[bytes, tuple[Tree, list[tuple[int, int, np.ndarray]]]] = {}
     P = p.chunk_orders
     if P is not None and p.shape is not None:  # one shape, a leaf order per chunk: one group
-        key, shape, slots = _shape_of(p.shape)
+        key, shape, slots = shape_of(p.shape)
         Pc = P[:, slots]  # chunk c: k-th leaf (left to right) is worker Pc[c, k]
         groups[key] = (shape, [(int(b[c]), int(b[c + 1]), Pc[c]) for c in range(len(P)) if b[c + 1] > b[c]])
     for c, t in enumerate(p.trees if P is None else ()):
         if b[c + 1] > b[c]:
-            key, shape, perm = _shape_of(t)
+            key, shape, perm = shape_of(t)
             groups.setdefault(key, (shape, []))[1].append((int(b[c]), int(b[c + 1]), perm))
     for shape, segs in groups.values():
         batch: list[tuple[int, int, np.ndarray]] = []
@@ -350,8 +335,8 @@ def _evaluate(
             if res is not None:
                 return res
         rows = _Orders(rows.plan.orders(rows.offset + lo, rows.offset + hi))
-    if isinstance(rows, _Segments) and len(rows.batch) == 1:
-        rows = _View(rows.batch[0][2])  # one segment: a view with its leaf order, no gather
+    if isinstance(rows, _Segments) and len(rows.batch) == 1 and not jit.enabled():
+        rows = _View(rows.batch[0][2])  # one segment, numpy: a view with its leaf order (compiled: gathered)
     Y = None
     if isinstance(rows, _Orders):
         Y = _gather_orders(A, rows.orders, lo, hi, ar.gather_buffer(n, width, A.dtype))
@@ -359,6 +344,11 @@ def _evaluate(
     elif isinstance(rows, _Segments):
         Y = _gather_segments(A, rows.batch, ar.gather_buffer(n, width, A.dtype))
     perm = rows.perm if isinstance(rows, _View) else None
+    if algorithm == "plain" and Y is not None and (ar.mode is not Mode.STOCHASTIC or blk.cols is None):
+        e0 = int(ar.elements[0]) if ar.elements is not None else 0  # stochastic: contiguous elements
+        res = fold_plan(shape, Y, load, ar, e0)  # the gathered leaves, compiled (None: no numba)
+        if res is not None:
+            return res
     if algorithm == "plain":
         res = _fast_block(shape, A[:, lo:hi] if Y is None else Y, perm, load, ar, dest)
         if res is not None:
@@ -392,7 +382,7 @@ def _fold_leaves(
     if algorithm == "kahan" or algorithm == "neumaier":
         Z = np.stack([np.asarray(leaf(k), dtype=ar.dtype) for k in range(n)])
         return algorithms.compensated(Z, ar.fa, ar.mode, kind=algorithm, rng=ar.rng)
-    if shape is None or _is_left_deep(shape):
+    if shape is None or is_left_deep(shape):
         acc = np.array(leaf(0), dtype=ar.dtype)  # a copy
         scratch = np.empty(width, dtype=np.uint32)
         with np.errstate(over="ignore", invalid="ignore"):

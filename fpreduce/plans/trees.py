@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Union
 
 import numpy as np
@@ -122,6 +123,21 @@ class Plan:
     def leaves(self) -> list[int]:
         """Workers in left-to-right leaf order."""
         return _leaves(self.root)
+
+    @cached_property
+    def slot_shape(self) -> tuple[bytes, Tree, NDArray[np.intp]]:
+        """(key, the shape over slots 0..n-1 in leaf order, slot -> worker): computed once per plan.
+
+        A full binary tree is determined by its leaf depths in left-to-right order, so
+        the depths serve as a hashable key (hashing deep nested tuples would recurse).
+        The engine groups a segmented plan's chunks by it, on every call: cached (three
+        walks of the tree in Python, about 10 ms at 1024 leaves).
+        """
+        leaves = np.array(self.leaves(), dtype=np.intp)
+        slot = np.empty_like(leaves)
+        slot[leaves] = np.arange(leaves.size)
+        shape = fold(self.root, lambda i: int(slot[i]), lambda a, b: (a, b))
+        return self.depths()[leaves].tobytes(), shape, leaves
 
     def depths(self) -> NDArray[np.int64]:
         """Number of additions on each worker's path to the root (d_i), indexed by worker."""

@@ -1,0 +1,97 @@
+"""Segmented plans compiled (core/_segments.py and the engine's gathered blocks) against numpy and the reference.
+
+Rings (left folds per chunk, and gloo's right-deep ones), recursive halving (balanced
+trees per chunk), per-chunk trees of mixed shapes and atomics: the compiled paths give
+the bits of the numpy paths and of the exact rational reference, special values
+included, and stochastic rounding gives the same bits whole or in pieces.
+"""
+
+import numpy as np
+import pytest
+from test_tall import data, same
+
+import fpreduce as fr
+from fpreduce.base import jit
+from fpreduce.core import _segments
+from fpreduce.plans import Plan, SegmentedPlan
+
+needs_jit = pytest.mark.skipif(not jit.enabled(), reason="numba not installed or FPREDUCE_NO_JIT set")
+PLANS = ["ring:nccl", "ring:gloo", "rabenseifner", "tree:nccl:2", "atomic", "mixed"]
+MODES = [("bf16", "nearest_even"), ("fp32", "nearest_even"), ("bf16", "toward_zero"), ("fp16", "up")]
+MODES += [("tf32", "down"), ("fp64", "up"), ("fp8_e5m2", "toward_zero"), ("fp16", "nearest_even")]
+
+
+def plan_of(name, n):
+    if name != "mixed":
+        return fr.plans.parse(name, n, seed=1)
+    rng = np.random.default_rng(2)
+    trees = [fr.plans.sequential(n, rng.permutation(n)), fr.plans.random_tree(n, rng), fr.plans.pairwise(n)]
+    right = Plan("right", n, fr.plans.parse("((0,(1,(2,(3,(4,5))))))", n).root) if n == 6 else None
+    return SegmentedPlan("mixed", n, tuple(t for t in (*trees, right) if t is not None))
+
+
+def test_fold_order_of_left_and_right_deep_trees():
+    order = _segments._fold_order
+    assert order((((1, 2), 3), 0)).tolist() == [1, 2, 3, 0]
+    assert order((0, (1, (2, 3)))).tolist() == [3, 2, 1, 0]  # a + (b + (c + d)): d, c, b, a
+    assert order(((3, 2), (1, 0))) is None
+    assert order(4).tolist() == [4]
+
+
+@needs_jit
+@pytest.mark.parametrize("name", PLANS)
+@pytest.mark.parametrize(("acc", "mode"), MODES)
+def test_segmented_plans_compiled_equal_numpy_and_reference(name, acc, mode):
+    n, m = 6, 120
+    X = data("bf16", n, m, 11, specials=True)
+    p = plan_of(name, n)
+    kw = {"input": "bf16", "accumulate": acc, "rounding": mode}
+    got = fr.reduce(X, p, **kw)
+    with jit.disabled():
+        assert same(got, fr.reduce(X, p, **kw))
+    assert same(got, fr.reduce_reference(X, p, **kw))
+
+
+@needs_jit
+@pytest.mark.parametrize("name", ["ring:nccl", "ring:gloo", "rabenseifner", "mixed"])
+def test_segment_results_equal_the_reference_column_by_column(name):
+    """Each chunk's own tree, element by element, against the exact rational reference of that tree."""
+    n, m = 6, 90
+    X = data("bf16", n, m, 12, specials=False)
+    p = plan_of(name, n)
+    for acc, mode in (("bf16", "toward_zero"), ("fp16", "nearest_even"), ("bf16", "up")):
+        kw = {"input": "bf16", "accumulate": acc, "rounding": mode}
+        got = fr.reduce(X, p, **kw)
+        b = p.bounds(m)
+        for c, tree in enumerate(p.trees):
+            lo, hi = int(b[c]), int(b[c + 1])
+            if hi > lo:
+                assert same(got[lo:hi], fr.reduce_reference(X[:, lo:hi], tree, **kw)), (name, c, acc, mode)
+
+
+@needs_jit
+@pytest.mark.parametrize("name", PLANS)
+def test_segmented_stochastic_whole_pieces_and_numpy(name):
+    n, m = 6, 3000
+    X = data("bf16", n, m, 13, specials=False)
+    p = plan_of(name, n)
+    for acc in ("bf16", "fp16"):
+        kw = {"input": "bf16" if acc == "bf16" else "fp16", "accumulate": acc, "rounding": "stochastic"}
+        Xi = X if acc == "bf16" else data("fp16", n, m, 13, specials=False)
+        whole = fr.reduce(Xi, p, seed=9, **kw)
+        with jit.disabled():
+            assert same(whole, fr.reduce(Xi, p, seed=9, **kw))
+        parts = [fr.reduce(Xi[:, a:b], p, seed=9, offset=a, total=m, **kw) for a, b in ((0, 1234), (1234, m))]
+        assert same(whole, np.concatenate(parts))
+
+
+@needs_jit
+def test_ring_inputs_not_in_the_input_format_are_rounded_first():
+    X = np.random.default_rng(3).standard_normal((5, 400)).astype(np.float32)  # fp32 data, said to be bf16
+    p = fr.plans.parse("ring:nccl", 5)
+    for acc in ("fp32", "bf16"):
+        kw = {"input": "bf16", "accumulate": acc}
+        got = fr.reduce(X, p, **kw)
+        with jit.disabled():
+            assert same(got, fr.reduce(X, p, **kw))
+        assert same(got, fr.reduce(fr.round_to(X, "bf16").astype(np.float32), p, **kw))
