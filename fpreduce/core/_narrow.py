@@ -117,13 +117,12 @@ def add_narrow(a, b, mode, L, step, d, u):  # type: ignore[no-untyped-def]
         r = lo
     else:
         inexact = ((sb & L) != np.uint32(0)) | nz
-        if mode == 4:  # the quantum 2**k between the neighbours is lo's (its binade's; the subnormals': the first's)
-            mlo = lo & np.uint32(_ABS32)
-            e = mlo >> np.uint32(23)
-            k = np.int64(e if e > np.uint32(0) else np.uint32(1)) + (d - 150)
-            sl = -u2f(mlo + step) if neg else u2f(mlo)  # the exact sum rounded down (signed)
-            frac = (np.float64(s - sl) + np.float64(err)) * kr.bits_f64((1023 - k) << 52)
-            away = inexact & ((u < frac) != neg)
+        if mode == 4:  # u < ((s - sl) + err) / gap, the gap 2**k between the neighbours a power of two:
+            mlo = lo & np.uint32(_ABS32)  # u * gap exact, so the same comparison as the law's u < frac * 2**-k
+            lov, hiv = u2f(mlo), u2f(mlo + step)
+            sl = -hiv if neg else lov  # the exact sum rounded down (signed)
+            frac = np.float64(s - sl) + np.float64(err)
+            away = inexact & ((u * np.float64(hiv - lov) < frac) != neg)
         else:
             away = inexact & (neg if mode == 3 else not neg)
         r = lo + step if away else lo

@@ -104,10 +104,14 @@ def main() -> None:
         ("sequential", {"input": "fp32", "accumulate": "fp32"}),
         ("pairwise", bf),
         ("ring:nccl", bf),
+        ("ring:gloo", bf),
+        ("rabenseifner", bf),
         ("atomic", bf),
         ("sequential", {"input": "bf16", "accumulate": "fp32", "output": "bf16"}),
         ("sequential", {"input": "bf16", "accumulate": "bf16", "rounding": "toward_zero"}),
         ("sequential", {"input": "bf16", "accumulate": "bf16", "rounding": "up"}),
+        ("sequential", {"input": "fp16", "accumulate": "fp16", "rounding": "toward_zero"}),
+        ("ring:nccl", {"input": "bf16", "accumulate": "bf16", "rounding": "toward_zero"}),
         ("sequential", {"input": "bf16", "accumulate": "bf16", "rounding": "stochastic", "seed": 1}),
         ("sequential", {"input": "bf16", "accumulate": "bf16", "algorithm": "kahan"}),
         ("sequential", {"input": "bf16", "accumulate": "bf16", "algorithm": "binned"}),
@@ -117,7 +121,7 @@ def main() -> None:
     with jit.disabled() if "--numpy" in sys.argv else nullcontext():
         print("numpy-only paths" if "--numpy" in sys.argv else f"compiled kernels: {jit.enabled()}")
         run(64, m, cases, rounds)
-        wide = [("sequential", bf), ("ring:nccl", bf), ("pairwise", bf), ("atomic", bf)]
+        wide = [("sequential", bf), ("ring:nccl", bf), ("pairwise", bf), ("rabenseifner", bf), ("atomic", bf)]
         run(1024, 1 << (12 if small else 16), wide, rounds)
 
 
