@@ -26,7 +26,7 @@ from fpreduce.base import jit
 from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
-from fpreduce.core import algorithms
+from fpreduce.core import _srload, algorithms
 from fpreduce.core._compensated import compensated_plan
 from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders
 from fpreduce.core._pairwise import PAIRWISE
@@ -151,17 +151,33 @@ def reduce(
     load = _Loader(A, fin, fa, m, rng, ar.dtype)
     if avg == "premultiply" or avg == "predivide" or avg == "ddp":
         load.premul = (avg, float(n))
+    counter = m is Mode.STOCHASTIC and alg == "plain"  # every rounding draws by element (module _srload)
+    if counter and (not load.fits or load.premul is not None):
+        A = _srload.load(A, fin, fa, load.premul, int(ar.sr_key()), int(offset))  # values of fa now
+        load = _Loader(A, fa, fa, m, rng, ar.dtype)
     if alg == "binned" or alg == "exact":
         load.fits = True  # the exact sum of the input values, rounded once
         load.dtype = np.dtype(np.float64) if fin.precision == 53 else np.dtype(np.float32)
         out = _order_free(load(A), fa, m, rng, alg)
     else:
         out = _fold_blocks(p, A, load, ar, alg, int(offset), total)
-    res = np.asarray(out, dtype=fa.value_dtype)
-    if avg == "after":  # one IEEE division in the accumulator format
-        res = _scale(res, ("after", float(n)), fa, m, rng)
+    return _finish(np.asarray(out, dtype=fa.value_dtype), avg == "after", n, fo, ar, counter, int(offset))
+
+
+def _finish(res: np.ndarray, after: bool, n: int, fo: Format, ar: _Arith, counter: bool, offset: int) -> np.ndarray:
+    """The sums divided by n (``after``: one IEEE division in the accumulator format), then in the output format.
+
+    ``counter``: stochastic roundings drawn by element (:mod:`fpreduce.core._srload`).
+    """
+    fa, m, rng = ar.fa, ar.mode, ar.rng
+    if after:
+        res = (
+            _srload.after(res, float(n), fa, int(ar.sr_key()), offset)
+            if counter
+            else _scale(res, ("after", float(n)), fa, m, rng)
+        )
     if fo is not fa:
-        res = round_to(res, fo, m, rng)
+        res = _srload.output(res, fo, int(ar.sr_key()), offset) if counter else round_to(res, fo, m, rng)
     return np.asarray(res, dtype=fo.value_dtype)
 
 

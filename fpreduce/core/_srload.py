@@ -1,0 +1,82 @@
+"""Stochastic rounding outside the additions, counter-based: inputs, averaging, output.
+
+The additions of a stochastic fold draw ``u`` from splitmix64 of (key, element,
+addition) (:mod:`fpreduce.core._tall`). The other roundings of a reduction draw from
+the same generator with their own counters, so that the whole result depends on the
+seed alone, not on how the engine cuts the rows and columns, which path it takes
+(compiled or numpy) or how a vector is split into pieces (``offset``):
+
+* the conversion of worker i's input to the accumulator format (an input wider than
+  the accumulator): counter ``INPUT_T + i``, as :func:`fpreduce.round_inputs` (so
+  reducing fp32 data into bf16 gives the bits of reducing ``round_inputs(X, "bf16")``);
+* the premultiplication or predivision of worker i's input by the worker count:
+  ``SCALE_T + i``;
+* the division of the sum (``average="after"``): ``AFTER_T``; the rounding of the
+  result to the output format: ``OUTPUT_T``.
+
+Each draws 53 bits per rounding and rounds up iff ``u < frac`` (``frac`` the exact
+distance to the value below over the quantum), as the additions do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fpreduce.core._steps import round_with_uniforms, uniforms
+from fpreduce.core.arith import _Loader, _scale
+from fpreduce.core.formats import Format
+from fpreduce.core.options import Average
+from fpreduce.core.primitives import INPUT_T
+from fpreduce.core.rounding import Mode
+
+SCALE_T = (1 << 60) + (1 << 59)  # worker i's premultiply / predivide: SCALE_T + i
+AFTER_T = (1 << 61) + (1 << 59)  # the division of the sum by n
+OUTPUT_T = (1 << 61) + (1 << 60)  # the result's rounding to the output format
+
+
+class _Draws:
+    """A ``Generator``-like source whose ``random(size=shape)`` gives the counter-based uniforms of a grid.
+
+    Rows ``i`` draw counter ``base + i`` (a 1-D shape: one counter, ``base``), columns
+    are elements ``offset + j``.
+    """
+
+    def __init__(self, key: int, offset: int, base: int) -> None:
+        self.key, self.offset, self.base = key, offset, base
+
+    def random(self, size: tuple[int, ...]) -> np.ndarray:
+        shape = tuple(size)
+        e = np.arange(self.offset, self.offset + shape[-1], dtype=np.uint64)
+        if len(shape) == 1:
+            return uniforms(self.key, e, np.array(self.base, dtype=np.uint64))
+        t = np.uint64(self.base) + np.arange(shape[0], dtype=np.uint64)
+        return uniforms(self.key, e[None, :], t[:, None])
+
+
+def load(
+    A: np.ndarray, fin: Format, fa: Format, premul: tuple[Average, float] | None, key: int, offset: int
+) -> np.ndarray:
+    """A's rows in the accumulator format: rounded to the input format (nearest even, as the
+    engine's loader), scaled (``premul``) and converted to ``fa`` stochastically; float64."""
+    a = np.asarray(_Loader(A, fin, fin, Mode.NEAREST_EVEN, None, np.dtype(np.float64))(A), dtype=np.float64)
+    if premul is not None:
+        a = np.asarray(_scale(a, premul, fin, Mode.STOCHASTIC, _Draws(key, offset, SCALE_T)), dtype=np.float64)
+    fits = fin.precision <= fa.precision and fin.emin >= fa.emin and fin.emax <= fa.emax
+    if not fits:
+        e = np.arange(offset, offset + a.shape[1], dtype=np.uint64)[None, :]
+        t = (np.uint64(INPUT_T) + np.arange(a.shape[0], dtype=np.uint64))[:, None]
+        a = round_with_uniforms(a, fa, uniforms(key, e, t))
+    return a
+
+
+def after(res: np.ndarray, n: float, fa: Format, key: int, offset: int) -> np.ndarray:
+    """The sums divided by n, each rounded stochastically to ``fa`` (counter ``AFTER_T``)."""
+    return _scale(res, ("after", n), fa, Mode.STOCHASTIC, _Draws(key, offset, AFTER_T))
+
+
+def output(res: np.ndarray, fo: Format, key: int, offset: int) -> np.ndarray:
+    """The results rounded stochastically to the output format (counter ``OUTPUT_T``)."""
+    e = np.arange(offset, offset + res.size, dtype=np.uint64)
+    return round_with_uniforms(
+        np.asarray(res, dtype=np.float64), fo, uniforms(key, e, np.array(OUTPUT_T, dtype=np.uint64))
+    )
