@@ -21,6 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fpreduce.base.dtypes import is_float_dtype
 from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.core import _binned
 from fpreduce.core._reference import add_exact
 from fpreduce.core.arith import add_rounded
 from fpreduce.core.exact import exact_sum
@@ -32,10 +33,7 @@ __all__ = ["BINNED_MAX_ROWS", "binned", "compensated", "compensated_reference", 
 Kind = Literal["kahan", "neumaier"]
 _KINDS: tuple[Kind, ...] = get_args(Kind)
 _BLOCK = 1 << 13  # elements per block: the working set of a block stays in cache
-_W = 26  # bits per bin: two bin sums (2 x 26 bits) fit one float64 significand
-_K = 3  # bins: the window holds 78 bits below 2**E, E the exponent of max|x|
-BINNED_MAX_ROWS = 1 << 26  # n * 2**_W <= 2**52: every bin sum is exact in float64
-_BINNED_MAX_ABS = 2.0**960  # keeps the extraction constants 1.5 * 2**(t + 52) finite
+BINNED_MAX_ROWS = 1 << 26  # n * 2**26 <= 2**52: every bin sum is exact in float64 (_binned.W = 26)
 
 
 def _as_2d(X: ArrayLike, who: str) -> NDArray[np.floating]:
@@ -241,14 +239,6 @@ def compensated_reference(
     return out.astype(f.value_dtype)
 
 
-def _grid(x: NDArray[np.float64], M: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``x`` rounded (nearest even) to multiples of 2**t, exactly, for M = 1.5 * 2**(t+52).
-
-    Valid for |x| <= 2**(t + 51): ``x + M`` stays in M's binade, whose ulp is 2**t.
-    """
-    return (x + M) - M
-
-
 def binned(
     X: ArrayLike,
     fmt: str | Format,
@@ -324,65 +314,15 @@ def binned(
     msg = "binned: stochastic rounding needs rng= and a format narrower than fp64"
     gen = _generator(m, rng, allowed=f.precision < 53, message=msg)
     out = np.empty(cols, dtype=f.value_dtype)
-    for c0 in range(0, cols, _BLOCK):
-        out[c0 : c0 + _BLOCK] = _binned_block(A[:, c0 : c0 + _BLOCK], f, m, gen)
-    return out
-
-
-def _binned_block(
-    xb: NDArray[np.floating], f: Format, m: Mode, gen: np.random.Generator | None
-) -> NDArray[np.floating]:
-    special = None
-    if not np.isfinite(xb).all():
-        nan = np.isnan(xb).any(axis=0) | ((xb == np.inf).any(axis=0) & (xb == -np.inf).any(axis=0))
-        inf = (np.isinf(xb)).any(axis=0)
-        special = (nan | inf, np.where(nan, np.nan, np.where((xb == np.inf).any(axis=0), np.inf, -np.inf)))
-        xb = np.where(np.isfinite(xb), xb, 0.0)
-    mx = np.maximum(xb.max(axis=0), -xb.min(axis=0)).astype(np.float64)
-    if np.any(mx >= _BINNED_MAX_ABS):
-        raise InvalidArgument("binned: |x| >= 2**960 (float64 inputs only); use exact for such sums")
-    E = np.maximum(np.frexp(mx)[1], -1074 + _K * _W)  # finest grid 2**-1074: constants normal
-    Ms = [np.ldexp(1.5, E - _W * (k + 1) + 52) for k in range(_K)]
-    S = [np.zeros(mx.shape) for _ in range(_K)]
-    t, q, r = np.empty(mx.shape), np.empty(mx.shape), np.empty(mx.shape)
-    for x in xb:  # one row at a time: the five buffers stay in cache
-        np.subtract(np.add(x, Ms[0], out=t), Ms[0], out=q)  # q = x on the grid of bin 0
-        S[0] += q  # exact: integers below 2**26 on the grid, n <= 2**26
-        np.subtract(x, q, out=r)  # exact: |x - q| <= half the grid, a multiple of ulp(x)
-        for k in range(1, _K):
-            np.subtract(np.add(r, Ms[k], out=t), Ms[k], out=q)
-            S[k] += q
-            if k < _K - 1:
-                r -= q
-    # carry the bins into non-overlapping form: |S[k]| <= 2**(grid of k-1) / 2
-    for k in range(_K - 1, 0, -1):
-        h = _grid(S[k], Ms[k - 1])
-        S[k] = S[k] - h
-        S[k - 1] = S[k - 1] + h
-    low = S[1] if _K == 2 else S[1] + S[2]  # exact: 2 * 26 + 1 bits over the grid of bin 2
-    hi = S[0] + low
-    bb = hi - S[0]
-    e = (S[0] - (hi - bb)) + (low - bb)  # TwoSum: hi + e == B exactly
-    if f.precision == 53:
-        if m is Mode.UP:
-            y = np.where(e > 0, np.nextafter(hi, np.inf), hi)
-        elif m is Mode.DOWN:
-            y = np.where(e < 0, np.nextafter(hi, -np.inf), hi)
-        elif m is Mode.TOWARD_ZERO:
-            y = np.where((e != 0) & (np.signbit(e) != np.signbit(hi)), np.nextafter(hi, 0.0), hi)
+    whole = _binned.sums_compiled(A)
+    for c0 in range(0, cols, _binned.BLOCK):  # the rounding by blocks: the same draws in stochastic mode
+        cut = slice(c0, c0 + _binned.BLOCK)
+        if whole is None:
+            sums = _binned.sums_numpy(A[:, cut])
         else:
-            y = hi
-    else:  # round to odd at 53 bits, then once onto f: correct for p <= 51
-        inexact = e != 0
-        bits = hi.view(np.uint64) - (inexact & (np.signbit(e) != np.signbit(hi))).astype(np.uint64)
-        y = (bits | inexact.astype(np.uint64)).view(np.float64)
-    zero = hi == 0
-    if zero.any():  # -0.0 only if every term is -0.0
-        negzero = ((xb == 0) & np.signbit(xb)).all(axis=0)
-        y = np.where(zero, np.where(negzero, -0.0, 0.0), y)
-    if special is not None:
-        y = np.where(special[0], special[1], y)  # round_to maps Inf to NaN for fp8_e4m3
-    return round_to(y, f, m, gen)
+            sums = (whole[0][cut], whole[1][cut], whole[2][cut], None if whole[3] is None else whole[3][cut])
+        out[cut] = _binned.finish(*sums, f, m, gen)
+    return out
 
 
 def exact(

@@ -1,0 +1,306 @@
+"""The binned sum's two halves: the exact bin sums (numpy, or one compiled pass) and the final rounding.
+
+:func:`fpreduce.core.algorithms.binned` is ``finish(*sums(block))`` block by block.
+``sums_numpy`` is the reference: a Python loop over the rows of a block of 8192
+columns, ten float64 numpy operations per row. ``sums_compiled`` computes the same
+quantities in one numba pass over blocks of ``_WIDTH`` columns (the max pass, then the
+K = 3 extractions of every row, four rows at a time, then the carry and TwoSum), reading
+the input in its own dtype (float32 or float64: no float64 copy of X). Every bin
+addition is exact, so grouping the rows by four changes nothing: both give the same
+``(hi, e)`` with ``hi + e == B``, ``hi = fl(B)``, and :func:`finish` (numpy, shared)
+rounds them; tests/test_binned.py compares both bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fpreduce.base import jit
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.core.formats import Format
+from fpreduce.core.rounding import Mode, round_to
+
+BLOCK = 1 << 13  # columns per block of the numpy path (and of the final rounding in stochastic mode)
+W = 26  # bits per bin: two bin sums (2 x 26 bits) fit one float64 significand
+K = 3  # bins: the window holds 78 bits below 2**E, E the exponent of max|x|
+MAX_ABS = 2.0**960  # keeps the extraction constants 1.5 * 2**(t + 52) finite
+TOO_BIG = "binned: |x| >= 2**960 (float64 inputs only); use exact for such sums"
+_EMIN = -1074 + K * W  # E is at least this: the finest grid is 2**-1074, the constants normal
+_SPECIAL = np.array([0.0, np.nan, np.inf, -np.inf])  # by special code: none, NaN, +Inf, -Inf
+_WIDTH = 2048  # columns per block of the compiled pass: 64 float32 rows and the 9 state rows stay in L2
+
+Sums = tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int8], NDArray[np.bool_] | None]
+
+
+def _grid(x: NDArray[np.float64], M: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``x`` rounded (nearest even) to multiples of 2**t, exactly, for M = 1.5 * 2**(t+52).
+
+    Valid for |x| <= 2**(t + 51): ``x + M`` stays in M's binade, whose ulp is 2**t.
+    """
+    return (x + M) - M
+
+
+def sums_numpy(xb: NDArray[np.floating]) -> Sums:
+    """``(hi, e, special, negzero)`` of the columns of block ``xb``, in numpy.
+
+    ``hi + e`` is B (the sum of the kept parts) exactly, ``hi = fl(B)``; ``special``
+    is 0, or 1 (NaN), 2 (+Inf), 3 (-Inf) for a column with NaN or Inf (its ``hi`` is
+    meaningless); ``negzero`` (None when no ``hi`` is zero) says every term is -0.0.
+    Raises InvalidArgument when a finite |x| >= 2**960.
+    """
+    special = np.zeros(xb.shape[1], dtype=np.int8)
+    if not np.isfinite(xb).all():
+        nan = np.isnan(xb).any(axis=0) | ((xb == np.inf).any(axis=0) & (xb == -np.inf).any(axis=0))
+        inf = np.isinf(xb).any(axis=0)
+        special = np.where(nan, 1, np.where(inf, np.where((xb == np.inf).any(axis=0), 2, 3), 0)).astype(np.int8)
+        xb = np.where(np.isfinite(xb), xb, 0.0)
+    mx = np.maximum(xb.max(axis=0), -xb.min(axis=0)).astype(np.float64)
+    if np.any(mx >= MAX_ABS):
+        raise InvalidArgument(TOO_BIG)
+    E = np.maximum(np.frexp(mx)[1], _EMIN)
+    Ms = [np.ldexp(1.5, E - W * (k + 1) + 52) for k in range(K)]
+    S = [np.zeros(mx.shape) for _ in range(K)]
+    t, q, r = np.empty(mx.shape), np.empty(mx.shape), np.empty(mx.shape)
+    for x in xb:  # one row at a time: the five buffers stay in cache
+        np.subtract(np.add(x, Ms[0], out=t), Ms[0], out=q)  # q = x on the grid of bin 0
+        S[0] += q  # exact: integers below 2**26 on the grid, n <= 2**26
+        np.subtract(x, q, out=r)  # exact: |x - q| <= half the grid, a multiple of ulp(x)
+        for k in range(1, K):
+            np.subtract(np.add(r, Ms[k], out=t), Ms[k], out=q)
+            S[k] += q
+            if k < K - 1:
+                r -= q
+    # carry the bins into non-overlapping form: |S[k]| <= 2**(grid of k-1) / 2
+    for k in range(K - 1, 0, -1):
+        h = _grid(S[k], Ms[k - 1])
+        S[k] = S[k] - h
+        S[k - 1] = S[k - 1] + h
+    low = S[1] if K == 2 else S[1] + S[2]  # exact: 2 * 26 + 1 bits over the grid of bin 2
+    hi = S[0] + low
+    bb = hi - S[0]
+    e = (S[0] - (hi - bb)) + (low - bb)  # TwoSum: hi + e == B exactly
+    negzero = ((xb == 0) & np.signbit(xb)).all(axis=0) if (hi == 0).any() else None
+    return hi, e, special, negzero
+
+
+def finish(
+    hi: NDArray[np.float64],
+    e: NDArray[np.float64],
+    special: NDArray[np.int8],
+    negzero: NDArray[np.bool_] | None,
+    f: Format,
+    m: Mode,
+    gen: np.random.Generator | None,
+) -> NDArray[np.floating]:
+    """B = ``hi + e`` rounded once onto ``f`` in ``m``; zeros get their sign, specials their value."""
+    if f.precision == 53:
+        if m is Mode.UP:
+            y = np.where(e > 0, np.nextafter(hi, np.inf), hi)
+        elif m is Mode.DOWN:
+            y = np.where(e < 0, np.nextafter(hi, -np.inf), hi)
+        elif m is Mode.TOWARD_ZERO:
+            y = np.where((e != 0) & (np.signbit(e) != np.signbit(hi)), np.nextafter(hi, 0.0), hi)
+        else:
+            y = hi
+    else:  # round to odd at 53 bits, then once onto f: correct for p <= 51
+        inexact = e != 0
+        bits = hi.view(np.uint64) - (inexact & (np.signbit(e) != np.signbit(hi))).astype(np.uint64)
+        y = (bits | inexact.astype(np.uint64)).view(np.float64)
+    zero = hi == 0
+    if negzero is not None and zero.any():  # -0.0 only if every term is -0.0
+        y = np.where(zero, np.where(negzero, -0.0, 0.0), y)
+    if special.any():
+        y = np.where(special != 0, _SPECIAL[special], y)  # round_to maps Inf to NaN for fp8_e4m3
+    return round_to(y, f, m, gen)
+
+
+def _split(x, M0, M2, fine):  # type: ignore[no-untyped-def]
+    """(part of bin 0, the rest on the grid of bin 2) of float64 ``x``; ``fine``: x is on that grid already."""
+    q0 = (x + M0) - M0
+    r = x - q0  # exact, |r| <= 2**(E - 27)
+    return q0, (r if fine else (r + M2) - M2)
+
+
+def _special_column(X, j):  # type: ignore[no-untyped-def]
+    """(special code, max of the finite |x|) of column j of X, which holds NaN or Inf."""
+    nan, pinf, ninf, mx = False, False, False, 0.0
+    for i in range(X.shape[0]):
+        v = float(X[i, j])
+        if v != v:
+            nan = True
+        elif v == math.inf:
+            pinf = True
+        elif v == -math.inf:
+            ninf = True
+        elif abs(v) > mx:
+            mx = abs(v)
+    code = 1 if nan or (pinf and ninf) else 2 if pinf else 3 if ninf else 0
+    return code, mx
+
+
+def _block_range(Xb, c0, c, hi, lo, mask):  # type: ignore[no-untyped-def]
+    """hi[j] <- the largest |x| bits of column c0 + j, lo[j] <- the smallest nonzero |x| bits minus 1."""
+    n = Xb.shape[0]
+    for j in range(c):
+        hi[j] = 0
+        lo[j] = ~hi[j]
+    i = 0
+    while i < n:  # four rows at a time (the last group repeats row n - 1)
+        ra, rb = Xb[i, c0 : c0 + c], Xb[min(i + 1, n - 1), c0 : c0 + c]
+        rc, rd = Xb[min(i + 2, n - 1), c0 : c0 + c], Xb[min(i + 3, n - 1), c0 : c0 + c]
+        for j in range(c):
+            a, b, d, g = ra[j] & mask, rb[j] & mask, rc[j] & mask, rd[j] & mask
+            u = max(max(a, b), max(d, g))
+            hi[j] = max(hi[j], u)
+            a, b, d, g = a - 1, b - 1, d - 1, g - 1  # 0 wraps to the largest: min skips zeros
+            u = min(min(a, b), min(d, g))
+            lo[j] = min(lo[j], u)
+        i += 4
+
+
+def _block_grids(X, c0, c, hi, lo, inf, p, P, M, S, special):  # type: ignore[no-untyped-def]
+    """The grids' constants of columns c0.. in M, S zeroed, special codes; (too big, every value on grid 2)."""
+    fine = True
+    hif, lof = hi.view(X.dtype), lo.view(X.dtype)
+    for j in range(c):
+        special[c0 + j] = 0
+        lo[j] += 1  # the smallest nonzero |x| (0: none)
+        if hi[j] >= inf:  # NaN or Inf
+            special[c0 + j], top = _special_column(X, c0 + j)
+            fine = False
+        else:
+            top = float(hif[j])
+        if top >= 2.0**960:
+            return True, False
+        E = max(math.frexp(top)[1], -996)  # _EMIN
+        fine = fine and (lo[j] == 0 or float(lof[j]) >= P[E - 79 + p + 1100])  # ulp(x) >= 2**(E - 78)
+        for k in range(3):
+            M[k, j] = 1.5 * P[E - 26 * k + 26 + 1100]  # 1.5 * 2**(E - 26 (k + 1) + 52)
+            S[k, j] = 0.0
+    return False, fine
+
+
+def _block_bins(X, c0, c, M, S, fine):  # type: ignore[no-untyped-def]
+    """Add every row of columns c0.. to the bins S: part 0 to S[0], the rest carried over S[1] and S[2].
+
+    Four rows at a time: their rests (|r| <= 2**(E - 27), on the grid 2**(E - 78))
+    add up exactly (|t| <= 2**53 grid units), then t is split on the grid of bin 1.
+    """
+    n = X.shape[0]
+    M0, M1, M2 = M[0, :c], M[1, :c], M[2, :c]
+    S0, S1, S2 = S[0, :c], S[1, :c], S[2, :c]
+    i = 0
+    while i + 4 <= n:
+        xa, xb = X[i, c0 : c0 + c], X[i + 1, c0 : c0 + c]
+        xc, xd = X[i + 2, c0 : c0 + c], X[i + 3, c0 : c0 + c]
+        for j in range(c):
+            a0, a1 = _split(float(xa[j]), M0[j], M2[j], fine)
+            b0, b1 = _split(float(xb[j]), M0[j], M2[j], fine)
+            d0, d1 = _split(float(xc[j]), M0[j], M2[j], fine)
+            e0, e1 = _split(float(xd[j]), M0[j], M2[j], fine)
+            S0[j] += (a0 + b0) + (d0 + e0)
+            t = (a1 + b1) + (d1 + e1)
+            h = (t + M1[j]) - M1[j]
+            S1[j] += h
+            S2[j] += t - h
+        i += 4
+    while i < n:
+        xa = X[i, c0 : c0 + c]
+        for j in range(c):
+            a0, t = _split(float(xa[j]), M0[j], M2[j], fine)
+            h = (t + M1[j]) - M1[j]
+            S0[j] += a0
+            S1[j] += h
+            S2[j] += t - h
+        i += 1
+
+
+def _block_carry(X, c0, c, M, S, hi, e, special, negzero):  # type: ignore[no-untyped-def]
+    """hi + e = B per column (carry, then TwoSum, as ``sums_numpy``); negzero where hi == 0."""
+    zeros = 0
+    for j in range(c):
+        s0, s1, s2 = S[0, j], S[1, j], S[2, j]
+        h = (s2 + M[1, j]) - M[1, j]
+        s2 = s2 - h
+        s1 = s1 + h
+        h = (s1 + M[0, j]) - M[0, j]
+        s1 = s1 - h
+        s0 = s0 + h
+        low = s1 + s2
+        t = s0 + low
+        bb = t - s0
+        r = (s0 - (t - bb)) + (low - bb)
+        if special[c0 + j] != 0:
+            t, r = 0.0, 0.0
+        hi[c0 + j] = t
+        e[c0 + j] = r
+        negzero[c0 + j] = t == 0.0
+        if t == 0.0:
+            zeros += 1
+    if zeros:  # -0.0 only if every term is -0.0
+        for i in range(X.shape[0]):
+            row = X[i, c0 : c0 + c]
+            for j in range(c):
+                v = row[j]
+                negzero[c0 + j] = negzero[c0 + j] and v == 0 and math.copysign(1.0, v) < 0
+    return zeros
+
+
+def _binned_kernel(X, Xb, mask, p, hi, e, special, negzero, width):  # type: ignore[no-untyped-def]
+    """Fill hi, e, special, negzero for every column of X (Xb: its bits); -1 (stop) at a finite |x| >= 2**960."""
+    m = X.shape[1]
+    top, low = np.empty(width, Xb.dtype), np.empty(width, Xb.dtype)
+    inf = (mask >> (p - 1)) << (p - 1)  # the bits of +Inf
+    M = np.empty((3, width))
+    S = np.empty((3, width))
+    P = 2.0 ** np.arange(-1100.0, 1000.0)  # P[e + 1100] = 2**e, exact (2**-1100 is 0: never used)
+    zeros = 0
+    for c0 in range(0, m, width):
+        c = min(width, m - c0)
+        _block_range(Xb, c0, c, top, low, mask)
+        big, fine = _block_grids(X, c0, c, top, low, inf, p, P, M, S, special)
+        if big:
+            return -1
+        if fine:
+            _block_bins(X, c0, c, M, S, True)
+        else:
+            _block_bins(X, c0, c, M, S, False)
+        zeros += _block_carry(X, c0, c, M, S, hi, e, special, negzero)
+    return zeros
+
+
+_KERNEL = jit.jit(_binned_kernel)
+_HELPERS = ("_split", "_special_column", "_block_range", "_block_grids", "_block_bins", "_block_carry")
+
+
+def _compile_helpers() -> None:
+    """Make the kernel's helpers numba functions (numba resolves the kernel's globals when it compiles it)."""
+    g = globals()
+    if not isinstance(g["_split"], type(_compile_helpers)):
+        return
+    import numba
+
+    for name in _HELPERS:
+        g[name] = numba.njit(cache=True, nogil=True, inline="always" if name == "_split" else "never")(g[name])
+
+
+def sums_compiled(A: NDArray[np.floating]) -> Sums | None:
+    """``sums_numpy`` of every column of ``A`` in one compiled pass, or None (no numba, disabled, another dtype).
+
+    Raises InvalidArgument when a finite |x| >= 2**960, as ``sums_numpy``.
+    """
+    if _KERNEL is None or not jit.enabled() or A.dtype not in (np.float32, np.float64):
+        return None
+    cols = A.shape[1]
+    hi, e = np.empty(cols), np.empty(cols)
+    special, negzero = np.empty(cols, dtype=np.int8), np.empty(cols, dtype=np.bool_)
+    _compile_helpers()
+    bits, p = (np.uint32, 24) if A.dtype == np.float32 else (np.uint64, 53)
+    mask = bits(np.iinfo(bits).max >> 1)
+    zeros = _KERNEL(A, A.view(bits), mask, p, hi, e, special, negzero, min(_WIDTH, max(cols, 1)))
+    if zeros < 0:
+        raise InvalidArgument(TOO_BIG)
+    return hi, e, special, negzero if zeros else None
