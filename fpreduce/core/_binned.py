@@ -86,35 +86,58 @@ def sums_numpy(xb: NDArray[np.floating]) -> Sums:
     return hi, e, special, negzero
 
 
+def odd(hi: NDArray[np.float64], e: NDArray[np.float64], f: Format, m: Mode) -> NDArray[np.float64]:
+    """B = ``hi + e`` rounded to odd at 53 bits (exact for one more rounding onto p <= 51); fp64: in ``m``.
+
+    ``y == 0`` exactly where ``hi == 0`` (B = 0).
+    """
+    if f.precision == 53:
+        if m is Mode.UP:
+            return np.where(e > 0, np.nextafter(hi, np.inf), hi)
+        if m is Mode.DOWN:
+            return np.where(e < 0, np.nextafter(hi, -np.inf), hi)
+        if m is Mode.TOWARD_ZERO:
+            return np.where((e != 0) & (np.signbit(e) != np.signbit(hi)), np.nextafter(hi, 0.0), hi)
+        return hi
+    inexact = e != 0
+    bits = hi.view(np.uint64) - (inexact & (np.signbit(e) != np.signbit(hi))).astype(np.uint64)
+    return (bits | inexact.astype(np.uint64)).view(np.float64)
+
+
 def finish(
-    hi: NDArray[np.float64],
-    e: NDArray[np.float64],
+    y: NDArray[np.float64],
     special: NDArray[np.int8],
     negzero: NDArray[np.bool_] | None,
     f: Format,
     m: Mode,
     gen: np.random.Generator | None,
 ) -> NDArray[np.floating]:
-    """B = ``hi + e`` rounded once onto ``f`` in ``m``; zeros get their sign, specials their value."""
-    if f.precision == 53:
-        if m is Mode.UP:
-            y = np.where(e > 0, np.nextafter(hi, np.inf), hi)
-        elif m is Mode.DOWN:
-            y = np.where(e < 0, np.nextafter(hi, -np.inf), hi)
-        elif m is Mode.TOWARD_ZERO:
-            y = np.where((e != 0) & (np.signbit(e) != np.signbit(hi)), np.nextafter(hi, 0.0), hi)
-        else:
-            y = hi
-    else:  # round to odd at 53 bits, then once onto f: correct for p <= 51
-        inexact = e != 0
-        bits = hi.view(np.uint64) - (inexact & (np.signbit(e) != np.signbit(hi))).astype(np.uint64)
-        y = (bits | inexact.astype(np.uint64)).view(np.float64)
-    zero = hi == 0
+    """``odd(hi, e)`` rounded once onto ``f`` in ``m``; zeros get their sign, specials their value."""
+    zero = y == 0
     if negzero is not None and zero.any():  # -0.0 only if every term is -0.0
         y = np.where(zero, np.where(negzero, -0.0, 0.0), y)
     if special.any():
         y = np.where(special != 0, _SPECIAL[special], y)  # round_to maps Inf to NaN for fp8_e4m3
     return round_to(y, f, m, gen)
+
+
+def binned_sum(A: NDArray[np.floating], f: Format, m: Mode, gen: np.random.Generator | None) -> NDArray[np.floating]:
+    """The binned sum of every column of ``A`` rounded onto ``f``: compiled when it can, else numpy.
+
+    Rounded block by block (BLOCK columns), so stochastic mode draws the same numbers either way.
+    """
+    cols = A.shape[1]
+    out = np.empty(cols, dtype=f.value_dtype)
+    whole = sums_compiled(A, f, m)
+    for c0 in range(0, cols, BLOCK):
+        cut = slice(c0, c0 + BLOCK)
+        if whole is None:
+            hi, e, special, negzero = sums_numpy(A[:, cut])
+            y = odd(hi, e, f, m)
+        else:
+            y, special, negzero = whole[0][cut], whole[1][cut], None if whole[2] is None else whole[2][cut]
+        out[cut] = finish(y, special, negzero, f, m, gen)
+    return out
 
 
 def _split(x, M0, M2, fine):  # type: ignore[no-untyped-def]
@@ -141,42 +164,40 @@ def _special_column(X, j):  # type: ignore[no-untyped-def]
     return code, mx
 
 
-def _block_range(Xb, c0, c, hi, lo, mask):  # type: ignore[no-untyped-def]
-    """hi[j] <- the largest |x| bits of column c0 + j, lo[j] <- the smallest nonzero |x| bits minus 1."""
-    n = Xb.shape[0]
+def _block_range(X, c0, c, hi, lo):  # type: ignore[no-untyped-def]
+    """hi[j] <- max |x| of column c0 + j, lo[j] <- its smallest nonzero |x| (Inf: none); NaNs are skipped."""
+    n = X.shape[0]
     for j in range(c):
-        hi[j] = 0
-        lo[j] = ~hi[j]
+        hi[j] = 0.0
+        lo[j] = math.inf
     i = 0
     while i < n:  # four rows at a time (the last group repeats row n - 1)
-        ra, rb = Xb[i, c0 : c0 + c], Xb[min(i + 1, n - 1), c0 : c0 + c]
-        rc, rd = Xb[min(i + 2, n - 1), c0 : c0 + c], Xb[min(i + 3, n - 1), c0 : c0 + c]
+        ra, rb = X[i, c0 : c0 + c], X[min(i + 1, n - 1), c0 : c0 + c]
+        rc, rd = X[min(i + 2, n - 1), c0 : c0 + c], X[min(i + 3, n - 1), c0 : c0 + c]
         for j in range(c):
-            a, b, d, g = ra[j] & mask, rb[j] & mask, rc[j] & mask, rd[j] & mask
+            a, b, d, g = abs(ra[j]), abs(rb[j]), abs(rc[j]), abs(rd[j])
             u = max(max(a, b), max(d, g))
-            hi[j] = max(hi[j], u)
-            a, b, d, g = a - 1, b - 1, d - 1, g - 1  # 0 wraps to the largest: min skips zeros
+            hi[j] = u if u > hi[j] else hi[j]
+            a, b = (a if a != 0 else math.inf), (b if b != 0 else math.inf)  # zeros are on every grid
+            d, g = (d if d != 0 else math.inf), (g if g != 0 else math.inf)
             u = min(min(a, b), min(d, g))
-            lo[j] = min(lo[j], u)
+            lo[j] = u if u < lo[j] else lo[j]
         i += 4
 
 
-def _block_grids(X, c0, c, hi, lo, inf, p, P, M, S, special):  # type: ignore[no-untyped-def]
-    """The grids' constants of columns c0.. in M, S zeroed, special codes; (too big, every value on grid 2)."""
+def _block_grids(X, c0, c, hi, lo, p, P, M, S, special):  # type: ignore[no-untyped-def]
+    """The grids' constants of columns c0.. in M, S zeroed, Inf marked; (too big, every value on grid 2)."""
     fine = True
-    hif, lof = hi.view(X.dtype), lo.view(X.dtype)
     for j in range(c):
         special[c0 + j] = 0
-        lo[j] += 1  # the smallest nonzero |x| (0: none)
-        if hi[j] >= inf:  # NaN or Inf
+        top = float(hi[j])
+        if top == math.inf:
             special[c0 + j], top = _special_column(X, c0 + j)
             fine = False
-        else:
-            top = float(hif[j])
         if top >= 2.0**960:
             return True, False
         E = max(math.frexp(top)[1], -996)  # _EMIN
-        fine = fine and (lo[j] == 0 or float(lof[j]) >= P[E - 79 + p + 1100])  # ulp(x) >= 2**(E - 78)
+        fine = fine and float(lo[j]) >= P[E - 79 + p + 1100]  # ulp(x) >= 2**(E - 78) for every x
         for k in range(3):
             M[k, j] = 1.5 * P[E - 26 * k + 26 + 1100]  # 1.5 * 2**(E - 26 (k + 1) + 52)
             S[k, j] = 0.0
@@ -218,8 +239,9 @@ def _block_bins(X, c0, c, M, S, fine):  # type: ignore[no-untyped-def]
         i += 1
 
 
-def _block_carry(X, c0, c, M, S, hi, e, special, negzero):  # type: ignore[no-untyped-def]
-    """hi + e = B per column (carry, then TwoSum, as ``sums_numpy``); negzero where hi == 0."""
+def _block_carry(X, c0, c, M, S, hi, bits, e, odd, special, negzero):  # type: ignore[no-untyped-def]
+    """hi + e = B per column (carry, then TwoSum, as ``sums_numpy``; ``odd``: hi rounded to odd, its
+    ``bits`` a uint64 view); negzero where hi == 0."""
     zeros = 0
     for j in range(c):
         s0, s1, s2 = S[0, j], S[1, j], S[2, j]
@@ -233,10 +255,14 @@ def _block_carry(X, c0, c, M, S, hi, e, special, negzero):  # type: ignore[no-un
         t = s0 + low
         bb = t - s0
         r = (s0 - (t - bb)) + (low - bb)
-        if special[c0 + j] != 0:
+        if t != t or special[c0 + j] != 0:  # NaN: a NaN (or Inf) went through the bins
+            special[c0 + j] = _special_column(X, c0 + j)[0]
             t, r = 0.0, 0.0
         hi[c0 + j] = t
         e[c0 + j] = r
+        if odd and r != 0:  # round to odd at 53 bits, as ``odd``
+            b = bits[c0 + j] - np.uint64(1) if (r < 0) != (t < 0) else bits[c0 + j]
+            bits[c0 + j] = b | np.uint64(1)
         negzero[c0 + j] = t == 0.0
         if t == 0.0:
             zeros += 1
@@ -249,26 +275,25 @@ def _block_carry(X, c0, c, M, S, hi, e, special, negzero):  # type: ignore[no-un
     return zeros
 
 
-def _binned_kernel(X, Xb, mask, p, hi, e, special, negzero, width):  # type: ignore[no-untyped-def]
-    """Fill hi, e, special, negzero for every column of X (Xb: its bits); -1 (stop) at a finite |x| >= 2**960."""
+def _binned_kernel(X, p, hi, bits, e, odd, special, negzero, width):  # type: ignore[no-untyped-def]
+    """Fill hi (to odd if ``odd``), e, special, negzero for every column of X; -1 (stop) at a finite |x| >= 2**960."""
     m = X.shape[1]
-    top, low = np.empty(width, Xb.dtype), np.empty(width, Xb.dtype)
-    inf = (mask >> (p - 1)) << (p - 1)  # the bits of +Inf
+    top, low = np.empty(width, X.dtype), np.empty(width, X.dtype)
     M = np.empty((3, width))
     S = np.empty((3, width))
     P = 2.0 ** np.arange(-1100.0, 1000.0)  # P[e + 1100] = 2**e, exact (2**-1100 is 0: never used)
     zeros = 0
     for c0 in range(0, m, width):
         c = min(width, m - c0)
-        _block_range(Xb, c0, c, top, low, mask)
-        big, fine = _block_grids(X, c0, c, top, low, inf, p, P, M, S, special)
+        _block_range(X, c0, c, top, low)
+        big, fine = _block_grids(X, c0, c, top, low, p, P, M, S, special)
         if big:
             return -1
         if fine:
             _block_bins(X, c0, c, M, S, True)
         else:
             _block_bins(X, c0, c, M, S, False)
-        zeros += _block_carry(X, c0, c, M, S, hi, e, special, negzero)
+        zeros += _block_carry(X, c0, c, M, S, hi, bits, e, odd, special, negzero)
     return zeros
 
 
@@ -287,8 +312,11 @@ def _compile_helpers() -> None:
         g[name] = numba.njit(cache=True, nogil=True, inline="always" if name == "_split" else "never")(g[name])
 
 
-def sums_compiled(A: NDArray[np.floating]) -> Sums | None:
-    """``sums_numpy`` of every column of ``A`` in one compiled pass, or None (no numba, disabled, another dtype).
+def sums_compiled(
+    A: NDArray[np.floating], f: Format, m: Mode
+) -> tuple[NDArray[np.float64], NDArray[np.int8], NDArray[np.bool_] | None] | None:
+    """``odd(hi, e)``, special, negzero of every column of ``A`` in one compiled pass (as ``sums_numpy``
+    then ``odd``), or None (no numba, disabled, a dtype other than float32 and float64).
 
     Raises InvalidArgument when a finite |x| >= 2**960, as ``sums_numpy``.
     """
@@ -298,9 +326,8 @@ def sums_compiled(A: NDArray[np.floating]) -> Sums | None:
     hi, e = np.empty(cols), np.empty(cols)
     special, negzero = np.empty(cols, dtype=np.int8), np.empty(cols, dtype=np.bool_)
     _compile_helpers()
-    bits, p = (np.uint32, 24) if A.dtype == np.float32 else (np.uint64, 53)
-    mask = bits(np.iinfo(bits).max >> 1)
-    zeros = _KERNEL(A, A.view(bits), mask, p, hi, e, special, negzero, min(_WIDTH, max(cols, 1)))
+    p, wide = (24 if A.dtype == np.float32 else 53), f.precision == 53
+    zeros = _KERNEL(A, p, hi, hi.view(np.uint64), e, not wide, special, negzero, min(_WIDTH, max(cols, 1)))
     if zeros < 0:
         raise InvalidArgument(TOO_BIG)
-    return hi, e, special, negzero if zeros else None
+    return (odd(hi, e, f, m) if wide else hi), special, (negzero if zeros else None)

@@ -306,23 +306,14 @@ def binned(
     """
     f, m = get_format(fmt), get_mode(mode)
     A = _as_2d(X, "binned")
-    n, cols = A.shape
+    n = A.shape[0]
     if n > BINNED_MAX_ROWS:
         raise InvalidArgument(
             f"binned sums at most 2**26 = {BINNED_MAX_ROWS} rows exactly per bin, got {n}; split the rows or use exact"
         )
     msg = "binned: stochastic rounding needs rng= and a format narrower than fp64"
     gen = _generator(m, rng, allowed=f.precision < 53, message=msg)
-    out = np.empty(cols, dtype=f.value_dtype)
-    whole = _binned.sums_compiled(A)
-    for c0 in range(0, cols, _binned.BLOCK):  # the rounding by blocks: the same draws in stochastic mode
-        cut = slice(c0, c0 + _binned.BLOCK)
-        if whole is None:
-            sums = _binned.sums_numpy(A[:, cut])
-        else:
-            sums = (whole[0][cut], whole[1][cut], whole[2][cut], None if whole[3] is None else whole[3][cut])
-        out[cut] = _binned.finish(*sums, f, m, gen)
-    return out
+    return _binned.binned_sum(A, f, m, gen)
 
 
 def exact(
