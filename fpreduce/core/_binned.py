@@ -113,9 +113,10 @@ def finish(
     gen: np.random.Generator | None,
 ) -> NDArray[np.floating]:
     """``odd(hi, e)`` rounded once onto ``f`` in ``m``; zeros get their sign, specials their value."""
-    zero = y == 0
-    if negzero is not None and zero.any():  # -0.0 only if every term is -0.0
-        y = np.where(zero, np.where(negzero, -0.0, 0.0), y)
+    if negzero is not None:  # -0.0 only if every term is -0.0
+        zero = y == 0
+        if zero.any():
+            y = np.where(zero, np.where(negzero, -0.0, 0.0), y)
     if special.any():
         y = np.where(special != 0, _SPECIAL[special], y)  # round_to maps Inf to NaN for fp8_e4m3
     return round_to(y, f, m, gen)
@@ -124,18 +125,21 @@ def finish(
 def binned_sum(A: NDArray[np.floating], f: Format, m: Mode, gen: np.random.Generator | None) -> NDArray[np.floating]:
     """The binned sum of every column of ``A`` rounded onto ``f``: compiled when it can, else numpy.
 
-    Rounded block by block (BLOCK columns), so stochastic mode draws the same numbers either way.
+    The numpy path works by blocks of BLOCK columns; stochastic rounding draws by such
+    blocks on both paths (the same numbers), the other modes round the compiled sums at once.
     """
     cols = A.shape[1]
-    out = np.empty(cols, dtype=f.value_dtype)
     whole = sums_compiled(A, f, m)
+    if whole is not None and gen is None:
+        return finish(*whole, None, f, m, gen).astype(f.value_dtype, copy=False)
+    out = np.empty(cols, dtype=f.value_dtype)
     for c0 in range(0, cols, BLOCK):
         cut = slice(c0, c0 + BLOCK)
         if whole is None:
             hi, e, special, negzero = sums_numpy(A[:, cut])
             y = odd(hi, e, f, m)
         else:
-            y, special, negzero = whole[0][cut], whole[1][cut], None if whole[2] is None else whole[2][cut]
+            y, special, negzero = whole[0][cut], whole[1][cut], None
         out[cut] = finish(y, special, negzero, f, m, gen)
     return out
 
@@ -170,6 +174,7 @@ def _block_range(X, c0, c, hi, lo):  # type: ignore[no-untyped-def]
     for j in range(c):
         hi[j] = 0.0
         lo[j] = math.inf
+    inf = lo[0]  # in X's dtype: float32 lanes stay float32
     i = 0
     while i < n:  # four rows at a time (the last group repeats row n - 1)
         ra, rb = X[i, c0 : c0 + c], X[min(i + 1, n - 1), c0 : c0 + c]
@@ -178,30 +183,35 @@ def _block_range(X, c0, c, hi, lo):  # type: ignore[no-untyped-def]
             a, b, d, g = abs(ra[j]), abs(rb[j]), abs(rc[j]), abs(rd[j])
             u = max(max(a, b), max(d, g))
             hi[j] = u if u > hi[j] else hi[j]
-            a, b = (a if a != 0 else math.inf), (b if b != 0 else math.inf)  # zeros are on every grid
-            d, g = (d if d != 0 else math.inf), (g if g != 0 else math.inf)
+            a, b = (a if a != 0 else inf), (b if b != 0 else inf)  # zeros are on every grid
+            d, g = (d if d != 0 else inf), (g if g != 0 else inf)
             u = min(min(a, b), min(d, g))
             lo[j] = u if u < lo[j] else lo[j]
         i += 4
 
 
-def _block_grids(X, c0, c, hi, lo, p, P, M, S, special):  # type: ignore[no-untyped-def]
-    """The grids' constants of columns c0.. in M, S zeroed, Inf marked; (too big, every value on grid 2)."""
+def _block_grids(X, c0, c, hi, lo, p, W, M, S, special):  # type: ignore[no-untyped-def]
+    """Columns c0..: Inf marked, S zeroed, M[k] = 1.5 * 2**(E - 26 (k + 1) + 52) built from E's bits;
+    returns (a finite |x| >= 2**960, every value of the block on the grid of bin 2, 2**(E - 78))."""
     fine = True
     for j in range(c):
         special[c0 + j] = 0
-        top = float(hi[j])
-        if top == math.inf:
-            special[c0 + j], top = _special_column(X, c0 + j)
-            fine = False
-        if top >= 2.0**960:
-            return True, False
-        E = max(math.frexp(top)[1], -996)  # _EMIN
-        fine = fine and float(lo[j]) >= P[E - 79 + p + 1100]  # ulp(x) >= 2**(E - 78) for every x
+        if hi[j] == math.inf:  # the max of its finite values instead (rare)
+            code, top = _special_column(X, c0 + j)
+            special[c0 + j], hi[j], fine = code, top, False
+    Wb, Mb = W.view(np.int64), M.view(np.int64)
+    for j in range(c):
+        W[0, j] = hi[j]
+        W[1, j] = lo[j]
+    big, ok = 0, 0
+    for j in range(c):
+        big += W[0, j] >= 2.0**960
+        E = max((Wb[0, j] >> 52) - 1022, -996)  # frexp's exponent (0 for 0: -996, the same sums), _EMIN
+        ok += (Wb[1, j] >> 52) - 1023 >= E - 79 + p  # min nonzero |x| >= 2**(E - 79 + p): ulp(x) >= 2**(E - 78)
         for k in range(3):
-            M[k, j] = 1.5 * P[E - 26 * k + 26 + 1100]  # 1.5 * 2**(E - 26 (k + 1) + 52)
+            Mb[k, j] = ((E + 1049 - 26 * k) << 52) | (1 << 51)
             S[k, j] = 0.0
-    return False, fine
+    return big > 0, fine and ok == c
 
 
 def _block_bins(X, c0, c, M, S, fine):  # type: ignore[no-untyped-def]
@@ -240,9 +250,10 @@ def _block_bins(X, c0, c, M, S, fine):  # type: ignore[no-untyped-def]
 
 
 def _block_carry(X, c0, c, M, S, hi, bits, e, odd, special, negzero):  # type: ignore[no-untyped-def]
-    """hi + e = B per column (carry, then TwoSum, as ``sums_numpy``; ``odd``: hi rounded to odd, its
-    ``bits`` a uint64 view); negzero where hi == 0."""
-    zeros = 0
+    """hi + e = B per column (carry, then TwoSum, as ``sums_numpy``), hi rounded to odd if ``odd`` (``bits``:
+    its int64 view); a NaN hi (a NaN or Inf went through the bins) gets its special code; a zero hi is -0.0
+    if every term is -0.0 (``negzero``: scratch)."""
+    bad = 0
     for j in range(c):
         s0, s1, s2 = S[0, j], S[1, j], S[2, j]
         h = (s2 + M[1, j]) - M[1, j]
@@ -254,47 +265,52 @@ def _block_carry(X, c0, c, M, S, hi, bits, e, odd, special, negzero):  # type: i
         low = s1 + s2
         t = s0 + low
         bb = t - s0
-        r = (s0 - (t - bb)) + (low - bb)
-        if t != t or special[c0 + j] != 0:  # NaN: a NaN (or Inf) went through the bins
-            special[c0 + j] = _special_column(X, c0 + j)[0]
-            t, r = 0.0, 0.0
         hi[c0 + j] = t
-        e[c0 + j] = r
-        if odd and r != 0:  # round to odd at 53 bits, as ``odd``
-            b = bits[c0 + j] - np.uint64(1) if (r < 0) != (t < 0) else bits[c0 + j]
-            bits[c0 + j] = b | np.uint64(1)
-        negzero[c0 + j] = t == 0.0
-        if t == 0.0:
-            zeros += 1
+        e[c0 + j] = (s0 - (t - bb)) + (low - bb)
+        bad += t != t
+    if bad:
+        for j in range(c):
+            if hi[c0 + j] != hi[c0 + j]:
+                special[c0 + j] = _special_column(X, c0 + j)[0]
+                hi[c0 + j], e[c0 + j] = 0.0, 0.0
+    zeros = 0
+    for j in range(c):
+        t, r = hi[c0 + j], e[c0 + j]
+        inexact = np.int64(odd and r != 0)  # round to odd at 53 bits, as ``odd``
+        bits[c0 + j] = (bits[c0 + j] - (inexact & np.int64((r < 0) != (t < 0)))) | inexact
+        negzero[j] = t == 0.0
+        zeros += t == 0.0
     if zeros:  # -0.0 only if every term is -0.0
         for i in range(X.shape[0]):
             row = X[i, c0 : c0 + c]
             for j in range(c):
                 v = row[j]
-                negzero[c0 + j] = negzero[c0 + j] and v == 0 and math.copysign(1.0, v) < 0
-    return zeros
+                negzero[j] = negzero[j] and v == 0 and math.copysign(1.0, v) < 0
+        for j in range(c):
+            if negzero[j]:
+                hi[c0 + j] = -0.0
 
 
-def _binned_kernel(X, p, hi, bits, e, odd, special, negzero, width):  # type: ignore[no-untyped-def]
-    """Fill hi (to odd if ``odd``), e, special, negzero for every column of X; -1 (stop) at a finite |x| >= 2**960."""
+def _binned_kernel(X, p, hi, bits, e, odd, special, width):  # type: ignore[no-untyped-def]
+    """Fill hi (to odd if ``odd``), e, special for every column of X; False (stop) at a finite |x| >= 2**960."""
     m = X.shape[1]
     top, low = np.empty(width, X.dtype), np.empty(width, X.dtype)
     M = np.empty((3, width))
     S = np.empty((3, width))
-    P = 2.0 ** np.arange(-1100.0, 1000.0)  # P[e + 1100] = 2**e, exact (2**-1100 is 0: never used)
-    zeros = 0
+    W = np.empty((2, width))
+    negzero = np.empty(width, np.bool_)
     for c0 in range(0, m, width):
         c = min(width, m - c0)
         _block_range(X, c0, c, top, low)
-        big, fine = _block_grids(X, c0, c, top, low, p, P, M, S, special)
+        big, fine = _block_grids(X, c0, c, top, low, p, W, M, S, special)
         if big:
-            return -1
+            return False
         if fine:
             _block_bins(X, c0, c, M, S, True)
         else:
             _block_bins(X, c0, c, M, S, False)
-        zeros += _block_carry(X, c0, c, M, S, hi, bits, e, odd, special, negzero)
-    return zeros
+        _block_carry(X, c0, c, M, S, hi, bits, e, odd, special, negzero)
+    return True
 
 
 _KERNEL = jit.jit(_binned_kernel)
@@ -312,22 +328,19 @@ def _compile_helpers() -> None:
         g[name] = numba.njit(cache=True, nogil=True, inline="always" if name == "_split" else "never")(g[name])
 
 
-def sums_compiled(
-    A: NDArray[np.floating], f: Format, m: Mode
-) -> tuple[NDArray[np.float64], NDArray[np.int8], NDArray[np.bool_] | None] | None:
-    """``odd(hi, e)``, special, negzero of every column of ``A`` in one compiled pass (as ``sums_numpy``
-    then ``odd``), or None (no numba, disabled, a dtype other than float32 and float64).
+def sums_compiled(A: NDArray[np.floating], f: Format, m: Mode) -> tuple[NDArray[np.float64], NDArray[np.int8]] | None:
+    """``y, special`` of every column of ``A`` in one compiled pass, or None (no numba, disabled, a dtype
+    other than float32 and float64): ``y`` is ``odd(hi, e, f, m)`` of ``sums_numpy``, its zeros signed
+    already (-0.0 where every term is -0.0).
 
     Raises InvalidArgument when a finite |x| >= 2**960, as ``sums_numpy``.
     """
     if _KERNEL is None or not jit.enabled() or A.dtype not in (np.float32, np.float64):
         return None
     cols = A.shape[1]
-    hi, e = np.empty(cols), np.empty(cols)
-    special, negzero = np.empty(cols, dtype=np.int8), np.empty(cols, dtype=np.bool_)
+    hi, e, special = np.empty(cols), np.empty(cols), np.empty(cols, dtype=np.int8)
     _compile_helpers()
     p, wide = (24 if A.dtype == np.float32 else 53), f.precision == 53
-    zeros = _KERNEL(A, p, hi, hi.view(np.uint64), e, not wide, special, negzero, min(_WIDTH, max(cols, 1)))
-    if zeros < 0:
+    if not _KERNEL(A, p, hi, hi.view(np.int64), e, not wide, special, min(_WIDTH, max(cols, 1))):
         raise InvalidArgument(TOO_BIG)
-    return (odd(hi, e, f, m) if wide else hi), special, (negzero if zeros else None)
+    return (odd(hi, e, f, m) if wide else hi), special

@@ -189,13 +189,15 @@ class _Loader:
     def _representable(self, a: np.ndarray) -> bool:
         """Cheap exact test that float32 ``a`` already holds values of a bf16/tf32 input format.
 
-        The bits are OR-ed in chunks of 2**16 (a whole X at once, as binned and exact
-        load it, would need a uint32 copy of it): no low bit may be set.
+        The bits of a contiguous ``a`` are OR-ed in chunks of 2**16 (a whole X at once, as
+        binned and exact load it, would need a uint32 copy of it): no low bit may be set.
         """
         if a.dtype != np.float32 or self.fin.emin != -126:
             return False
         low = np.uint32((1 << (24 - self.fin.precision)) - 1)
-        bits = a.view(np.uint32).reshape(-1) if a.flags.c_contiguous else np.bitwise_and(a.view(np.uint32), low)
+        if not a.flags.c_contiguous:
+            return not np.bitwise_and(a.view(np.uint32), low).any()
+        bits = a.view(np.uint32).reshape(-1)
         return not any(np.bitwise_or.reduce(bits[s : s + (1 << 16)]) & low for s in range(0, bits.size, 1 << 16))
 
     def __call__(self, a: np.ndarray) -> np.ndarray:

@@ -160,7 +160,8 @@ def reduce(
     if m is Mode.STOCHASTIC and seed is None:
         raise InvalidArgument("stochastic rounding needs seed= for reproducibility")
     plan_seed = seed if isinstance(seed, int | np.integer) else None
-    A, p = _prepare(X, plan, None if plan_seed is None else int(plan_seed), lazy=get_algorithm(algorithm) == "plain")
+    lazy = get_algorithm(algorithm) in ("plain", "binned", "exact")  # binned and exact need no tree
+    A, p = _prepare(X, plan, None if plan_seed is None else int(plan_seed), lazy=lazy)
     fin, fa = get_format(input), get_format(accumulate)
     fo = fa if output is None else get_format(output)
     alg, avg = get_algorithm(algorithm), get_average(average)
