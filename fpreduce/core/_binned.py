@@ -1,14 +1,27 @@
-"""The binned sum's two halves: the exact bin sums (numpy, or one compiled pass) and the final rounding.
+"""The binned sum's halves: the exact bin sums (numpy, or one compiled pass) and the final rounding.
 
-:func:`fpreduce.core.algorithms.binned` is ``finish(*sums(block))`` block by block.
-``sums_numpy`` is the reference: a Python loop over the rows of a block of 8192
-columns, ten float64 numpy operations per row. ``sums_compiled`` computes the same
-quantities in one numba pass over blocks of ``_WIDTH`` columns (the max pass, then the
-K = 3 extractions of every row, four rows at a time, then the carry and TwoSum), reading
-the input in its own dtype (float32 or float64: no float64 copy of X). Every bin
-addition is exact, so grouping the rows by four changes nothing: both give the same
-``(hi, e)`` with ``hi + e == B``, ``hi = fl(B)``, and :func:`finish` (numpy, shared)
-rounds them; tests/test_binned.py compares both bit for bit.
+:func:`binned_sum` is :func:`fpreduce.core.algorithms.binned` after its checks. The
+result depends on B alone, B the exact sum of the kept parts ``RNE(x, 2**(E - 78))``
+of the values (the three successive extractions keep exactly that: each grid is an
+even multiple of the next, so a tie goes the same way), through ``hi = fl(B)`` and
+``e = B - hi``; any exact way of adding the kept parts gives the same bits.
+
+* ``sums_numpy`` (the reference, and the path without numba): a Python loop over the
+  rows of a block of ``BLOCK`` columns, ten float64 numpy operations per row (the K = 3
+  extractions into 3 bins), then the carry and TwoSum; ``odd`` rounds ``(hi, e)`` to
+  odd at 53 bits (fp64: in the mode); ``finish`` signs zeros, puts specials and rounds
+  once onto the format.
+* ``sums_compiled``: one numba pass over blocks of ``_WIDTH`` columns, reading X in its
+  own dtype (float32 or float64: no float64 copy). Per block: max and smallest nonzero
+  |x| of each column (4 rows at a time, NaN skipped); the constants from E's bits; per
+  value the part on bin 0's grid ``q0`` and the rest ``r = x - q0`` (|r| <= 2**(E - 27)),
+  rounded to the grid 2**(E - 78) unless every value of the block is on it already
+  (min nonzero |x| >= 2**(E - 79 + p): p-bit inputs); the rests of 4 rows add up exactly
+  (|sum| <= 2**53 grid units) and that sum is split on bin 1's grid into bins 1 and 2;
+  then the same carry and TwoSum, round to odd in place, specials found from a NaN
+  ``hi`` (a NaN or Inf went through), -0.0 written where every term is -0.0.
+
+tests/test_binned.py compares the two paths bit for bit.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ MAX_ABS = 2.0**960  # keeps the extraction constants 1.5 * 2**(t + 52) finite
 TOO_BIG = "binned: |x| >= 2**960 (float64 inputs only); use exact for such sums"
 _EMIN = -1074 + K * W  # E is at least this: the finest grid is 2**-1074, the constants normal
 _SPECIAL = np.array([0.0, np.nan, np.inf, -np.inf])  # by special code: none, NaN, +Inf, -Inf
-_WIDTH = 2048  # columns per block of the compiled pass: 64 float32 rows and the 9 state rows stay in L2
+_WIDTH = 2048  # columns per block of the compiled pass: 64 float32 rows of it stay in L2 for the second pass
 
 Sums = tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int8], NDArray[np.bool_] | None]
 
