@@ -8,6 +8,8 @@ tests/test_algorithms.py and run on whichever path is enabled; here they are als
 checked on the compiled path explicitly.
 """
 
+from contextlib import nullcontext
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -151,11 +153,20 @@ def test_compiled_limits_and_messages():
     assert binned(X, "fp64")[2500] == np.inf
 
 
-def test_engine_binned_loads_inputs_once_and_checks_every_chunk():
-    # bf16 input given as float32: the loader must see the one value not on bf16's grid (last chunk)
+@pytest.mark.parametrize("where", [None, (0, 0), (3, 69_999)], ids=["on-grid", "first", "last"])
+@pytest.mark.parametrize("fin", ["bf16", "tf32"])
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+def test_engine_binned_checks_the_input_format_while_it_reads(fin, where, compiled):
+    # float32 X given as bf16/tf32 input: the compiled pass checks the low bits as it reads X;
+    # one value off the format's grid (first or last block) sends X through the loader (rounded)
     rng = np.random.default_rng(4)
-    X = fr.round_to(rng.standard_normal((4, 70_000)).astype(np.float32), "bf16")
-    X[3, -1] = np.float32(1 + 2.0**-20)
-    y = fr.reduce(X, "sequential", input="bf16", accumulate="bf16", algorithm="binned")
-    assert same(y, binned(fr.round_to(X, "bf16"), "bf16"))
-    assert y[-1] == binned(fr.round_to(X[:, -1:], "bf16"), "bf16")[0]
+    X = fr.round_to(rng.standard_normal((4, 70_000)).astype(np.float32), fin)
+    if where is not None:
+        X[where] = np.float32(1 + 2.0**-20)
+    with jit.disabled() if not compiled else nullcontext():
+        y = fr.reduce(X, "sequential", input=fin, accumulate="fp32", algorithm="binned")
+        avg = fr.reduce(X, "sequential", input=fin, accumulate="bf16", algorithm="binned", average="premultiply")
+    assert same(y, numpy_binned(fr.round_to(X, fin), "fp32"))  # fp32 shows the 2**-20 a skipped check keeps
+    assert same(avg, numpy_binned(fr.round_to(fr.round_to(X, fin) * 0.25, fin), "bf16"))
+    with pytest.raises(fr.InvalidArgument, match="stochastic"):
+        fr.reduce(X, "sequential", input=fin, accumulate="bf16", algorithm="binned", rounding="stochastic", seed=1)

@@ -157,6 +157,14 @@ def binned_sum(A: NDArray[np.floating], f: Format, m: Mode, gen: np.random.Gener
     return out
 
 
+def binned_checked(A: NDArray[np.floating], f: Format, m: Mode, low: int) -> NDArray[np.floating] | None:
+    """``binned_sum`` (not stochastic) of float32 ``A`` if the compiled pass runs and finds no value with
+    one of the ``low`` bits set, else None: the engine's check that ``A`` holds bf16 or tf32 values, made
+    while the pass reads ``A`` (no pass of its own)."""
+    whole = sums_compiled(A, f, m, low)
+    return None if whole is None else finish(*whole, None, f, m, None).astype(f.value_dtype, copy=False)
+
+
 def _split(x, M0, M2, fine):  # type: ignore[no-untyped-def]
     """(part of bin 0, the rest on the grid of bin 2) of float64 ``x``; ``fine``: x is on that grid already."""
     q0 = (x + M0) - M0
@@ -304,8 +312,19 @@ def _block_carry(X, c0, c, M, S, hi, bits, e, odd, special, negzero):  # type: i
                 hi[c0 + j] = -0.0
 
 
-def _binned_kernel(X, p, hi, bits, e, odd, special, width):  # type: ignore[no-untyped-def]
-    """Fill hi (to odd if ``odd``), e, special for every column of X; False (stop) at a finite |x| >= 2**960."""
+def _block_low(Xb, c0, c, low):  # type: ignore[no-untyped-def]
+    """Whether a value of columns c0.. has one of the ``low`` bits set (``Xb``: X's bits)."""
+    acc = Xb[0, c0] & 0
+    for i in range(Xb.shape[0]):
+        row = Xb[i, c0 : c0 + c]
+        for j in range(c):
+            acc |= row[j]
+    return (acc & low) != 0
+
+
+def _binned_kernel(X, Xb, low_bits, p, hi, bits, e, odd, special, width):  # type: ignore[no-untyped-def]
+    """Fill hi (to odd if ``odd``), e, special for every column of X; 1, or 0 (stop) at a finite |x| >= 2**960,
+    -1 (stop) at a value with one of the ``low_bits`` set (``Xb``: X's bits; 0: no check)."""
     m = X.shape[1]
     top, low = np.empty(width, X.dtype), np.empty(width, X.dtype)
     M = np.empty((3, width))
@@ -315,19 +334,21 @@ def _binned_kernel(X, p, hi, bits, e, odd, special, width):  # type: ignore[no-u
     for c0 in range(0, m, width):
         c = min(width, m - c0)
         _block_range(X, c0, c, top, low)
+        if low_bits and _block_low(Xb, c0, c, low_bits):
+            return -1
         big, fine = _block_grids(X, c0, c, top, low, p, W, M, S, special)
         if big:
-            return False
+            return 0
         if fine:
             _block_bins(X, c0, c, M, S, True)
         else:
             _block_bins(X, c0, c, M, S, False)
         _block_carry(X, c0, c, M, S, hi, bits, e, odd, special, negzero)
-    return True
+    return 1
 
 
 _KERNEL = jit.jit(_binned_kernel)
-_HELPERS = ("_split", "_special_column", "_block_range", "_block_grids", "_block_bins", "_block_carry")
+_HELPERS = ("_split", "_special_column", "_block_range", "_block_low", "_block_grids", "_block_bins", "_block_carry")
 
 
 def _compile_helpers() -> None:
@@ -341,10 +362,12 @@ def _compile_helpers() -> None:
         g[name] = numba.njit(cache=True, nogil=True, inline="always" if name == "_split" else "never")(g[name])
 
 
-def sums_compiled(A: NDArray[np.floating], f: Format, m: Mode) -> tuple[NDArray[np.float64], NDArray[np.int8]] | None:
+def sums_compiled(
+    A: NDArray[np.floating], f: Format, m: Mode, low: int = 0
+) -> tuple[NDArray[np.float64], NDArray[np.int8]] | None:
     """``y, special`` of every column of ``A`` in one compiled pass, or None (no numba, disabled, a dtype
-    other than float32 and float64): ``y`` is ``odd(hi, e, f, m)`` of ``sums_numpy``, its zeros signed
-    already (-0.0 where every term is -0.0).
+    other than float32 and float64, or a value of float32 ``A`` with one of the ``low`` bits set): ``y`` is
+    ``odd(hi, e, f, m)`` of ``sums_numpy``, its zeros signed already (-0.0 where every term is -0.0).
 
     Raises InvalidArgument when a finite |x| >= 2**960, as ``sums_numpy``.
     """
@@ -354,6 +377,8 @@ def sums_compiled(A: NDArray[np.floating], f: Format, m: Mode) -> tuple[NDArray[
     hi, e, special = np.empty(cols), np.empty(cols), np.empty(cols, dtype=np.int8)
     _compile_helpers()
     p, wide = (24 if A.dtype == np.float32 else 53), f.precision == 53
-    if not _KERNEL(A, p, hi, hi.view(np.int64), e, not wide, special, min(_WIDTH, max(cols, 1))):
+    dt = np.uint32 if p == 24 else np.uint64
+    status = _KERNEL(A, A.view(dt), dt(low), p, hi, hi.view(np.int64), e, not wide, special, min(_WIDTH, max(cols, 1)))
+    if status == 0:
         raise InvalidArgument(TOO_BIG)
-    return (odd(hi, e, f, m) if wide else hi), special
+    return None if status < 0 else ((odd(hi, e, f, m) if wide else hi), special)

@@ -311,6 +311,14 @@ def binned(
     >>> float(binned(x, "fp32")[0]) == float(binned(x[::-1], "fp32")[0]) == 2.0**-23
     True
     """
+    A, f, m, gen = _binned_args(X, fmt, mode, rng)
+    return _binned.binned_sum(A, f, m, gen)
+
+
+def _binned_args(
+    X: ArrayLike, fmt: str | Format, mode: str | Mode, rng: np.random.Generator | int | None
+) -> tuple[NDArray[np.floating], Format, Mode, np.random.Generator | None]:
+    """``binned``'s arguments checked: X as 2-D, the format, the mode and the Generator (stochastic only)."""
     f, m = get_format(fmt), get_mode(mode)
     A = _as_2d(X, "binned")
     n = A.shape[0]
@@ -319,8 +327,7 @@ def binned(
             f"binned sums at most 2**26 = {BINNED_MAX_ROWS} rows exactly per bin, got {n}; split the rows or use exact"
         )
     msg = "binned: stochastic rounding needs rng= and a format narrower than fp64"
-    gen = _generator(m, rng, allowed=f.precision < 53, message=msg)
-    return _binned.binned_sum(A, f, m, gen)
+    return A, f, m, _generator(m, rng, allowed=f.precision < 53, message=msg)
 
 
 def exact(

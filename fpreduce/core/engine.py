@@ -25,7 +25,7 @@ from numpy.typing import ArrayLike, NDArray
 from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
-from fpreduce.core import algorithms
+from fpreduce.core import _binned, algorithms
 from fpreduce.core._compensated import compensated_plan
 from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders
 from fpreduce.core._pairwise import PAIRWISE
@@ -175,7 +175,7 @@ def reduce(
     if alg == "binned" or alg == "exact":
         load.fits = True  # the exact sum of the input values, rounded once
         load.dtype = np.dtype(np.float64) if fin.precision == 53 else np.dtype(np.float32)
-        out = _order_free(load(A), fa, m, rng, alg)
+        out = _order_free(A, load, fa, m, rng, alg)
     else:
         out = _fold_blocks(p, A, load, ar, alg, int(offset), total)
     res = np.asarray(out, dtype=fa.value_dtype)
@@ -405,11 +405,24 @@ def _fold_leaves(
 
 
 def _order_free(
-    Xin: np.ndarray, fa: Format, mode: Mode, rng: np.random.Generator | None, algorithm: Literal["binned", "exact"]
+    A: np.ndarray,
+    load: _Loader,
+    fa: Format,
+    mode: Mode,
+    rng: np.random.Generator | None,
+    algorithm: Literal["binned", "exact"],
 ) -> np.ndarray:
+    """``exact`` or ``binned`` of the loaded input. float32 bf16/tf32 inputs go to binned's compiled
+    pass as they are, which checks that they hold such values while it reads them (else: loaded)."""
     if algorithm == "exact":
-        return algorithms.exact(Xin, fa, mode, rng)
-    return algorithms.binned(Xin, fa, mode)
+        return algorithms.exact(load(A), fa, mode, rng)
+    fin = load.fin
+    if A.dtype == np.float32 and load.premul is None and fin.emin == -126 and fin.precision < 24:
+        B, f, m, _ = algorithms._binned_args(A, fa, mode, None)  # raises as binned would (stochastic: no rng)
+        out = _binned.binned_checked(B, f, m, (1 << (24 - fin.precision)) - 1)
+        if out is not None:
+            return out
+    return algorithms.binned(load(A), fa, mode)
 
 
 @own_flags
