@@ -277,16 +277,16 @@ def binned(
     column, then per value its part on bin 0's grid and a rest (4 float64 operations,
     2 more in a block with a value off the finest grid), the rests of 4 rows
     added exactly and split over bins 1 and 2 (2 per 4 rows); memory O(elements).
-    Measured (2 shared cores, AVX-512): 64 x 2**20 bf16 values in ``engine.reduce``
-    ~2.6-3x the sequential bf16 fold (was 16-18x with numpy), ~5-6x numpy's in-place
-    float32 row adds, the same on data spanning 2**+-43; 10**5 x 16: ~0.3x the fold
-    (was ~100x); 10**4 x 1000: ~4x (was ~45x; the fold is 0.25 ns per value there, and
-    the block, too tall for the cache, is read twice). Without numba: 10 float64 numpy
-    operations per input, streamed row by row over blocks of 8192 elements (a Python
-    loop over rows and blocks). The state (the 3 bin sums per element) is mergeable,
-    so rows may also arrive in pieces. The cost is flat in the data's exponent range,
-    unlike the exact oracle's (~7x the fold on N(0,1) data, ~90x on data spanning
-    2**+-43).
+    Measured (2 shared cores, AVX-512, ratios taken in one process): 64 x 2**20 bf16
+    values in ``engine.reduce``, ~2.6-3.5x the sequential bf16 fold (was 16-18x with
+    numpy), ~5x numpy's in-place float32 row adds, the same on data spanning 2**+-43;
+    10**5 x 16: ~0.3x the fold (was ~130x); 10**4 x 1000: ~3.2x (was ~45x; the fold
+    takes 0.25 ns per value there, and binned reads each block twice from memory:
+    too tall for the cache). Without numba: 10 float64 numpy operations per input,
+    streamed row by row over blocks of 8192 elements (a Python loop over rows and
+    blocks). The state (the 3 bin sums per element) is mergeable, so rows may also
+    arrive in pieces. The cost is flat in the data's exponent range, unlike the exact
+    oracle's (~7x the fold on N(0,1) data, ~90x on data spanning 2**+-43).
 
     Special values: a column with NaN, or +Inf and -Inf, gives NaN; one sign of Inf
     gives that Inf (NaN for fp8_e4m3); a zero result is -0.0 only if every term is
