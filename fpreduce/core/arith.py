@@ -187,11 +187,18 @@ class _Loader:
         self.premul: tuple[Average, float] | None = None  # (premultiply, predivide or ddp, N)
 
     def _representable(self, a: np.ndarray) -> bool:
-        """Cheap exact test that float32 ``a`` already holds values of a bf16/tf32 input format."""
+        """Cheap exact test that float32 ``a`` already holds values of a bf16/tf32 input format.
+
+        The bits of a contiguous ``a`` are OR-ed in chunks of 2**16 (a whole X at once, as
+        binned and exact load it, would need a uint32 copy of it): no low bit may be set.
+        """
         if a.dtype != np.float32 or self.fin.emin != -126:
             return False
-        t = np.bitwise_and(a.view(np.uint32), np.uint32((1 << (24 - self.fin.precision)) - 1))
-        return not t.any()
+        low = np.uint32((1 << (24 - self.fin.precision)) - 1)
+        if not a.flags.c_contiguous:
+            return not np.bitwise_and(a.view(np.uint32), low).any()
+        bits = a.view(np.uint32).reshape(-1)
+        return not any(np.bitwise_or.reduce(bits[s : s + (1 << 16)]) & low for s in range(0, bits.size, 1 << 16))
 
     def __call__(self, a: np.ndarray) -> np.ndarray:
         """A new array (or a read-only view) of ``a``'s values in the accumulator domain."""

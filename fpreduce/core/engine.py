@@ -26,7 +26,7 @@ from fpreduce.base import jit
 from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
-from fpreduce.core import _srload, algorithms
+from fpreduce.core import _binned, _srload, algorithms
 from fpreduce.core._compensated import compensated_plan
 from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders
 from fpreduce.core._pairwise import PAIRWISE
@@ -140,7 +140,8 @@ def reduce(
     if m is Mode.STOCHASTIC and seed is None:
         raise InvalidArgument("stochastic rounding needs seed= for reproducibility")
     plan_seed = seed if isinstance(seed, int | np.integer) else None
-    A, p = _prepare(X, plan, None if plan_seed is None else int(plan_seed), lazy=get_algorithm(algorithm) == "plain")
+    lazy = get_algorithm(algorithm) in ("plain", "binned", "exact")  # binned and exact need no tree
+    A, p = _prepare(X, plan, None if plan_seed is None else int(plan_seed), lazy=lazy)
     fin, fa = get_format(input), get_format(accumulate)
     fo = fa if output is None else get_format(output)
     alg, avg = get_algorithm(algorithm), get_average(average)
@@ -158,7 +159,7 @@ def reduce(
     if alg == "binned" or alg == "exact":
         load.fits = True  # the exact sum of the input values, rounded once
         load.dtype = np.dtype(np.float64) if fin.precision == 53 else np.dtype(np.float32)
-        out = _order_free(load(A), fa, m, rng, alg)
+        out = _order_free(A, load, fa, m, rng, alg)
     else:
         out = _fold_blocks(p, A, load, ar, alg, int(offset), total)
     return _finish(np.asarray(out, dtype=fa.value_dtype), avg == "after", n, fo, ar, counter, int(offset))
@@ -410,11 +411,24 @@ def _fold_leaves(
 
 
 def _order_free(
-    Xin: np.ndarray, fa: Format, mode: Mode, rng: np.random.Generator | None, algorithm: Literal["binned", "exact"]
+    A: np.ndarray,
+    load: _Loader,
+    fa: Format,
+    mode: Mode,
+    rng: np.random.Generator | None,
+    algorithm: Literal["binned", "exact"],
 ) -> np.ndarray:
+    """``exact`` or ``binned`` of the loaded input. float32 bf16/tf32 inputs go to binned's compiled
+    pass as they are, which checks that they hold such values while it reads them (else: loaded)."""
     if algorithm == "exact":
-        return algorithms.exact(Xin, fa, mode, rng)
-    return algorithms.binned(Xin, fa, mode)
+        return algorithms.exact(load(A), fa, mode, rng)
+    fin = load.fin
+    if A.dtype == np.float32 and load.premul is None and fin.emin == -126 and fin.precision < 24:
+        B, f, m, _ = algorithms._binned_args(A, fa, mode, None)  # raises as binned would (stochastic: no rng)
+        out = _binned.binned_checked(B, f, m, (1 << (24 - fin.precision)) - 1)
+        if out is not None:
+            return out
+    return algorithms.binned(load(A), fa, mode)
 
 
 @own_flags
