@@ -18,7 +18,7 @@ from fpreduce.core import _kernels_round as kr
 from fpreduce.core import _narrow
 from fpreduce.core.formats import get_format
 
-NARROW = ["bf16", "tf32", "fp16", "fp8_e5m2", "fp8_e4m3"]
+NARROW = ["fp32", "bf16", "tf32", "fp16", "fp8_e5m2", "fp8_e4m3"]
 DIRECTED = ["toward_zero", "up", "down"]
 needs_jit = pytest.mark.skipif(not jit.enabled(), reason="numba not installed or FPREDUCE_NO_JIT set")
 
@@ -75,7 +75,7 @@ def test_wide_left_fold_equals_numpy_and_reference(acc, mode, specials):
 
 
 @needs_jit
-@pytest.mark.parametrize("acc", ["bf16", "fp16", "tf32"])
+@pytest.mark.parametrize("acc", ["fp32", "bf16", "fp16", "tf32"])
 def test_overflow_and_the_top_binade(acc):
     """Sums near and beyond the largest finite value (handed to the exact path): Inf, max finite, by mode."""
     f = get_format(acc)
@@ -138,7 +138,7 @@ def test_fp16_inputs_are_checked_as_the_rows_are_read():
 
 
 @needs_jit
-@pytest.mark.parametrize("acc", ["bf16", "tf32"])
+@pytest.mark.parametrize("acc", ["fp32", "bf16", "tf32"])
 @pytest.mark.parametrize("mode", [*DIRECTED, "stochastic"])
 def test_tree_rows_equal_numpy_and_reference(acc, mode):
     """Trees over wide rows (pairwise, a random tree, 10^3 x 40 through the row blocks): _narrow's rows."""

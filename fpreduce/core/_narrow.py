@@ -1,6 +1,6 @@
 """Directed and stochastic additions of narrow formats on float32's bits, and the wide left fold.
 
-A format of p <= 23 bits with emin >= -126 (bf16, tf32, fp16, fp8) is, scaled by
+A format of p <= 24 bits with emin >= -126 (fp32, bf16, tf32, fp16, fp8) is, scaled by
 ``2**(-126 - emin)``, exactly the float32 values whose bit patterns have their low
 ``d = 24 - p`` bits zero: the format's subnormal quantum ``2**(emin - p + 1)`` lands on
 ``2**(d - 149)``, float32's subnormals carry on its grid, and every binade above keeps
@@ -86,7 +86,7 @@ def u2f(b):  # type: ignore[no-untyped-def]
 
 
 def params(p: int, emin: int, max_finite: float) -> tuple[float, np.ndarray]:
-    """(the scale ``2**(-126 - emin)``, [L, step, d, limit]) of a format of p <= 23 bits and emin >= -126.
+    """(the scale ``2**(-126 - emin)``, [L, step, d, limit]) of a format of p <= 24 bits and emin >= -126.
 
     ``d = 24 - p`` the discarded bits, ``L = 2**d - 1``, ``step = 2**d``; ``limit``: the
     largest finite value's scaled pattern minus ``step``: a float32 sum of a larger
@@ -246,7 +246,7 @@ def _rows5_m(D, A, B, mode, L, step, d, limit, z, t):  # type: ignore[no-untyped
 
 
 def rows5(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
-    """D[j] <- A[j] + B[j] by :func:`add_narrow` (rows of bf16 or tf32: no scaling; ``prm`` as ``_tall``'s).
+    """D[j] <- A[j] + B[j] by :func:`add_narrow` (rows of fp32, bf16 or tf32: no scaling; ``prm`` as ``_tall``'s).
 
     A sum the kernel does not answer (module docstring) gives NaN, which reaches the
     fold's result: ``_tall`` folds again by the exact scalar path. One loop per mode.
@@ -269,7 +269,7 @@ def rows5(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
 
 def rows_kind(prm: np.ndarray) -> bool:
     """Whether :func:`rows5` folds rows of this format and mode (``_tall``'s kind 3 parameters)."""
-    return int(prm[0]) <= 23 and int(prm[1]) == -126 and int(prm[3]) > 0
+    return int(prm[0]) <= 24 and int(prm[1]) == -126 and int(prm[3]) > 0
 
 
 _NAMES = ("fp16_flags", "add_narrow", "_row5", "_row_kind", "left_rows", "_rows5_m", "rows5")
@@ -316,12 +316,12 @@ def wide_kind(kind: int, prm: np.ndarray) -> int:
     """The kind :func:`left_rows` folds for ``_tall``'s kind and parameters (float32 rows), or -1.
 
     Kinds 0 (fp32 only: float32 rows), 1 and 2 as they are; kind 3 in a directed or
-    stochastic mode for a format of p <= 23 bits and emin >= -126: kind 5.
+    stochastic mode for a format of p <= 24 bits and emin >= -126 (fp32: d = 0, the float32 grid): kind 5.
     """
     p, emin, mode = int(prm[0]), int(prm[1]), int(prm[3])
     if kind in (1, 2) or (kind == 0 and p == 24):
         return kind
-    if kind == 3 and p <= 23 and emin >= -126 and mode > 0:
+    if kind == 3 and p <= 24 and emin >= -126 and mode > 0:
         return 5
     return -1
 

@@ -31,8 +31,8 @@ same rules as :mod:`fpreduce.core.arith`):
   (``add_round32``: the same bits).
 * ``kind 4`` (fp64, directed and stochastic modes): TwoSum and a one-ulp step of the
   bit pattern in the mode's direction (:func:`fpreduce.core._kernels_round.add_fp64`).
-* ``kind 5`` (bf16, tf32 in directed and stochastic modes, rows of a tree; and every
-  format of p <= 23 bits in a left fold of wide rows): the same bits on float32 bit
+* ``kind 5`` (fp32, bf16, tf32 in directed and stochastic modes, rows of a tree; and every
+  format of p <= 24 bits in a left fold of wide rows): the same bits on float32 bit
   patterns in 32-bit lanes (:mod:`fpreduce.core._narrow`); a sum near the top, Inf or
   NaN is folded again with ``kind 3``. Left folds of wide rows in kinds 0, 1, 2 and 5
   run row by row in place (:func:`fpreduce.core._narrow.left_rows`).
