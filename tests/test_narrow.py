@@ -151,3 +151,28 @@ def test_tree_rows_equal_numpy_and_reference(acc, mode):
             assert same(got, fr.reduce(X, p, seed=3, **kw))
         if mode != "stochastic":
             assert same(got[:12], fr.reduce_reference(X[:, :12], p, **kw))
+
+
+@needs_jit
+@pytest.mark.parametrize("inp", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("mode", ["nearest_even", *DIRECTED, "stochastic"])
+def test_fp64_accumulator_adds_float32_rows_as_read(inp, mode):
+    """fp64 folds of wide float32 rows (no float64 copy): numpy, the reference, pieces; unrounded inputs loaded."""
+    from fpreduce.core import _tall
+
+    m = _tall._WIDTH + 50
+    X = data(inp, 5, m, 21, specials=True)
+    kw = {"input": inp, "accumulate": "fp64", "rounding": mode}
+    got = fr.reduce(X, "sequential", seed=2, **kw)
+    with jit.disabled():
+        assert same(got, fr.reduce(X, "sequential", seed=2, **kw))
+    parts = [fr.reduce(X[:, a:b], "sequential", seed=2, offset=a, total=m, **kw) for a, b in ((0, 2049), (2049, m))]
+    assert same(got, np.concatenate(parts))
+    if mode != "stochastic":
+        assert same(got[:40], fr.reduce_reference(X[:, :40], "sequential", **kw))
+    if inp != "fp32":  # float32 values off the input format's grid are rounded to it first
+        Y = X + np.float32(2.0**-20)
+        got_y = fr.reduce(Y, "sequential", seed=2, **kw)
+        with jit.disabled():
+            assert same(got_y, fr.reduce(Y, "sequential", seed=2, **kw))
+        assert same(got_y, fr.reduce(fr.round_to(Y, inp), "sequential", seed=2, **kw))

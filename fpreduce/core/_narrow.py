@@ -272,7 +272,70 @@ def rows_kind(prm: np.ndarray) -> bool:
     return int(prm[0]) <= 24 and int(prm[1]) == -126 and int(prm[3]) > 0
 
 
-_NAMES = ("fp16_flags", "add_narrow", "_row5", "_row_kind", "left_rows", "_rows5_m", "rows5")
+def _rows64(o, x, xb, fp16, mode, maxf, z, t):  # type: ignore[no-untyped-def]
+    """o <- o + x (float64 accumulator, float32 row) in ``mode`` (a constant per loop); the OR of the row's check."""
+    bits = np.uint32(0)
+    for j in range(o.size):
+        v = np.float64(x[j])
+        if mode == 0:
+            o[j] = o[j] + v
+        else:
+            o[j] = kr.add_fp64(o[j], v, maxf, mode, kr.uniform(z[j], t) if mode == 4 else 0.0)
+        bits |= fp16_flags(x[j]) if fp16 else xb[j]
+    return bits
+
+
+def left_rows64(X, Xb, perm, out, fp16, mode, maxf, key, e0):  # type: ignore[no-untyped-def]
+    """out (float64) <- the left fold of X's float32 rows in the order ``perm``, row by row in place.
+
+    fp64 accumulation of float32 values (exact in float64), in ``mode`` (directed and
+    stochastic: :func:`fpreduce.core._kernels_round.add_fp64`): no float64 copy of X.
+    Returns the OR of the rows' bits (``fp16``: of :func:`fp16_flags`), the input check.
+    """
+    n, m = X.shape
+    z = np.zeros(m if mode == 4 else 0, dtype=np.uint64)
+    for j in range(z.size):
+        z[j] = kr.element_seed(key, e0 + j)
+    seen = np.uint32(0)
+    x, xb = X[perm[0]], Xb[perm[0]]
+    for j in range(m):
+        out[j] = np.float64(x[j])
+        seen |= fp16_flags(x[j]) if fp16 else xb[j]
+    for k in range(1, n):
+        x, xb = X[perm[k]], Xb[perm[k]]
+        if mode == 0:
+            seen |= _rows64(out, x, xb, fp16, 0, maxf, z, k - 1)
+        elif mode == 1:
+            seen |= _rows64(out, x, xb, fp16, 1, maxf, z, k - 1)
+        elif mode == 2:
+            seen |= _rows64(out, x, xb, fp16, 2, maxf, z, k - 1)
+        elif mode == 3:
+            seen |= _rows64(out, x, xb, fp16, 3, maxf, z, k - 1)
+        else:
+            seen |= _rows64(out, x, xb, fp16, 4, maxf, z, k - 1)
+    return seen
+
+
+def fold_fp64(
+    A: np.ndarray, perm: np.ndarray, fin_precision: int, fin_emin: int, prm: np.ndarray, key: np.uint64, e0: int
+) -> np.ndarray | None:
+    """The fp64 left fold of A's float32 rows (values of an input format of <= 24 bits), or None.
+
+    ``prm`` as ``_tall``'s (the mode; the largest finite value), ``key`` and ``e0`` the
+    stochastic draws' (element ``e0 + j``).
+    None when an input is not in its format (the caller loads, rounding them, and folds).
+    """
+    fp16 = fin_precision == 11 and fin_emin == -14
+    low = 0 if fin_precision >= 24 else FP16_CHECK if fp16 else (1 << (24 - fin_precision)) - 1
+    if not fp16 and fin_emin != -126 and low:
+        return None  # fp8 inputs: the loader checks them
+    out = np.empty(A.shape[1], dtype=np.float64)
+    compile_all()
+    seen = globals()["left_rows64"](A, A.view(np.uint32), perm, out, fp16, int(prm[3]), prm[2], key, e0)
+    return None if seen & low else out
+
+
+_NAMES = ("fp16_flags", "add_narrow", "_row5", "_row_kind", "left_rows", "_rows5_m", "rows5", "_rows64", "left_rows64")
 _COMPILED: list[Any] = []
 _PLAIN = {name: globals()[name] for name in ("add_narrow", "f2u", "f2i", "u2f")}
 
@@ -307,7 +370,7 @@ def compile_all() -> None:
     g["f2i"] = cast(nt.float32, nt.int32, ir.IntType(32))
     g["u2f"] = cast(nt.uint32, nt.float32, ir.FloatType())
     for name in _NAMES:
-        entry = name in ("left_rows", "rows5")
+        entry = name in ("left_rows", "rows5", "_rows64", "left_rows64")
         g[name] = numba.njit(cache=True, nogil=True, inline="never" if entry else "always")(g[name])
     _COMPILED.append(g["left_rows"])
 
