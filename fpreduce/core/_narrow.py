@@ -316,19 +316,22 @@ def left_rows64(X, Xb, perm, out, fp16, mode, maxf, key, e0):  # type: ignore[no
     return seen
 
 
-def fold_fp64(
-    A: np.ndarray, perm: np.ndarray, fin_precision: int, fin_emin: int, prm: np.ndarray, key: np.uint64, e0: int
-) -> np.ndarray | None:
-    """The fp64 left fold of A's float32 rows (values of an input format of <= 24 bits), or None.
+def fold_fp64(A: np.ndarray, perm: np.ndarray, load: Any, ar: Any, prm: np.ndarray, e0: int) -> np.ndarray | None:
+    """The fp64 left fold of A's float32 rows in the order ``perm`` by :func:`left_rows64`, or None.
 
-    ``prm`` as ``_tall``'s (the mode; the largest finite value), ``key`` and ``e0`` the
-    stochastic draws' (element ``e0 + j``).
-    None when an input is not in its format (the caller loads, rounding them, and folds).
+    None unless A is float32, C-contiguous, of an input format of <= 24 bits that needs no
+    conversion (``load``, the engine's loader), or when an input is not in its format
+    (the caller then loads, rounding them, and folds). ``prm`` as ``_tall``'s; element
+    ``e0 + j`` draws the stochastic roundings of column j (``ar``'s key).
     """
-    fp16 = fin_precision == 11 and fin_emin == -14
-    low = 0 if fin_precision >= 24 else FP16_CHECK if fp16 else (1 << (24 - fin_precision)) - 1
-    if not fp16 and fin_emin != -126 and low:
+    fin = load.fin
+    if not (load.fits and load.premul is None and fin.precision <= 24 and A.dtype == np.float32):
+        return None
+    fp16 = fin.precision == 11 and fin.emin == -14
+    low = 0 if fin.precision >= 24 else FP16_CHECK if fp16 else (1 << (24 - fin.precision)) - 1
+    if not A.flags.c_contiguous or A.shape[0] < 2 or (not fp16 and fin.emin != -126 and low):
         return None  # fp8 inputs: the loader checks them
+    key = ar.sr_key() if int(prm[3]) == 4 else np.uint64(0)
     out = np.empty(A.shape[1], dtype=np.float64)
     compile_all()
     seen = globals()["left_rows64"](A, A.view(np.uint32), perm, out, fp16, int(prm[3]), prm[2], key, e0)

@@ -370,10 +370,8 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
     order = np.zeros(0, dtype=np.int64) if root is None else None if isinstance(root, str) else _left_spine(root, n)
     if order is None and n > _MAX_OPS:
         return None
-    if m > _WIDTH and kind in (0, 4) and fa.precision > 24 and order is not None and _wide64(A, load):
-        key = ar.sr_key() if stochastic else np.uint64(0)
-        perm = order if order.size else np.arange(n)
-        res = _narrow.fold_fp64(A, perm, load.fin.precision, load.fin.emin, prm, key, offset)
+    if m > _WIDTH and kind in (0, 4) and fa.precision > 24 and order is not None and compiled:
+        res = _narrow.fold_fp64(A, order if order.size else np.arange(n), load, ar, prm, offset)
         if res is not None:
             return res  # fp64 on wide float32 rows: each added as read, no float64 copy
     if m > _WIDTH and ((kind == 2 and order is None) or (kind == 0 and fa.precision > 24)):
@@ -436,12 +434,6 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
             if k not in (1, 5) or not np.isnan(out.max(initial=0.0)):
                 break
     return out
-
-
-def _wide64(A: np.ndarray, load: _Loader) -> bool:
-    """Whether A's float32 values go into an fp64 fold as they are (compiled, no conversion to do)."""
-    fits = load.fits and load.premul is None and load.fin.precision <= 24
-    return fits and A.dtype == np.float32 and A.flags.c_contiguous and jit.enabled() and A.shape[0] > 1
 
 
 def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False, lazy16: bool = False) -> tuple[np.ndarray, int]:
