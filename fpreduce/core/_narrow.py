@@ -39,7 +39,7 @@ nearest even 1.1-1.3x the in-place numpy adds, toward_zero 1.45x nearest even, u
 1.6x, stochastic about 6x (the generator alone, two 64-bit multiplies per addition,
 costs 2-3x nearest even).
 
-The bit casts are LLVM bitcasts once :func:`kernel` ran (plain Python before, struct
+The bit casts are LLVM bitcasts once :func:`compile_all` ran (plain Python before, struct
 casts; :func:`plain_add` gives the plain :func:`add_narrow` at any time, for tests).
 """
 
@@ -338,7 +338,21 @@ def fold_fp64(A: np.ndarray, perm: np.ndarray, load: Any, ar: Any, prm: np.ndarr
     return None if seen & low else out
 
 
-_NAMES = ("fp16_flags", "add_narrow", "_row5", "_row_kind", "left_rows", "_rows5_m", "rows5", "_rows64", "left_rows64")
+def left_segs(X, Xb, perms, los, his, out, kind, prm, nprm, scale, key, e0):  # type: ignore[no-untyped-def]
+    """:func:`left_rows` of each segment ``s``: columns ``los[s] .. his[s] - 1`` in the row order ``perms[s]``."""
+    seen = np.uint32(0)
+    big = np.uint32(0)
+    for s in range(los.size):
+        a, b = los[s], his[s]
+        bits, mag = left_rows(X, Xb, perms[s], out[a:b], kind, prm, nprm, scale, key, e0 + a, a)
+        seen, big = seen | bits, max(big, mag)
+    return seen, big
+
+
+_NAMES = (
+    *("fp16_flags", "add_narrow", "_row5", "_row_kind", "left_rows", "left_segs"),
+    *("_rows5_m", "rows5", "_rows64", "left_rows64"),
+)
 _COMPILED: list[Any] = []
 _PLAIN = {name: globals()[name] for name in ("add_narrow", "f2u", "f2i", "u2f")}
 
@@ -350,12 +364,6 @@ def plain_add() -> Any:
     for name, fn in _PLAIN.items():
         ns[name] = types.FunctionType(fn.__code__, ns, name)
     return ns["add_narrow"]
-
-
-def kernel() -> Any:
-    """The compiled :func:`left_rows` (its helpers and bit casts compiled first), once."""
-    compile_all()
-    return _COMPILED[0]
 
 
 def compile_all() -> None:
@@ -394,28 +402,32 @@ def wide_kind(kind: int, prm: np.ndarray) -> int:
 
 def fold_left(
     X: np.ndarray,
-    perm: np.ndarray,
+    perms: np.ndarray,
     kind: int,
     prm: np.ndarray,
     key: np.uint64,
     e0: int,
     low: int,
-    cols: tuple[int, int] | None = None,
+    cols: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray | None, bool]:
-    """The left fold of X's float32 rows (columns ``cols``: all) in the order ``perm`` by :func:`left_rows`.
+    """The left fold of X's float32 rows by :func:`left_rows`, in one compiled call: (out, done).
 
-    Returns (out, done).
-    ``out`` None: an input has one of the bits ``low`` set (not in the input format).
-    ``done`` False: a sum reached the format's top, or Inf or NaN (kind 5), or
+    ``perms`` the row order (1-D), or one per segment (2-D) with ``cols`` = (first
+    columns, ends) of the segments, which cover X's columns (column j is element
+    ``e0 + j``). ``out`` None: an input has one of the bits ``low`` set (not in the input
+    format). ``done`` False: a sum reached the format's top, or Inf or NaN (kind 5), or
     Veltkamp's range (kind 1): the caller folds again by the exact scalar path.
     """
     scale, nprm = 1.0, np.zeros(4, dtype=np.uint32)
     if kind == 5:
         scale, nprm = params(int(prm[0]), int(prm[1]), float(prm[2]))
-    c0, c1 = (0, X.shape[1]) if cols is None else cols
-    out = np.empty(c1 - c0, dtype=np.float32)
+    m = X.shape[1]
+    los, his = (np.zeros(1, dtype=np.int64), np.full(1, m, dtype=np.int64)) if cols is None else cols
+    perms = np.asarray(perms, dtype=np.int64).reshape(los.size, -1)
+    out = np.empty(m, dtype=np.float32)
+    compile_all()
     with np.errstate(over="ignore", invalid="ignore"):
-        seen, big = kernel()(X, X.view(np.uint32), perm, out, kind, prm, nprm, scale, key, e0, c0)
+        seen, big = globals()["left_segs"](X, X.view(np.uint32), perms, los, his, out, kind, prm, nprm, scale, key, e0)
     if seen & low:
         return None, True
     if kind == 5:

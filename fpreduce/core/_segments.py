@@ -97,27 +97,11 @@ def fold_segments(
     X, low = _tall._load(A, load, ar, lazy=True, lazy16=wk == 2)
     if X.dtype != np.float32:
         return None
-    out = np.empty(A.shape[1], dtype=np.float32)
-    for lo, hi, order in segments:
-        perm = np.asarray(order, dtype=np.int64)
-        got, done = _narrow.fold_left(X, perm, wk, prm, key, offset + lo, low, (lo, hi))
-        if got is None:  # an input not in the input format: load (round) them all, and start again
-            X, low = _tall._load(A, load, ar)[0], 0
-            return fold_segments_loaded(segments, X, wk, prm, key, offset)
-        if not done:
-            return None
-        out[lo:hi] = got
-    return out
-
-
-def fold_segments_loaded(
-    segments: list[tuple[int, int, np.ndarray]], X: np.ndarray, wk: int, prm: np.ndarray, key: np.uint64, offset: int
-) -> np.ndarray | None:
-    """:func:`fold_segments` of inputs already loaded (float32, in the accumulator's domain)."""
-    out = np.empty(X.shape[1], dtype=np.float32)
-    for lo, hi, order in segments:
-        got, done = _narrow.fold_left(X, np.asarray(order, dtype=np.int64), wk, prm, key, offset + lo, 0, (lo, hi))
-        if got is None or not done:
-            return None
-        out[lo:hi] = got
-    return out
+    los = np.array([lo for lo, _, _ in segments], dtype=np.int64)
+    his = np.array([hi for _, hi, _ in segments], dtype=np.int64)
+    perms = np.array([order for _, _, order in segments], dtype=np.int64)
+    got, done = _narrow.fold_left(X, perms, wk, prm, key, offset, low, (los, his))
+    if got is None:  # an input not in the input format: load (round) them all, and fold again
+        X = _tall._load(A, load, ar)[0]
+        got, done = _narrow.fold_left(X, perms, wk, prm, key, offset, 0, (los, his))
+    return got if done else None
