@@ -34,8 +34,15 @@ same rules as :mod:`fpreduce.core.arith`):
 
 Every addition of the row-block kernel writes a row other than its operands' (a spare
 row, renamed), so that numba vectorizes it. numba caches each compiled function with
-the file that defines it: after editing ``_kernels_round.py``, whose functions are
-inlined here, touch this file too (or clear ``__pycache__``).
+the file that defines it: after editing a module whose functions are inlined in
+another (``_kernels_round.py`` here and in ``_chain.py``), touch the importing file
+too (or clear ``__pycache__``), or the stale inlined copy stays in the cache.
+
+A few columns (up to ``_NARROW``) go to :mod:`fpreduce.core._chain` when it is
+faster: left folds rounded exactly (kind 3: the exact float64 sum's bits, its
+branches off the dependent chain) and ``pairwise`` (blocks of contiguous leaves, no
+program of n ops); other trees and the nearest-even kinds 0..2 of a left fold stay
+in ``_left_columns``.
 
 Stochastic rounding (mode 4, kinds 3 and 4) uses a counter-based generator, so its
 bits depend on the seed alone, not on the shape, the chunking (``offset``), numba or
@@ -69,6 +76,7 @@ from typing import Any
 import numpy as np
 
 from fpreduce.base import jit
+from fpreduce.core import _chain
 from fpreduce.core import _kernels_round as kr
 from fpreduce.core._fastpath import _program
 from fpreduce.core._pairwise import pairwise_program
@@ -374,6 +382,8 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
         order = np.arange(n, dtype=np.int64)  # the row-block kernel indexes through perm
     if order is not None:
         perm, ops, base = order, np.zeros((0, 3), dtype=np.int64), 0
+    elif isinstance(root, str) and m <= _NARROW:  # few columns: _chain folds blocks of leaves (base -1)
+        perm, ops, base = np.zeros(0, dtype=np.int64), np.zeros((0, 3), dtype=np.int64), -1
     elif isinstance(root, str):
         ops, _, base = pairwise_program(n)  # leaves are rows, the tree never built
         perm = np.arange(n, dtype=np.int64)
@@ -404,7 +414,7 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
     with np.errstate(over="ignore", invalid="ignore"):
         for k in (kind, 3):  # kind 1 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond Veltkamp)
             if left:
-                _kernels()[1](X, perm, ops, base, out, k, prm, key, offset)
+                _fold_left(X, perm, ops, base, out, k, prm, key, offset)
             else:
                 seen = _kernels()[0](X, perm, ops, base, out, bufs, k, prm, key, offset, Xb)
                 if seen & low:
@@ -413,6 +423,17 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
             if k != 1 or not np.isnan(out.max(initial=0.0)):
                 break
     return out
+
+
+def _fold_left(X, perm, ops, base, out, kind, prm, key, offset):  # type: ignore[no-untyped-def]
+    """A few columns: pairwise (no ops, ``base`` -1) and left folds rounded exactly (kind 3) by :mod:`._chain`."""
+    if ops.shape[0] == 0 and base < 0:
+        bounds, progs = _chain.pairwise_blocks(X.shape[0])
+        _chain.kernels()[1](X, out, kind, prm, key, offset, bounds, progs)
+    elif kind == 3 and ops.shape[0] == 0:
+        _chain.kernels()[0](X, perm, out, prm, key, offset)
+    else:
+        _kernels()[1](X, perm, ops, base, out, kind, prm, key, offset)
 
 
 def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False) -> tuple[np.ndarray, int]:
