@@ -81,7 +81,8 @@ def test_stochastic_chain_with_specials_and_overflow():
 
 @pytest.mark.parametrize("n", [1, 2, 3, 31, 32, 63, 64, 65, 100, 131, 1000, 4097, 12345])
 def test_pairwise_blocks_are_the_trees_nodes(n):
-    """The boundaries are the nodes of ``pairwise(n)`` at one depth, their programs the subtrees' post-order."""
+    """The boundaries are the nodes of ``pairwise(n)`` at one depth, their programs the subtrees' ops
+    (numbered in post-order, run level by level)."""
     bounds, progs = _chain.pairwise_blocks(n)
     nodes = [(0, n)]
     while len(nodes) < bounds.size - 1:
@@ -103,4 +104,9 @@ def test_pairwise_blocks_are_the_trees_nodes(n):
             return k + len(want) - 1
 
         post(pairwise(k).root)
-        assert progs[q, : k - 1].tolist() == [list(w) for w in want]
+        ops = progs[q, : k - 1].tolist()
+        assert sorted(ops, key=lambda o: o[2]) == [[a, b, t] for t, (a, b) in enumerate(want)]
+        ready = set(range(k))  # run in this order, every op finds its operands computed
+        for a, b, t in ops:
+            assert {a, b} <= ready
+            ready.add(k + t)

@@ -79,32 +79,34 @@ def slow(s, x, mode, c, U):  # type: ignore[no-untyped-def]
     return kr.add_round(s, x, sh, eminb, maxf, big, has_inf, mode, np.float64(U) * 2.0**-53)
 
 
-def step(s, x, mode, c, U):  # type: ignore[no-untyped-def]
+def step(s, x, mode, c, U, chain=True):  # type: ignore[no-untyped-def]
     """``s + x`` (float64 values of a format of p <= 52 bits) rounded once in ``mode`` (U: its 53 random bits).
 
     Every mode adds ``A`` to the bits of the exact sum and clears the ``d`` low ones
-    (a carry is the step away from zero); ``A`` comes from the sign of ``s`` (the
-    chain's previous value, known early): a sum of another sign takes :func:`slow`,
-    as do inexact sums (``v - s != x`` or ``v - x != s``: by Fast2Sum's lemma one of
-    them is exact, so an inexact sum fails one), zeros, subnormals, overflow, NaN, Inf.
+    (a carry is the step away from zero). On a ``chain``, ``A`` comes from the sign of
+    ``s`` (the previous sum, known early) and a sum of another sign takes :func:`slow`;
+    else from the sum's sign. :func:`slow` also takes inexact sums (``v - s != x`` or
+    ``v - x != s``: by Fast2Sum's lemma one of them is exact, so an inexact sum fails
+    one), zeros, subnormals, overflow, NaN and Inf.
     """
     d, low, tinyb, maxb = c[0], c[1], c[2], c[3]
-    bs = kr.f64_bits(s)
-    pos = bs >= 0
-    if mode == 2:
-        A = low if pos else 0
-    elif mode == 3:
-        A = 0 if pos else low
-    elif mode == 4:
-        A = low - ((U if pos else _U53 - U) >> (53 - d))  # carries iff the discarded bits exceed U's top d
-    else:
-        A = 0
     v = s + x
     b = kr.f64_bits(v)
+    bs = kr.f64_bits(s) if chain else b
+    neg = bs >> 63  # -1 below zero, else 0
+    if mode == 2:
+        A = low & ~neg
+    elif mode == 3:
+        A = low & neg
+    elif mode == 4:
+        A = low - ((U ^ (neg & _U53)) >> (53 - d))  # carries iff the discarded bits exceed U's top d
+    else:
+        A = (low >> 1) + ((b >> d) & 1) if mode == 0 else 0
     mag = b & _ABS
-    if v - s == x and v - x == s and mag >= tinyb and mag <= maxb and (b ^ bs) >= 0:  # predicted: off the chain
-        if mode == 0:
-            A = (low >> 1) + ((b >> d) & 1)
+    ok = (v - s == x) & (v - x == s) & (np.uint64(mag - tinyb) <= np.uint64(maxb - tinyb))
+    if chain and mode >= 2:
+        ok &= (b ^ bs) >= 0
+    if ok:  # one predicted branch: off the chain
         return kr.bits_f64((b + A) & ~low)
     return slow(s, x, mode, c, U)
 
@@ -170,28 +172,35 @@ def left_columns(X, perm, out, prm, key, e0):  # type: ignore[no-untyped-def]
         out[0] = _left_m(X, perm, 0, 4, c, z1)
 
 
-def add(x, y, kind, mode, prm, c, z1, t):  # type: ignore[no-untyped-def]
-    """One addition of the pairwise fold, rounded by ``kind`` as ``_tall._add1`` (x, y in X's dtype)."""
+def near(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
+    """One nearest-even addition of kind 0..2 (``_tall._add1``'s: x, y in X's dtype)."""
     if kind == 0:
         return x + y
-    if kind == 1 or kind == 2:
-        r = x + y  # float32
-        cc = r * np.float32(prm[5])
-        v = cc - (cc - r)
-        if kind == 2:
-            if abs(r) < np.float32(prm[6]):
-                v = r
-            if not abs(v) <= np.float32(prm[2]):
-                v = r if r != r else (np.float32(-np.inf) if r < 0 else np.float32(np.inf))
-        return v
-    U = draw(z1, t) if mode == 4 else np.int64(0)
+    r = x + y  # float32
+    cc = r * np.float32(prm[5])
+    v = cc - (cc - r)
+    if kind == 2:
+        if abs(r) < np.float32(prm[6]):
+            v = r
+        if not abs(v) <= np.float32(prm[2]):
+            v = r if r != r else (np.float32(-np.inf) if r < 0 else np.float32(np.inf))
+    return v
+
+
+def exact(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
+    """One addition of kind 3 (:func:`step`) or 4 (fp64: ``kr.add_fp64``); ``U`` its 53 random bits."""
     if kind == 3:
-        return step(np.float64(x), np.float64(y), mode, c, U)
+        return step(np.float64(x), np.float64(y), mode, c, U, False)
     return kr.add_fp64(np.float64(x), np.float64(y), prm[2], mode, np.float64(U) * 2.0**-53)
 
 
-def _pairwise_m(X, j, bounds, progs, kind, mode, prm, c, z1, W, stack):  # type: ignore[no-untyped-def]
-    """The pairwise fold of column j (see the module): blocks ``bounds``, their programs ``progs`` by size."""
+def _pairwise_m(X, j, bounds, progs, add, kind, mode, prm, c, z1, W, stack, D):  # type: ignore[no-untyped-def]
+    """The pairwise fold of column j (see the module): blocks ``bounds``, their programs ``progs`` by size.
+
+    A block's ops run level by level (independent additions side by side), each into its
+    own slot and numbered by its place in the tree's post-order (``progs[.., q, 2]``); the
+    stochastic draws of a block are computed first, in a loop of their own (``D``).
+    """
     t, sp = 0, 0
     c0 = progs.shape[1] - 1  # progs[q] is the program of size c0 + q (q = 0, 1)
     for i in range(bounds.size - 1):
@@ -199,15 +208,19 @@ def _pairwise_m(X, j, bounds, progs, kind, mode, prm, c, z1, W, stack):  # type:
         n = hi - lo
         for k in range(n):
             W[k] = X[lo + k, j]
+        if mode == 4:
+            for q in range(n - 1):
+                D[q] = draw(z1, t + q)
         P = progs[n - c0]
-        for q in range(n - 1):
-            W[n + q] = add(W[P[q, 0]], W[P[q, 1]], kind, mode, prm, c, z1, t + q)
+        for e in range(n - 1):
+            q = P[e, 2]
+            W[n + q] = add(W[P[e, 0]], W[P[e, 1]], kind, mode, prm, c, D[q])
         t += n - 1
         v = W[2 * n - 2]
         r = i + 1
         while r % 2 == 0:  # the merges whose right subtree ends with block i
             sp -= 1
-            v = add(stack[sp], v, kind, mode, prm, c, z1, t)
+            v = add(stack[sp], v, kind, mode, prm, c, draw(z1, t) if mode == 4 else np.int64(0))
             t += 1
             r //= 2
         stack[sp] = v
@@ -219,54 +232,62 @@ def pairwise_columns(X, out, kind, prm, key, e0, bounds, progs):  # type: ignore
     """out[j] <- the pairwise fold of column j of X (kind, prm: ``_tall._kind``'s), one loop per mode."""
     c = consts(prm)
     mode = int(prm[3])
-    W = np.empty(2 * progs.shape[1] + 2, dtype=X.dtype)
+    W = np.empty(2 * progs.shape[1] + 2, dtype=X.dtype)  # nearest even kinds 0..2 add in X's dtype
     stack = np.empty(64, dtype=X.dtype)
+    W64 = np.empty(W.size, dtype=np.float64)  # kinds 3 and 4 in float64 (no conversion per addition)
+    stack64 = np.empty(64, dtype=np.float64)
+    D = np.zeros(progs.shape[1], dtype=np.int64)  # a block's stochastic draws
     for j in range(X.shape[1]):
         z1 = kr.element_seed(key, e0 + j)
         if kind == 0:
-            out[j] = _pairwise_m(X, j, bounds, progs, 0, 0, prm, c, z1, W, stack)
+            out[j] = _pairwise_m(X, j, bounds, progs, near, 0, 0, prm, c, z1, W, stack, D)
         elif kind == 1:
-            out[j] = _pairwise_m(X, j, bounds, progs, 1, 0, prm, c, z1, W, stack)
+            out[j] = _pairwise_m(X, j, bounds, progs, near, 1, 0, prm, c, z1, W, stack, D)
         elif kind == 2:
-            out[j] = _pairwise_m(X, j, bounds, progs, 2, 0, prm, c, z1, W, stack)
+            out[j] = _pairwise_m(X, j, bounds, progs, near, 2, 0, prm, c, z1, W, stack, D)
         elif kind == 4:  # fp64: the mode left a variable (less to compile)
-            out[j] = _pairwise_m(X, j, bounds, progs, 4, mode, prm, c, z1, W, stack)
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 4, mode, prm, c, z1, W64, stack64, D)
         elif mode == 0:
-            out[j] = _pairwise_m(X, j, bounds, progs, 3, 0, prm, c, z1, W, stack)
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 0, prm, c, z1, W64, stack64, D)
         elif mode == 1:
-            out[j] = _pairwise_m(X, j, bounds, progs, 3, 1, prm, c, z1, W, stack)
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 1, prm, c, z1, W64, stack64, D)
         elif mode == 2:
-            out[j] = _pairwise_m(X, j, bounds, progs, 3, 2, prm, c, z1, W, stack)
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 2, prm, c, z1, W64, stack64, D)
         elif mode == 3:
-            out[j] = _pairwise_m(X, j, bounds, progs, 3, 3, prm, c, z1, W, stack)
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 3, prm, c, z1, W64, stack64, D)
         else:
-            out[j] = _pairwise_m(X, j, bounds, progs, 3, 4, prm, c, z1, W, stack)
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 4, prm, c, z1, W64, stack64, D)
 
 
 @functools.lru_cache(maxsize=64)
-def _block_program(n: int) -> tuple[tuple[int, int], ...]:
-    """The ops of ``pairwise(n)`` in post-order, operands as slots: leaves 0..n-1, op q writes slot n + q."""
-    ops: list[tuple[int, int]] = []
+def _block_program(n: int) -> tuple[tuple[int, int, int], ...]:
+    """The ops of ``pairwise(n)`` level by level: (slot a, slot b, q), q the op's place in the tree's post-order.
 
-    def build(lo: int, hi: int) -> int:
+    Slots: leaves 0..n-1, op q writes slot n + q. Ops of one height run together (their
+    operands are ready), in post-order within a height.
+    """
+    ops: list[tuple[int, int, int, int]] = []  # (height, a, b, q)
+
+    def build(lo: int, hi: int) -> tuple[int, int]:
         if hi - lo == 1:
-            return lo
+            return lo, 0
         mid = lo + (hi - lo + 1) // 2
-        a = build(lo, mid)
-        b = build(mid, hi)
-        ops.append((a, b))
-        return n + len(ops) - 1
+        a, ha = build(lo, mid)
+        b, hb = build(mid, hi)
+        h = max(ha, hb) + 1
+        ops.append((h, a, b, len(ops)))
+        return n + len(ops) - 1, h
 
     build(0, n)
-    return tuple(ops)
+    return tuple((a, b, q) for _, a, b, q in sorted(ops))
 
 
 def pairwise_blocks(n: int, block: int = _BLOCK) -> tuple[np.ndarray, np.ndarray]:
     """(the boundaries of the nodes at the depth where they hold ``block`` .. 2 block - 1 leaves, their programs).
 
     The boundaries split ``[0, n)`` as :func:`fpreduce.plans.pairwise` does (the first
-    half gets the extra leaf), level by level; the programs (shape (2, c + 1, 2), padded)
-    are those of sizes ``c`` and ``c + 1``, ``c = n // 2**D``. A tree of one leaf has
+    half gets the extra leaf), level by level; the programs (shape (2, c + 1, 3), padded)
+    are those of sizes ``c`` and ``c + 1``, ``c = n // 2**D`` (:func:`_block_program`). A tree of one leaf has
     one block of one leaf (its program empty: the result is slot ``2 * 1 - 2 = 0``).
     """
     depth = max(0, (n // block).bit_length() - 1)
@@ -277,7 +298,7 @@ def pairwise_blocks(n: int, block: int = _BLOCK) -> tuple[np.ndarray, np.ndarray
         nb[1::2] = b[:-1] + (np.diff(b) + 1) // 2
         b = nb
     c = n >> depth
-    progs = np.zeros((2, c + 1, 2), dtype=np.int64)
+    progs = np.zeros((2, c + 1, 3), dtype=np.int64)
     for q in range(2):
         ops = _block_program(c + q)
         if ops:
@@ -286,7 +307,7 @@ def pairwise_blocks(n: int, block: int = _BLOCK) -> tuple[np.ndarray, np.ndarray
 
 
 _ENTRIES = ("left_columns", "pairwise_columns")
-_HELPERS = ("consts", "draw", "slow", "step", "_left_m", "_many_m", "add", "_pairwise_m")
+_HELPERS = ("consts", "draw", "slow", "step", "_left_m", "_many_m", "near", "exact", "_pairwise_m")
 
 
 def kernels() -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -297,6 +318,6 @@ def kernels() -> tuple[Callable[..., Any], Callable[..., Any]]:
 
         kr.compile_all()
         for name in (*_HELPERS, *_ENTRIES):  # the exact rounder compiled once, not inlined
-            once = name in (*_ENTRIES, "slow")
+            once = name in (*_ENTRIES, "slow", "near", "exact")
             g[name] = numba.njit(cache=True, nogil=True, inline="never" if once else "always")(g[name])
     return g["left_columns"], g["pairwise_columns"]
