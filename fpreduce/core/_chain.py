@@ -120,44 +120,54 @@ def _left_m(X, perm, j, mode, c, z1):  # type: ignore[no-untyped-def]
     return s
 
 
-def _many_m(X, perm, out, mode, c, Z, S):  # type: ignore[no-untyped-def]
+def _many_m(X, perm, out, add, kind, mode, prm, c, Z, S):  # type: ignore[no-untyped-def]
     """Every column's chain at once, interleaved (row by row: independent additions overlap)."""
     ident = perm.size == 0
     for g in range(X.shape[1]):
-        S[g] = np.float64(X[0 if ident else perm[0], g])
+        S[g] = X[0 if ident else perm[0], g]
     for k in range(1, X.shape[0]):
         row = k if ident else perm[k]
         for g in range(X.shape[1]):
             U = draw(Z[g], k - 1) if mode == 4 else np.int64(0)
-            S[g] = step(S[g], np.float64(X[row, g]), mode, c, U)
+            S[g] = add(S[g], X[row, g], kind, mode, prm, c, U)
     for g in range(X.shape[1]):
         out[g] = S[g]
 
 
-def left_columns(X, perm, out, prm, key, e0):  # type: ignore[no-untyped-def]
-    """out[j] <- the left fold of column j of X (rows in the order ``perm``, empty: in order), p <= 52 bits.
+def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-def]
+    """out[j] <- the left fold of column j of X (rows in the order ``perm``, empty: in order).
 
-    One column: its chain in a register; more: every column's chain interleaved. One
-    loop per mode (a constant mode keeps the chain short); ``key``, ``e0``: the
+    One column (kinds 2, 3: fp16 nearest even and every format of p <= 52 bits in any
+    mode): its chain in a register, rounded by :func:`step`. More columns (every kind
+    but 4): the columns' chains interleaved, kinds 0..2 by :func:`near`. One loop per
+    kind and mode (a constant mode keeps the chain short); ``key``, ``e0``: the
     stochastic generator's key and the element of column 0.
     """
     c = consts(prm)
-    mode = int(prm[3])
+    mode = int(prm[3]) if kind == 3 else 0
     if X.shape[1] > 1:
         Z = np.empty(X.shape[1], dtype=np.uint64)
         for j in range(X.shape[1]):
             Z[j] = kr.element_seed(key, e0 + j)
-        S = np.empty(X.shape[1], dtype=np.float64)
-        if mode == 0:
-            _many_m(X, perm, out, 0, c, Z, S)
+        S = np.empty(X.shape[1], dtype=X.dtype)  # kinds 0..2 add in X's dtype
+        S64 = np.empty(X.shape[1], dtype=np.float64)
+        if kind < 3:
+            if kind == 0:
+                _many_m(X, perm, out, near, 0, 0, prm, c, Z, S)
+            elif kind == 1:
+                _many_m(X, perm, out, near, 1, 0, prm, c, Z, S)
+            else:
+                _many_m(X, perm, out, near, 2, 0, prm, c, Z, S)
+        elif mode == 0:
+            _many_m(X, perm, out, chained, 3, 0, prm, c, Z, S64)
         elif mode == 1:
-            _many_m(X, perm, out, 1, c, Z, S)
+            _many_m(X, perm, out, chained, 3, 1, prm, c, Z, S64)
         elif mode == 2:
-            _many_m(X, perm, out, 2, c, Z, S)
+            _many_m(X, perm, out, chained, 3, 2, prm, c, Z, S64)
         elif mode == 3:
-            _many_m(X, perm, out, 3, c, Z, S)
+            _many_m(X, perm, out, chained, 3, 3, prm, c, Z, S64)
         else:
-            _many_m(X, perm, out, 4, c, Z, S)
+            _many_m(X, perm, out, chained, 3, 4, prm, c, Z, S64)
         return
     z1 = kr.element_seed(key, e0)
     if mode == 0:
@@ -170,6 +180,11 @@ def left_columns(X, perm, out, prm, key, e0):  # type: ignore[no-untyped-def]
         out[0] = _left_m(X, perm, 0, 3, c, z1)
     else:
         out[0] = _left_m(X, perm, 0, 4, c, z1)
+
+
+def chained(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
+    """:func:`step` on a chain (x the running sum), as :func:`near`'s signature."""
+    return step(np.float64(x), np.float64(y), mode, c, U, True)
 
 
 def near(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
@@ -307,7 +322,7 @@ def pairwise_blocks(n: int, block: int = _BLOCK) -> tuple[np.ndarray, np.ndarray
 
 
 _ENTRIES = ("left_columns", "pairwise_columns")
-_HELPERS = ("consts", "draw", "slow", "step", "_left_m", "_many_m", "near", "exact", "_pairwise_m")
+_HELPERS = ("consts", "draw", "slow", "step", "_left_m", "_many_m", "near", "chained", "exact", "_pairwise_m")
 
 
 def kernels() -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -318,6 +333,6 @@ def kernels() -> tuple[Callable[..., Any], Callable[..., Any]]:
 
         kr.compile_all()
         for name in (*_HELPERS, *_ENTRIES):  # the exact rounder compiled once, not inlined
-            once = name in (*_ENTRIES, "slow", "near", "exact")
+            once = name in (*_ENTRIES, "slow", "near", "chained", "exact")
             g[name] = numba.njit(cache=True, nogil=True, inline="never" if once else "always")(g[name])
     return g["left_columns"], g["pairwise_columns"]
