@@ -369,8 +369,8 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
         root = pairwise(n).root  # the numpy stochastic fold takes the tree
     tree = root
     order = np.zeros(0, dtype=np.int64) if root is None else None if isinstance(root, str) else _left_spine(root, n)
-    if order is None and n > _MAX_OPS:
-        return None
+    if order is None and n > _MAX_OPS and not (isinstance(root, str) and m <= _NARROW):
+        return None  # (pairwise on a few columns builds no program: _chain's blocks)
     key = np.uint64(0)
     if stochastic:
         key = ar.sr_key()  # the first draw of the seed's generator
