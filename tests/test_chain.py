@@ -28,9 +28,9 @@ def _inp(acc):
 @pytest.mark.parametrize("acc", ACCS)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("plan", ["sequential", "pairwise"])
-@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("m", [1, 3, 8, 13])
 def test_narrow_folds_equal_the_fraction_reference(acc, mode, plan, m):
-    n = {1: 131, 3: 67, 8: 33}[m]  # odd: blocks of two sizes (131 = 4 blocks of 32 or 33 leaves)
+    n = {1: 131, 3: 67, 8: 33, 13: 21}[m]  # odd: blocks of two sizes (131 = 4 blocks of 32 or 33 leaves)
     for seed in (0, 1):
         X = data(_inp(acc), n, m, seed + 10 * m, specials=seed == 1)
         kw = {"input": _inp(acc), "accumulate": acc, "rounding": mode}
@@ -57,7 +57,7 @@ def test_long_chains_cross_signs_binades_and_inexact_sums(acc, mode):
 
 @needs_jit
 @pytest.mark.parametrize("acc", ACCS)
-@pytest.mark.parametrize("m", [1, 3])
+@pytest.mark.parametrize("m", [1, 3, 12])
 def test_stochastic_narrow_folds_equal_the_numpy_fold(acc, m):
     n = 301
     X = data(_inp(acc), n, m, 5, specials=False)

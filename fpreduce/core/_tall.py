@@ -38,11 +38,12 @@ the file that defines it: after editing a module whose functions are inlined in
 another (``_kernels_round.py`` here and in ``_chain.py``), touch the importing file
 too (or clear ``__pycache__``), or the stale inlined copy stays in the cache.
 
-A few columns (up to ``_NARROW``) go to :mod:`fpreduce.core._chain` when it is
-faster: left folds rounded exactly (kind 3: the exact float64 sum's bits, its
-branches off the dependent chain) and ``pairwise`` (blocks of contiguous leaves, no
-program of n ops); other trees and the nearest-even kinds 0..2 of a left fold stay
-in ``_left_columns``.
+A few columns (up to ``_NARROW``, or ``_CHAIN`` for the sequential and pairwise plans
+but in fp64's directed and stochastic modes) go to :mod:`fpreduce.core._chain`: left
+folds of kinds 2 and 3 (rounded from the exact float64 sum's bits, the checks off the
+dependent chain), of kinds 0 and 1 on several columns (the columns' chains
+interleaved), and ``pairwise`` (blocks of contiguous leaves, no program of n ops); one
+column of kind 0 or 1, fp64 (kind 4) and other trees stay in ``_left_columns``.
 
 Stochastic rounding (mode 4, kinds 3 and 4) uses a counter-based generator, so its
 bits depend on the seed alone, not on the shape, the chunking (``offset``), numba or
@@ -90,6 +91,7 @@ _WIDE = 1 << 18  # and at most (long runs of each row of X keep the prefetcher s
 _BUDGET = 1 << 19  # elements in the live rows of a block, all together (2 MB of float32: L2)
 _MODES = {Mode.NEAREST_EVEN: 0, Mode.TOWARD_ZERO: 1, Mode.UP: 2, Mode.DOWN: 3, Mode.STOCHASTIC: 4}
 _NARROW = 8  # up to this many columns, a left fold keeps each column's sum in a register
+_CHAIN = 16  # and up to this many, sequential and pairwise folds run in _chain (but fp64's directed ones)
 _NO_BITS = np.zeros((0, 0), dtype=np.uint32)
 _MAX_OPS = 1 << 26  # a tree of more leaves than this is not compiled into a program (memory)
 
@@ -369,7 +371,9 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
         root = pairwise(n).root  # the numpy stochastic fold takes the tree
     tree = root
     order = np.zeros(0, dtype=np.int64) if root is None else None if isinstance(root, str) else _left_spine(root, n)
-    if order is None and n > _MAX_OPS and not (isinstance(root, str) and m <= _NARROW):
+    # a register per column (_NARROW), or _chain's folds of sequential and pairwise (fp64 directed: the rows)
+    left = m <= _NARROW or (m <= _CHAIN and kind != 4 and (order is not None or isinstance(root, str)))
+    if order is None and n > _MAX_OPS and not (isinstance(root, str) and left):
         return None  # (pairwise on a few columns builds no program: _chain's blocks)
     key = np.uint64(0)
     if stochastic:
@@ -378,11 +382,11 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
             assert not isinstance(tree, str)
             return _fold_numpy_sr(tree, order, _load(A, load, ar)[0], fa, key, offset)
     narrow = fa.precision <= 24  # accumulator values are float32 values
-    if order is not None and (m > _NARROW and order.size == 0):
+    if order is not None and (not left and order.size == 0):
         order = np.arange(n, dtype=np.int64)  # the row-block kernel indexes through perm
     if order is not None:
         perm, ops, base = order, np.zeros((0, 3), dtype=np.int64), 0
-    elif isinstance(root, str) and m <= _NARROW:  # few columns: _chain folds blocks of leaves (base -1)
+    elif isinstance(root, str) and left:  # few columns: _chain folds blocks of leaves (base -1)
         perm, ops, base = np.zeros(0, dtype=np.int64), np.zeros((0, 3), dtype=np.int64), -1
     elif isinstance(root, str):
         ops, _, base = pairwise_program(n)  # leaves are rows, the tree never built
@@ -391,7 +395,6 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
         assert root is not None
         prog, _, top = _program(root, n)  # leaves are rows
         perm, ops, base = np.arange(n, dtype=np.int64), np.array(prog, dtype=np.int64), top
-    left = m <= _NARROW  # a register per column (a left fold, or the tree's program on scalars)
     X, low = _load(A, load, ar, lazy=not left and n > 1)
     if n == 1:
         return np.array(X[0], dtype=np.float32 if narrow else np.float64)
