@@ -134,14 +134,59 @@ def _many_m(X, perm, out, add, kind, mode, prm, c, Z, S):  # type: ignore[no-unt
         out[g] = S[g]
 
 
+def fast(s, x, mode, c, U):  # type: ignore[no-untyped-def]
+    """(the bits of :func:`step`'s fast result, whether it holds): branch free, so a row of them vectorizes."""
+    d, low, tinyb, maxb = c[0], c[1], c[2], c[3]
+    v = s + x
+    b = kr.f64_bits(v)
+    neg = b >> 63
+    if mode == 2:
+        A = low & ~neg
+    elif mode == 3:
+        A = low & neg
+    elif mode == 4:
+        A = low - ((U ^ (neg & _U53)) >> (53 - d))
+    else:
+        A = (low >> 1) + ((b >> d) & 1) if mode == 0 else 0
+    ok = (v - s == x) & (v - x == s) & (np.uint64((b & _ABS) - tinyb) <= np.uint64(maxb - tinyb))
+    stays = (s - s != 0.0) & (x - x == 0.0)  # Inf or NaN plus a finite value: itself
+    return (s if stays else kr.bits_f64((b + A) & ~low)), ok | stays
+
+
+def _rows_m(X, perm, out, mode, c, Z, S, OK):  # type: ignore[no-untyped-def]
+    """Every column's chain at once, a row at a time by :func:`fast` (vectorized across the columns);
+    a row where some column's sum is not fast takes :func:`step` for those columns."""
+    ident = perm.size == 0
+    for g in range(X.shape[1]):
+        S[g] = X[0 if ident else perm[0], g]
+    for k in range(1, X.shape[0]):
+        row = k if ident else perm[k]
+        bad = False
+        for g in range(X.shape[1]):
+            s = S[g]
+            U = draw(Z[g], k - 1) if mode == 4 else np.int64(0)
+            r, ok = fast(s, np.float64(X[row, g]), mode, c, U)
+            S[g] = r if ok else s
+            OK[g] = ok
+            bad |= not ok
+        if bad:
+            for g in range(X.shape[1]):
+                if not OK[g]:
+                    U = draw(Z[g], k - 1) if mode == 4 else np.int64(0)
+                    S[g] = step(S[g], np.float64(X[row, g]), mode, c, U, False)
+    for g in range(X.shape[1]):
+        out[g] = S[g]
+
+
 def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-def]
     """out[j] <- the left fold of column j of X (rows in the order ``perm``, empty: in order).
 
     One column (kinds 2, 3: fp16 nearest even and every format of p <= 52 bits in any
     mode): its chain in a register, rounded by :func:`step`. More columns (every kind
-    but 4): the columns' chains interleaved, kinds 0..2 by :func:`near`. One loop per
-    kind and mode (a constant mode keeps the chain short); ``key``, ``e0``: the
-    stochastic generator's key and the element of column 0.
+    but 4): the columns' chains interleaved, kinds 0..2 by :func:`near`, kind 3 by
+    :func:`step` (2..7 columns) or a row at a time by :func:`fast` (8 and more: a
+    vector). One loop per kind and mode (a constant mode keeps the chain short);
+    ``key``, ``e0``: the stochastic generator's key and the element of column 0.
     """
     c = consts(prm)
     mode = int(prm[3]) if kind == 3 else 0
@@ -151,6 +196,7 @@ def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-d
             Z[j] = kr.element_seed(key, e0 + j)
         S = np.empty(X.shape[1], dtype=X.dtype)  # kinds 0..2 add in X's dtype
         S64 = np.empty(X.shape[1], dtype=np.float64)
+        OK = np.empty(X.shape[1], dtype=np.bool_)
         if kind < 3:
             if kind == 0:
                 _many_m(X, perm, out, near, 0, 0, prm, c, Z, S)
@@ -158,6 +204,17 @@ def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-d
                 _many_m(X, perm, out, near, 1, 0, prm, c, Z, S)
             else:
                 _many_m(X, perm, out, near, 2, 0, prm, c, Z, S)
+        elif X.shape[1] >= 8:  # a vector of columns (fewer: the scalar chains, their checks predicted)
+            if mode == 0:
+                _rows_m(X, perm, out, 0, c, Z, S64, OK)
+            elif mode == 1:
+                _rows_m(X, perm, out, 1, c, Z, S64, OK)
+            elif mode == 2:
+                _rows_m(X, perm, out, 2, c, Z, S64, OK)
+            elif mode == 3:
+                _rows_m(X, perm, out, 3, c, Z, S64, OK)
+            else:
+                _rows_m(X, perm, out, 4, c, Z, S64, OK)
         elif mode == 0:
             _many_m(X, perm, out, chained, 3, 0, prm, c, Z, S64)
         elif mode == 1:
@@ -322,7 +379,20 @@ def pairwise_blocks(n: int, block: int = _BLOCK) -> tuple[np.ndarray, np.ndarray
 
 
 _ENTRIES = ("left_columns", "pairwise_columns")
-_HELPERS = ("consts", "draw", "slow", "step", "_left_m", "_many_m", "near", "chained", "exact", "_pairwise_m")
+_HELPERS = (
+    "consts",
+    "draw",
+    "slow",
+    "step",
+    "fast",
+    "_left_m",
+    "_many_m",
+    "_rows_m",
+    "near",
+    "chained",
+    "exact",
+    "_pairwise_m",
+)
 
 
 def kernels() -> tuple[Callable[..., Any], Callable[..., Any]]:
