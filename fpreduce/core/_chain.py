@@ -153,7 +153,7 @@ def fast(s, x, mode, c, U):  # type: ignore[no-untyped-def]
     return (s if stays else kr.bits_f64((b + A) & ~low)), ok | stays
 
 
-def _rows_m(X, perm, out, mode, c, Z, S, OK):  # type: ignore[no-untyped-def]
+def _rows_m(X, perm, out, mode, prm, c, Z, S, OK):  # type: ignore[no-untyped-def]
     """Every column's chain at once, a row at a time by :func:`fast` (vectorized across the columns);
     a row where some column's sum is not fast takes :func:`step` for those columns."""
     ident = perm.size == 0
@@ -173,7 +173,7 @@ def _rows_m(X, perm, out, mode, c, Z, S, OK):  # type: ignore[no-untyped-def]
             for g in range(X.shape[1]):
                 if not OK[g]:
                     U = draw(Z[g], k - 1) if mode == 4 else np.int64(0)
-                    S[g] = step(S[g], np.float64(X[row, g]), mode, c, U, False)
+                    S[g] = exact(S[g], np.float64(X[row, g]), 3, mode, prm, c, U)  # a call: compiled once
     for g in range(X.shape[1]):
         out[g] = S[g]
 
@@ -206,15 +206,15 @@ def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-d
                 _many_m(X, perm, out, near, 2, 0, prm, c, Z, S)
         elif X.shape[1] >= 8:  # a vector of columns (fewer: the scalar chains, their checks predicted)
             if mode == 0:
-                _rows_m(X, perm, out, 0, c, Z, S64, OK)
+                _rows_m(X, perm, out, 0, prm, c, Z, S64, OK)
             elif mode == 1:
-                _rows_m(X, perm, out, 1, c, Z, S64, OK)
+                _rows_m(X, perm, out, 1, prm, c, Z, S64, OK)
             elif mode == 2:
-                _rows_m(X, perm, out, 2, c, Z, S64, OK)
+                _rows_m(X, perm, out, 2, prm, c, Z, S64, OK)
             elif mode == 3:
-                _rows_m(X, perm, out, 3, c, Z, S64, OK)
+                _rows_m(X, perm, out, 3, prm, c, Z, S64, OK)
             else:
-                _rows_m(X, perm, out, 4, c, Z, S64, OK)
+                _rows_m(X, perm, out, 4, prm, c, Z, S64, OK)
         elif mode == 0:
             _many_m(X, perm, out, chained, 3, 0, prm, c, Z, S64)
         elif mode == 1:

@@ -429,13 +429,13 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
 
 
 def _fold_left(X, perm, ops, base, out, kind, prm, key, offset):  # type: ignore[no-untyped-def]
-    """A few columns: pairwise (no ops, ``base`` -1), left folds of kinds 2 and 3, and of kinds 0 and 1 on
-    more than one column (interleaved) by :mod:`._chain`; one column of kind 0 or 1, fp64 (kind 4) and
-    other trees by :func:`_left_columns`."""
+    """A few columns: pairwise (no ops, ``base`` -1), and float32 left folds of kinds 2 and 3, and of kinds
+    0 and 1 on more than one column (interleaved) by :mod:`._chain`; one column of kind 0 or 1, float64
+    (fp64 and formats over 24 bits) and other trees by :func:`_left_columns`."""
     if ops.shape[0] == 0 and base < 0:
         bounds, progs = _chain.pairwise_blocks(X.shape[0])
         _chain.kernels()[1](X, out, kind, prm, key, offset, bounds, progs)
-    elif ops.shape[0] == 0 and (kind in (2, 3) or (kind < 2 and X.shape[1] > 1)):
+    elif ops.shape[0] == 0 and X.dtype == np.float32 and (kind in (2, 3) or (kind < 2 and X.shape[1] > 1)):
         _chain.kernels()[0](X, perm, out, kind, prm, key, offset)
     else:
         _kernels()[1](X, perm, ops, base, out, kind, prm, key, offset)
