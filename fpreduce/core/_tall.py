@@ -38,8 +38,8 @@ the file that defines it: after editing a module whose functions are inlined in
 another (``_kernels_round.py`` here and in ``_chain.py``), touch the importing file
 too (or clear ``__pycache__``), or the stale inlined copy stays in the cache.
 
-A few columns (up to ``_NARROW``, or ``_CHAIN`` for the sequential and pairwise plans
-but in fp64's directed and stochastic modes) go to :mod:`fpreduce.core._chain`: left
+A few columns (up to ``_NARROW``, or ``_CHAIN`` for the sequential plan and directed or
+stochastic pairwise, fp64's directed modes excepted) go to :mod:`fpreduce.core._chain`: left
 folds of kinds 2 and 3 (rounded from the exact float64 sum's bits, the checks off the
 dependent chain), of kinds 0 and 1 on several columns (the columns' chains
 interleaved), and ``pairwise`` (blocks of contiguous leaves, no program of n ops); one
@@ -91,7 +91,7 @@ _WIDE = 1 << 18  # and at most (long runs of each row of X keep the prefetcher s
 _BUDGET = 1 << 19  # elements in the live rows of a block, all together (2 MB of float32: L2)
 _MODES = {Mode.NEAREST_EVEN: 0, Mode.TOWARD_ZERO: 1, Mode.UP: 2, Mode.DOWN: 3, Mode.STOCHASTIC: 4}
 _NARROW = 8  # up to this many columns, a left fold keeps each column's sum in a register
-_CHAIN = 16  # and up to this many, sequential and pairwise folds run in _chain (but fp64's directed ones)
+_CHAIN = 16  # and up to this many, sequential and directed pairwise folds run in _chain (not fp64's directed)
 _NO_BITS = np.zeros((0, 0), dtype=np.uint32)
 _MAX_OPS = 1 << 26  # a tree of more leaves than this is not compiled into a program (memory)
 
@@ -371,8 +371,10 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
         root = pairwise(n).root  # the numpy stochastic fold takes the tree
     tree = root
     order = np.zeros(0, dtype=np.int64) if root is None else None if isinstance(root, str) else _left_spine(root, n)
-    # a register per column (_NARROW), or _chain's folds of sequential and pairwise (fp64 directed: the rows)
-    left = m <= _NARROW or (m <= _CHAIN and kind != 4 and (order is not None or isinstance(root, str)))
+    # a register per column (_NARROW), or _chain's sequential folds and directed or stochastic pairwise ones
+    # (nearest-even pairwise and fp64's directed folds: the row kernel, vectorized, is as fast)
+    chain = order is not None or (isinstance(root, str) and kind == 3)
+    left = m <= _NARROW or (m <= _CHAIN and kind != 4 and chain)
     if order is None and n > _MAX_OPS and not (isinstance(root, str) and left):
         return None  # (pairwise on a few columns builds no program: _chain's blocks)
     key = np.uint64(0)
