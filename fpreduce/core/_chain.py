@@ -21,14 +21,20 @@ keeps on that chain only what depends on the running sum, for every format of at
 * the stochastic draw ``U`` depends only on the element seed and the addition index,
   so it is computed beside the chain.
 
-The fp64 accumulator's directed and stochastic chain stays ``_kernels_round.left_any``.
+Several columns (float32 inputs, every kind but fp64's 4): 2..7 columns run their
+chains interleaved row by row (:func:`step`; nearest even kinds 0..2 by :func:`near`,
+which vectorizes across the row), 8 and more a row at a time by the branch-free
+:func:`fast` (a vector of columns), a row where some column is off the fast path
+redone by :func:`step` for those columns. The fp64 accumulator's chains stay in
+``_tall._left_columns``.
 
 :func:`pairwise_columns` folds each column along :func:`fpreduce.plans.pairwise`'s tree
 without building it or its program of n ops: the tree's nodes at depth ``D`` are
 contiguous blocks of ``c`` or ``c + 1`` leaves (``c = n // 2**D``, 32 <= c < 64 for
 large n; the boundaries come from the same split rule, level by level, in numpy), each
-block is folded by the small program of its size (every op writes its own slot, so
-independent additions overlap), and the blocks are merged as the perfect binary tree of
+block is folded by the small program of its size (every op writes its own slot and
+the ops run level by level, so independent additions overlap; kinds 3 and 4 in float64,
+a block's stochastic draws first, in a loop that vectorizes), and the blocks are merged as the perfect binary tree of
 depth ``D`` above them, in post-order (after block i, ``ctz(i + 1)`` merges). Additions
 are numbered in the tree's post-order, as stochastic rounding draws them. Every addition
 is rounded as :func:`fpreduce.core._tall._add1` (``kind`` 0..4), kinds 3 (p <= 52) by the
@@ -36,7 +42,12 @@ exact-sum path above.
 
 numba caches each compiled function with the file that defines it: after editing
 ``_kernels_round.py``, whose functions are inlined here, touch this file too (or clear
-``__pycache__``). Plain Python without numba (tests run the functions uncompiled).
+``__pycache__``). The rounding functions are passed to the loops as arguments (LLVM
+inlines them; numba's own inlining of 9..15 specialized loops compiled 2..4 times
+slower). Compiled only: without numba the engine's numpy paths run (the same bits;
+tests/test_chain.py compares the kernels with ``reduce_reference`` and the numpy
+stochastic fold). Cold compile: ~20 s of CPU for :func:`left_columns`, ~10 s for
+:func:`pairwise_columns` (float32), ~6 s more for its float64 variant (fp64).
 """
 
 from __future__ import annotations
