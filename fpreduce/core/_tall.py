@@ -39,8 +39,16 @@ same rules as :mod:`fpreduce.core.arith`):
 
 Every addition of the row-block kernel writes a row other than its operands' (a spare
 row, renamed), so that numba vectorizes it. numba caches each compiled function with
-the file that defines it: after editing ``_kernels_round.py``, whose functions are
-inlined here, touch this file too (or clear ``__pycache__``).
+the file that defines it: after editing a module whose functions are inlined in
+another (``_kernels_round.py`` here and in ``_chain.py``), touch the importing file
+too (or clear ``__pycache__``), or the stale inlined copy stays in the cache.
+
+A few columns (up to ``_NARROW``, or ``_CHAIN`` for the sequential plan and directed or
+stochastic pairwise, fp64's directed modes excepted) go to :mod:`fpreduce.core._chain`: left
+folds of kinds 2 and 3 (rounded from the exact float64 sum's bits, the checks off the
+dependent chain), of kinds 0 and 1 on several columns (the columns' chains
+interleaved), and ``pairwise`` (blocks of contiguous leaves, no program of n ops); one
+column of kind 0 or 1, fp64 (kind 4) and other trees stay in ``_left_columns``.
 
 Stochastic rounding (mode 4, kinds 3 and 4) uses a counter-based generator, so its
 bits depend on the seed alone, not on the shape, the chunking (``offset``), numba or
@@ -74,8 +82,8 @@ from typing import Any
 import numpy as np
 
 from fpreduce.base import jit
+from fpreduce.core import _chain, _narrow
 from fpreduce.core import _kernels_round as kr
-from fpreduce.core import _narrow
 from fpreduce.core._fastpath import _program
 from fpreduce.core._pairwise import pairwise_program
 from fpreduce.core._sr_numpy import _fold_numpy_sr
@@ -88,6 +96,7 @@ _WIDE = 1 << 18  # and at most (long runs of each row of X keep the prefetcher s
 _BUDGET = 1 << 19  # elements in the live rows of a block, all together (2 MB of float32: L2)
 _MODES = {Mode.NEAREST_EVEN: 0, Mode.TOWARD_ZERO: 1, Mode.UP: 2, Mode.DOWN: 3, Mode.STOCHASTIC: 4}
 _NARROW = 8  # up to this many columns, a left fold keeps each column's sum in a register
+_CHAIN = 16  # and up to this many, sequential and directed pairwise folds run in _chain (not fp64's directed)
 _NO_BITS = np.zeros((0, 0), dtype=np.uint32)
 _MAX_OPS = 1 << 26  # a tree of more leaves than this is not compiled into a program (memory)
 
@@ -368,8 +377,12 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
         root = pairwise(n).root  # the numpy stochastic fold takes the tree
     tree = root
     order = np.zeros(0, dtype=np.int64) if root is None else None if isinstance(root, str) else _left_spine(root, n)
-    if order is None and n > _MAX_OPS:
-        return None
+    # a register per column (_NARROW), or _chain's sequential folds and directed or stochastic pairwise ones
+    # (nearest-even pairwise and fp64's directed folds: the row kernel, vectorized, is as fast)
+    chain = order is not None or (isinstance(root, str) and kind == 3)
+    left = m <= _NARROW or (m <= _CHAIN and kind != 4 and chain)
+    if order is None and n > _MAX_OPS and not (isinstance(root, str) and left):
+        return None  # (pairwise on a few columns builds no program: _chain's blocks)
     if m > _WIDTH and kind in (0, 4) and fa.precision > 24 and order is not None and compiled:
         res = _narrow.fold_fp64(A, order if order.size else np.arange(n), load, ar, prm, offset)
         if res is not None:
@@ -383,10 +396,12 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
             assert not isinstance(tree, str)
             return _fold_numpy_sr(tree, order, _load(A, load, ar)[0], fa, key, offset)
     narrow = fa.precision <= 24  # accumulator values are float32 values
-    if order is not None and (m > _NARROW and order.size == 0):
+    if order is not None and (not left and order.size == 0):
         order = np.arange(n, dtype=np.int64)  # the row-block kernel indexes through perm
     if order is not None:
         perm, ops, base = order, np.zeros((0, 3), dtype=np.int64), 0
+    elif isinstance(root, str) and left:  # few columns: _chain folds blocks of leaves (base -1)
+        perm, ops, base = np.zeros(0, dtype=np.int64), np.zeros((0, 3), dtype=np.int64), -1
     elif isinstance(root, str):
         ops, _, base = pairwise_program(n)  # leaves are rows, the tree never built
         perm = np.arange(n, dtype=np.int64)
@@ -394,7 +409,6 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
         assert root is not None
         prog, _, top = _program(root, n)  # leaves are rows
         perm, ops, base = np.arange(n, dtype=np.int64), np.array(prog, dtype=np.int64), top
-    left = m <= _NARROW  # a register per column (a left fold, or the tree's program on scalars)
     wide = not left and order is not None and kind == 2  # _narrow's fold checks fp16 inputs as it reads them
     X, low = _load(A, load, ar, lazy=not left and n > 1, lazy16=wide)
     if n == 1:
@@ -425,7 +439,7 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
     with np.errstate(over="ignore", invalid="ignore"):
         for k in (kind, 3):  # kind 1 or 5 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond range)
             if left:
-                _kernels()[1](X, perm, ops, base, out, k, prm, key, offset)
+                _fold_left(X, perm, ops, base, out, k, prm, key, offset)
             else:
                 seen = _kernels()[0](X, perm, ops, base, out, bufs, k, prm, key, offset, Xb)
                 if seen & low:
@@ -434,6 +448,19 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
             if k not in (1, 5) or not np.isnan(out.max(initial=0.0)):
                 break
     return out
+
+
+def _fold_left(X, perm, ops, base, out, kind, prm, key, offset):  # type: ignore[no-untyped-def]
+    """A few columns: pairwise (no ops, ``base`` -1), and float32 left folds of kinds 2 and 3, and of kinds
+    0 and 1 on more than one column (interleaved) by :mod:`._chain`; one column of kind 0 or 1, float64
+    (fp64 and formats over 24 bits) and other trees by :func:`_left_columns`."""
+    if ops.shape[0] == 0 and base < 0:
+        bounds, progs = _chain.pairwise_blocks(X.shape[0])
+        _chain.kernels()[1](X, out, kind, prm, key, offset, bounds, progs)
+    elif ops.shape[0] == 0 and X.dtype == np.float32 and (kind in (2, 3) or (kind < 2 and X.shape[1] > 1)):
+        _chain.kernels()[0](X, perm, out, kind, prm, key, offset)
+    else:
+        _kernels()[1](X, perm, ops, base, out, kind, prm, key, offset)
 
 
 def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False, lazy16: bool = False) -> tuple[np.ndarray, int]:

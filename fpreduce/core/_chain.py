@@ -1,0 +1,419 @@
+"""Tall, narrow folds (one column, or a few): short dependent chains, for the engine's compiled fold.
+
+A left fold of one column is a chain: each addition waits for the one before, so its
+speed is the latency of one rounded addition, not its throughput. :func:`left_columns`
+keeps on that chain only what depends on the running sum, for every format of at most
+52 bits (bf16, tf32, fp16, fp8, fp32) in every mode:
+
+* the sum ``v = s + x`` of two values of such a format, in float64, is almost always
+  exact (unless their exponents are more than about ``53 - p`` apart). Then rounding it
+  once to the format is integer work on its bits: with ``d = 53 - p`` discarded bits
+  (the format's normal range: ``2**emin <= |v| <= max_finite``), toward zero keeps
+  ``b & ~low``, up and down add ``low`` first on their side of zero, nearest even adds
+  half a step less one plus the last kept bit, and stochastic rounding steps away from
+  zero iff the 53 random bits ``U`` (or ``2**53 - 1 - U`` below zero) are below the
+  discarded bits shifted to 53: exactly the law of :mod:`fpreduce.core._tall`
+  (``u < ((s - lo) + err) / (hi - lo)`` with ``err = 0``, a fraction of 2**d).
+* whether ``v`` is exact (``v - s == x`` and ``v - x == s``), in range and of the sign of
+  ``s`` is a branch the processor predicts; it leaves the chain. Anything else (an
+  inexact sum, a zero, a subnormal, overflow, NaN, Inf) takes
+  :func:`fpreduce.core._kernels_round.add_round`, the exact rounder: the same bits.
+* the stochastic draw ``U`` depends only on the element seed and the addition index,
+  so it is computed beside the chain.
+
+Several columns (float32 inputs, every kind but fp64's 4): 2..7 columns run their
+chains interleaved row by row (:func:`step`; nearest even kinds 0..2 by :func:`near`,
+which vectorizes across the row), 8 and more a row at a time by the branch-free
+:func:`fast` (a vector of columns), a row where some column is off the fast path
+redone by :func:`step` for those columns. The fp64 accumulator's chains stay in
+``_tall._left_columns``.
+
+:func:`pairwise_columns` folds each column along :func:`fpreduce.plans.pairwise`'s tree
+without building it or its program of n ops: the tree's nodes at depth ``D`` are
+contiguous blocks of ``c`` or ``c + 1`` leaves (``c = n // 2**D``, 32 <= c < 64 for
+large n; the boundaries come from the same split rule, level by level, in numpy), each
+block is folded by the small program of its size (every op writes its own slot and
+the ops run level by level, so independent additions overlap; kinds 3 and 4 in float64,
+a block's stochastic draws first, in a loop that vectorizes), and the blocks are merged as the perfect binary tree of
+depth ``D`` above them, in post-order (after block i, ``ctz(i + 1)`` merges). Additions
+are numbered in the tree's post-order, as stochastic rounding draws them. Every addition
+is rounded as :func:`fpreduce.core._tall._add1` (``kind`` 0..4), kinds 3 (p <= 52) by the
+exact-sum path above.
+
+numba caches each compiled function with the file that defines it: after editing
+``_kernels_round.py``, whose functions are inlined here, touch this file too (or clear
+``__pycache__``). The rounding functions are passed to the loops as arguments (LLVM
+inlines them; numba's own inlining of 9..15 specialized loops compiled 2..4 times
+slower). Compiled only: without numba the engine's numpy paths run (the same bits;
+tests/test_chain.py compares the kernels with ``reduce_reference`` and the numpy
+stochastic fold). Cold compile: ~20 s of CPU for :func:`left_columns`, ~10 s for
+:func:`pairwise_columns` (float32), ~6 s more for its float64 variant (fp64).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fpreduce.core import _kernels_round as kr
+
+_ABS = 0x7FFFFFFFFFFFFFFF
+_U53 = (1 << 53) - 1
+_BLOCK = 32  # leaves per block of the pairwise fold at least (and fewer than twice as many)
+
+
+def consts(prm):  # type: ignore[no-untyped-def]
+    """(d, low, 2**emin's bits, max_finite's bits, and add_round's sh, eminb, maxf, big, has_inf) of ``prm``."""
+    p = int(prm[0])
+    d = 53 - p
+    has_inf = prm[4] != 0
+    big = np.inf if has_inf else np.nan
+    tinyb = kr.f64_bits(np.float64(prm[6]))
+    maxb = kr.f64_bits(np.float64(prm[2]))
+    return (d, (1 << d) - 1, tinyb, maxb, 53 - p, int(prm[1]) + 1023, prm[2], big, has_inf)
+
+
+def draw(z1, t):  # type: ignore[no-untyped-def]
+    """The 53 random bits of addition ``t`` of the element of seed ``z1`` (``kr.uniform`` times 2**53)."""
+    z = kr.mix(np.uint64(z1) + (np.uint64(t) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15))
+    return np.int64(z >> np.uint64(11))
+
+
+def slow(s, x, mode, c, U):  # type: ignore[no-untyped-def]
+    """``s + x`` rounded by the exact rounder ``kr.add_round`` (compiled once, called off the fast path)."""
+    if s - s != 0.0 and x - x == 0.0:  # Inf or NaN plus a finite value (an overflowed chain): itself
+        return s
+    d, low, tinyb, maxb, sh, eminb, maxf, big, has_inf = c
+    return kr.add_round(s, x, sh, eminb, maxf, big, has_inf, mode, np.float64(U) * 2.0**-53)
+
+
+def step(s, x, mode, c, U, chain=True):  # type: ignore[no-untyped-def]
+    """``s + x`` (float64 values of a format of p <= 52 bits) rounded once in ``mode`` (U: its 53 random bits).
+
+    Every mode adds ``A`` to the bits of the exact sum and clears the ``d`` low ones
+    (a carry is the step away from zero). On a ``chain``, ``A`` comes from the sign of
+    ``s`` (the previous sum, known early) and a sum of another sign takes :func:`slow`;
+    else from the sum's sign. :func:`slow` also takes inexact sums (``v - s != x`` or
+    ``v - x != s``: by Fast2Sum's lemma one of them is exact, so an inexact sum fails
+    one), zeros, subnormals, overflow, NaN and Inf.
+    """
+    d, low, tinyb, maxb = c[0], c[1], c[2], c[3]
+    v = s + x
+    b = kr.f64_bits(v)
+    bs = kr.f64_bits(s) if chain else b
+    neg = bs >> 63  # -1 below zero, else 0
+    if mode == 2:
+        A = low & ~neg
+    elif mode == 3:
+        A = low & neg
+    elif mode == 4:
+        A = low - ((U ^ (neg & _U53)) >> (53 - d))  # carries iff the discarded bits exceed U's top d
+    else:
+        A = (low >> 1) + ((b >> d) & 1) if mode == 0 else 0
+    mag = b & _ABS
+    ok = (v - s == x) & (v - x == s) & (np.uint64(mag - tinyb) <= np.uint64(maxb - tinyb))
+    if chain and mode >= 2:
+        ok &= (b ^ bs) >= 0
+    if ok:  # one predicted branch: off the chain
+        return kr.bits_f64((b + A) & ~low)
+    return slow(s, x, mode, c, U)
+
+
+def _left_m(X, perm, j, mode, c, z1):  # type: ignore[no-untyped-def]
+    ident = perm.size == 0  # rows in order
+    s = np.float64(X[0 if ident else perm[0], j])
+    for k in range(1, X.shape[0]):
+        U = draw(z1, k - 1) if mode == 4 else np.int64(0)
+        s = step(s, np.float64(X[k if ident else perm[k], j]), mode, c, U)
+    return s
+
+
+def _many_m(X, perm, out, add, kind, mode, prm, c, Z, S):  # type: ignore[no-untyped-def]
+    """Every column's chain at once, interleaved (row by row: independent additions overlap)."""
+    ident = perm.size == 0
+    for g in range(X.shape[1]):
+        S[g] = X[0 if ident else perm[0], g]
+    for k in range(1, X.shape[0]):
+        row = k if ident else perm[k]
+        for g in range(X.shape[1]):
+            U = draw(Z[g], k - 1) if mode == 4 else np.int64(0)
+            S[g] = add(S[g], X[row, g], kind, mode, prm, c, U)
+    for g in range(X.shape[1]):
+        out[g] = S[g]
+
+
+def fast(s, x, mode, c, U):  # type: ignore[no-untyped-def]
+    """(the bits of :func:`step`'s fast result, whether it holds): branch free, so a row of them vectorizes."""
+    d, low, tinyb, maxb = c[0], c[1], c[2], c[3]
+    v = s + x
+    b = kr.f64_bits(v)
+    neg = b >> 63
+    if mode == 2:
+        A = low & ~neg
+    elif mode == 3:
+        A = low & neg
+    elif mode == 4:
+        A = low - ((U ^ (neg & _U53)) >> (53 - d))
+    else:
+        A = (low >> 1) + ((b >> d) & 1) if mode == 0 else 0
+    ok = (v - s == x) & (v - x == s) & (np.uint64((b & _ABS) - tinyb) <= np.uint64(maxb - tinyb))
+    stays = (s - s != 0.0) & (x - x == 0.0)  # Inf or NaN plus a finite value: itself
+    return (s if stays else kr.bits_f64((b + A) & ~low)), ok | stays
+
+
+def _rows_m(X, perm, out, mode, prm, c, Z, S, OK):  # type: ignore[no-untyped-def]
+    """Every column's chain at once, a row at a time by :func:`fast` (vectorized across the columns);
+    a row where some column's sum is not fast takes :func:`step` for those columns."""
+    ident = perm.size == 0
+    for g in range(X.shape[1]):
+        S[g] = X[0 if ident else perm[0], g]
+    for k in range(1, X.shape[0]):
+        row = k if ident else perm[k]
+        bad = False
+        for g in range(X.shape[1]):
+            s = S[g]
+            U = draw(Z[g], k - 1) if mode == 4 else np.int64(0)
+            r, ok = fast(s, np.float64(X[row, g]), mode, c, U)
+            S[g] = r if ok else s
+            OK[g] = ok
+            bad |= not ok
+        if bad:
+            for g in range(X.shape[1]):
+                if not OK[g]:
+                    U = draw(Z[g], k - 1) if mode == 4 else np.int64(0)
+                    S[g] = exact(S[g], np.float64(X[row, g]), 3, mode, prm, c, U)  # a call: compiled once
+    for g in range(X.shape[1]):
+        out[g] = S[g]
+
+
+def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-def]
+    """out[j] <- the left fold of column j of X (rows in the order ``perm``, empty: in order).
+
+    One column (kinds 2, 3: fp16 nearest even and every format of p <= 52 bits in any
+    mode): its chain in a register, rounded by :func:`step`. More columns (every kind
+    but 4): the columns' chains interleaved, kinds 0..2 by :func:`near`, kind 3 by
+    :func:`step` (2..7 columns) or a row at a time by :func:`fast` (8 and more: a
+    vector). One loop per kind and mode (a constant mode keeps the chain short);
+    ``key``, ``e0``: the stochastic generator's key and the element of column 0.
+    """
+    c = consts(prm)
+    mode = int(prm[3]) if kind == 3 else 0
+    if X.shape[1] > 1:
+        Z = np.empty(X.shape[1], dtype=np.uint64)
+        for j in range(X.shape[1]):
+            Z[j] = kr.element_seed(key, e0 + j)
+        S = np.empty(X.shape[1], dtype=X.dtype)  # kinds 0..2 add in X's dtype
+        S64 = np.empty(X.shape[1], dtype=np.float64)
+        OK = np.empty(X.shape[1], dtype=np.bool_)
+        if kind < 3:
+            if kind == 0:
+                _many_m(X, perm, out, near, 0, 0, prm, c, Z, S)
+            elif kind == 1:
+                _many_m(X, perm, out, near, 1, 0, prm, c, Z, S)
+            else:
+                _many_m(X, perm, out, near, 2, 0, prm, c, Z, S)
+        elif X.shape[1] >= 8:  # a vector of columns (fewer: the scalar chains, their checks predicted)
+            if mode == 0:
+                _rows_m(X, perm, out, 0, prm, c, Z, S64, OK)
+            elif mode == 1:
+                _rows_m(X, perm, out, 1, prm, c, Z, S64, OK)
+            elif mode == 2:
+                _rows_m(X, perm, out, 2, prm, c, Z, S64, OK)
+            elif mode == 3:
+                _rows_m(X, perm, out, 3, prm, c, Z, S64, OK)
+            else:
+                _rows_m(X, perm, out, 4, prm, c, Z, S64, OK)
+        elif mode == 0:
+            _many_m(X, perm, out, chained, 3, 0, prm, c, Z, S64)
+        elif mode == 1:
+            _many_m(X, perm, out, chained, 3, 1, prm, c, Z, S64)
+        elif mode == 2:
+            _many_m(X, perm, out, chained, 3, 2, prm, c, Z, S64)
+        elif mode == 3:
+            _many_m(X, perm, out, chained, 3, 3, prm, c, Z, S64)
+        else:
+            _many_m(X, perm, out, chained, 3, 4, prm, c, Z, S64)
+        return
+    z1 = kr.element_seed(key, e0)
+    if mode == 0:
+        out[0] = _left_m(X, perm, 0, 0, c, z1)
+    elif mode == 1:
+        out[0] = _left_m(X, perm, 0, 1, c, z1)
+    elif mode == 2:
+        out[0] = _left_m(X, perm, 0, 2, c, z1)
+    elif mode == 3:
+        out[0] = _left_m(X, perm, 0, 3, c, z1)
+    else:
+        out[0] = _left_m(X, perm, 0, 4, c, z1)
+
+
+def chained(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
+    """:func:`step` on a chain (x the running sum), as :func:`near`'s signature."""
+    return step(np.float64(x), np.float64(y), mode, c, U, True)
+
+
+def near(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
+    """One nearest-even addition of kind 0..2 (``_tall._add1``'s: x, y in X's dtype)."""
+    if kind == 0:
+        return x + y
+    r = x + y  # float32
+    cc = r * np.float32(prm[5])
+    v = cc - (cc - r)
+    if kind == 2:
+        if abs(r) < np.float32(prm[6]):
+            v = r
+        if not abs(v) <= np.float32(prm[2]):
+            v = r if r != r else (np.float32(-np.inf) if r < 0 else np.float32(np.inf))
+    return v
+
+
+def exact(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
+    """One addition of kind 3 (:func:`step`) or 4 (fp64: ``kr.add_fp64``); ``U`` its 53 random bits."""
+    if kind == 3:
+        return step(np.float64(x), np.float64(y), mode, c, U, False)
+    return kr.add_fp64(np.float64(x), np.float64(y), prm[2], mode, np.float64(U) * 2.0**-53)
+
+
+def _pairwise_m(X, j, bounds, progs, add, kind, mode, prm, c, z1, W, stack, D):  # type: ignore[no-untyped-def]
+    """The pairwise fold of column j (see the module): blocks ``bounds``, their programs ``progs`` by size.
+
+    A block's ops run level by level (independent additions side by side), each into its
+    own slot and numbered by its place in the tree's post-order (``progs[.., q, 2]``); the
+    stochastic draws of a block are computed first, in a loop of their own (``D``).
+    """
+    t, sp = 0, 0
+    c0 = progs.shape[1] - 1  # progs[q] is the program of size c0 + q (q = 0, 1)
+    for i in range(bounds.size - 1):
+        lo, hi = bounds[i], bounds[i + 1]
+        n = hi - lo
+        for k in range(n):
+            W[k] = X[lo + k, j]
+        if mode == 4:
+            for q in range(n - 1):
+                D[q] = draw(z1, t + q)
+        P = progs[n - c0]
+        for e in range(n - 1):
+            q = P[e, 2]
+            W[n + q] = add(W[P[e, 0]], W[P[e, 1]], kind, mode, prm, c, D[q])
+        t += n - 1
+        v = W[2 * n - 2]
+        r = i + 1
+        while r % 2 == 0:  # the merges whose right subtree ends with block i
+            sp -= 1
+            v = add(stack[sp], v, kind, mode, prm, c, draw(z1, t) if mode == 4 else np.int64(0))
+            t += 1
+            r //= 2
+        stack[sp] = v
+        sp += 1
+    return stack[0]
+
+
+def pairwise_columns(X, out, kind, prm, key, e0, bounds, progs):  # type: ignore[no-untyped-def]
+    """out[j] <- the pairwise fold of column j of X (kind, prm: ``_tall._kind``'s), one loop per mode."""
+    c = consts(prm)
+    mode = int(prm[3])
+    W = np.empty(2 * progs.shape[1] + 2, dtype=X.dtype)  # nearest even kinds 0..2 add in X's dtype
+    stack = np.empty(64, dtype=X.dtype)
+    W64 = np.empty(W.size, dtype=np.float64)  # kinds 3 and 4 in float64 (no conversion per addition)
+    stack64 = np.empty(64, dtype=np.float64)
+    D = np.zeros(progs.shape[1], dtype=np.int64)  # a block's stochastic draws
+    for j in range(X.shape[1]):
+        z1 = kr.element_seed(key, e0 + j)
+        if kind == 0:
+            out[j] = _pairwise_m(X, j, bounds, progs, near, 0, 0, prm, c, z1, W, stack, D)
+        elif kind == 1:
+            out[j] = _pairwise_m(X, j, bounds, progs, near, 1, 0, prm, c, z1, W, stack, D)
+        elif kind == 2:
+            out[j] = _pairwise_m(X, j, bounds, progs, near, 2, 0, prm, c, z1, W, stack, D)
+        elif kind == 4:  # fp64: the mode left a variable (less to compile)
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 4, mode, prm, c, z1, W64, stack64, D)
+        elif mode == 0:
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 0, prm, c, z1, W64, stack64, D)
+        elif mode == 1:
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 1, prm, c, z1, W64, stack64, D)
+        elif mode == 2:
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 2, prm, c, z1, W64, stack64, D)
+        elif mode == 3:
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 3, prm, c, z1, W64, stack64, D)
+        else:
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 4, prm, c, z1, W64, stack64, D)
+
+
+@functools.lru_cache(maxsize=64)
+def _block_program(n: int) -> tuple[tuple[int, int, int], ...]:
+    """The ops of ``pairwise(n)`` level by level: (slot a, slot b, q), q the op's place in the tree's post-order.
+
+    Slots: leaves 0..n-1, op q writes slot n + q. Ops of one height run together (their
+    operands are ready), in post-order within a height.
+    """
+    ops: list[tuple[int, int, int, int]] = []  # (height, a, b, q)
+
+    def build(lo: int, hi: int) -> tuple[int, int]:
+        if hi - lo == 1:
+            return lo, 0
+        mid = lo + (hi - lo + 1) // 2
+        a, ha = build(lo, mid)
+        b, hb = build(mid, hi)
+        h = max(ha, hb) + 1
+        ops.append((h, a, b, len(ops)))
+        return n + len(ops) - 1, h
+
+    build(0, n)
+    return tuple((a, b, q) for _, a, b, q in sorted(ops))
+
+
+def pairwise_blocks(n: int, block: int = _BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """(the boundaries of the nodes at the depth where they hold ``block`` .. 2 block - 1 leaves, their programs).
+
+    The boundaries split ``[0, n)`` as :func:`fpreduce.plans.pairwise` does (the first
+    half gets the extra leaf), level by level; the programs (shape (2, c + 1, 3), padded)
+    are those of sizes ``c`` and ``c + 1``, ``c = n // 2**D`` (:func:`_block_program`). A tree of one leaf has
+    one block of one leaf (its program empty: the result is slot ``2 * 1 - 2 = 0``).
+    """
+    depth = max(0, (n // block).bit_length() - 1)
+    b = np.array([0, n], dtype=np.int64)
+    for _ in range(depth):
+        nb = np.empty(2 * b.size - 1, dtype=np.int64)
+        nb[0::2] = b
+        nb[1::2] = b[:-1] + (np.diff(b) + 1) // 2
+        b = nb
+    c = n >> depth
+    progs = np.zeros((2, c + 1, 3), dtype=np.int64)
+    for q in range(2):
+        ops = _block_program(c + q)
+        if ops:
+            progs[q, : len(ops)] = ops
+    return b, progs
+
+
+_ENTRIES = ("left_columns", "pairwise_columns")
+_HELPERS = (
+    "consts",
+    "draw",
+    "slow",
+    "step",
+    "fast",
+    "_left_m",
+    "_many_m",
+    "_rows_m",
+    "near",
+    "chained",
+    "exact",
+    "_pairwise_m",
+)
+
+
+def kernels() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(left_columns, pairwise_columns) compiled by numba (the caller checked that it is enabled)."""
+    g = globals()
+    if isinstance(g["step"], type(kernels)):
+        import numba
+
+        kr.compile_all()
+        for name in (*_HELPERS, *_ENTRIES):  # the exact rounder compiled once, not inlined
+            once = name in (*_ENTRIES, "slow", "near", "chained", "exact")
+            g[name] = numba.njit(cache=True, nogil=True, inline="never" if once else "always")(g[name])
+    return g["left_columns"], g["pairwise_columns"]
