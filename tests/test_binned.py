@@ -87,7 +87,7 @@ def test_compiled_equals_numpy_when_some_blocks_need_the_grid(fmt):
 def test_compiled_reads_any_layout():
     rng = np.random.default_rng(2)
     X = spread(rng, (300, 64), 30, np.float32)
-    for view in (X.T.copy().T, X[::2, ::3], X[:, 1:], np.asfortranarray(X.astype(np.float64))):
+    for view in (X[::2, ::3], X[:, 1:], X.T.copy().T):  # strided, offset (numba layout A), Fortran order (F)
         assert same(binned(view, "bf16"), numpy_binned(view, "bf16"))
     half = spread(rng, (30, 64), 4, np.float16)  # another dtype: the numpy path
     assert _binned.sums_compiled(half, fr.get_format("fp32"), Mode.NEAREST_EVEN) is None
