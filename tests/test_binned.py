@@ -168,5 +168,13 @@ def test_engine_binned_checks_the_input_format_while_it_reads(fin, where, compil
         avg = fr.reduce(X, "sequential", input=fin, accumulate="bf16", algorithm="binned", average="premultiply")
     assert same(y, numpy_binned(fr.round_to(X, fin), "fp32"))  # fp32 shows the 2**-20 a skipped check keeps
     assert same(avg, numpy_binned(fr.round_to(fr.round_to(X, fin) * 0.25, fin), "bf16"))
-    with pytest.raises(fr.InvalidArgument, match="stochastic"):
-        fr.reduce(X, "sequential", input=fin, accumulate="bf16", algorithm="binned", rounding="stochastic", seed=1)
+
+
+def test_reduce_binned_stochastic_takes_the_seed():
+    """fr.reduce(..., algorithm="binned", rounding="stochastic", seed=s): seeded, order independent (it raised
+    'needs rng=' though a seed was given)."""
+    X = np.random.default_rng(0).standard_normal((9, 300)).astype(np.float32)
+    kw = {"accumulate": "bf16", "algorithm": "binned", "rounding": "stochastic"}
+    once = fr.reduce(X, "sequential", seed=1, **kw)
+    assert same(once, fr.reduce(X[::-1], "sequential", seed=1, **kw))
+    assert not same(once, fr.reduce(X, "sequential", seed=2, **kw))

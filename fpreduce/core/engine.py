@@ -423,12 +423,12 @@ def _order_free(
     if algorithm == "exact":
         return algorithms.exact(load(A), fa, mode, rng)
     fin = load.fin
-    if A.dtype == np.float32 and load.premul is None and fin.emin == -126 and fin.precision < 24:
-        B, f, m, _ = algorithms._binned_args(A, fa, mode, None)  # raises as binned would (stochastic: no rng)
+    if A.dtype == np.float32 and load.premul is None and fin.emin == -126 and fin.precision < 24 and rng is None:
+        B, f, m, _ = algorithms._binned_args(A, fa, mode, None)  # raises as binned would
         out = _binned.binned_checked(B, f, m, (1 << (24 - fin.precision)) - 1)
         if out is not None:
             return out
-    return algorithms.binned(load(A), fa, mode)
+    return algorithms.binned(load(A), fa, mode, rng=rng)  # stochastic: the seed's generator (once, at the end)
 
 
 @own_flags
