@@ -18,12 +18,7 @@ from fpreduce.base import jit
 from fpreduce.core import _narrow, _tall
 from fpreduce.core.arith import _Arith, _Loader
 from fpreduce.core.rounding import Mode
-from fpreduce.plans import Plan, SegmentedPlan, Tree
-
-
-def shape_of(p: Plan) -> tuple[bytes, Tree, np.ndarray]:
-    """(key, shape over slots 0..n-1 in leaf order, slot -> worker): :attr:`Plan.slot_shape`, cached on the plan."""
-    return p.slot_shape
+from fpreduce.plans import SegmentedPlan, Tree
 
 
 def is_left_deep(shape: Tree) -> bool:

@@ -25,8 +25,7 @@ import numpy as np
 from fpreduce.core._steps import round_with_uniforms, uniforms
 from fpreduce.core.arith import _Loader, _scale
 from fpreduce.core.formats import Format
-from fpreduce.core.options import Average
-from fpreduce.core.primitives import INPUT_T
+from fpreduce.core.primitives import _sr_inputs
 from fpreduce.core.rounding import Mode
 
 SCALE_T = (1 << 60) + (1 << 59)  # worker i's premultiply / predivide: SCALE_T + i
@@ -53,20 +52,14 @@ class _Draws:
         return uniforms(self.key, e[None, :], t[:, None])
 
 
-def load(
-    A: np.ndarray, fin: Format, fa: Format, premul: tuple[Average, float] | None, key: int, offset: int
-) -> np.ndarray:
-    """A's rows in the accumulator format: rounded to the input format (nearest even, as the
-    engine's loader), scaled (``premul``) and converted to ``fa`` stochastically; float64."""
+def load(A: np.ndarray, ldr: _Loader, key: int, offset: int) -> np.ndarray:
+    """A's rows in the accumulator format, float64: rounded to the input format (nearest even, as
+    the engine's loader ``ldr``), scaled by its ``premul`` and converted to its ``fa`` stochastically."""
+    fin = ldr.fin
     a = np.asarray(_Loader(A, fin, fin, Mode.NEAREST_EVEN, None, np.dtype(np.float64))(A), dtype=np.float64)
-    if premul is not None:
-        a = np.asarray(_scale(a, premul, fin, Mode.STOCHASTIC, _Draws(key, offset, SCALE_T)), dtype=np.float64)
-    fits = fin.precision <= fa.precision and fin.emin >= fa.emin and fin.emax <= fa.emax
-    if not fits:
-        e = np.arange(offset, offset + a.shape[1], dtype=np.uint64)[None, :]
-        t = (np.uint64(INPUT_T) + np.arange(a.shape[0], dtype=np.uint64))[:, None]
-        a = round_with_uniforms(a, fa, uniforms(key, e, t))
-    return a
+    if ldr.premul is not None:
+        a = np.asarray(_scale(a, ldr.premul, fin, Mode.STOCHASTIC, _Draws(key, offset, SCALE_T)), dtype=np.float64)
+    return a if ldr.fits else _sr_inputs(a, ldr.fa, key, offset)  # counter INPUT_T + i, as round_inputs
 
 
 def after(res: np.ndarray, n: float, fa: Format, key: int, offset: int) -> np.ndarray:

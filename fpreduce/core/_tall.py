@@ -199,19 +199,11 @@ def _any_bits(bits, mask):  # type: ignore[no-untyped-def]
 def _all_fp16(x):  # type: ignore[no-untyped-def]
     """Whether every float32 ``x[i]`` is a finite fp16 value (NaN and Inf fail: the loader handles them).
 
-    Branch free (one pass that vectorizes, no early exit): below 2**-14 a multiple of
-    fp16's subnormal quantum (an integer times 2**24, exactly), above it unchanged by
-    Veltkamp rounding to 11 bits, and at most 65504.
+    One branch-free pass (it vectorizes: no early exit) of :func:`fpreduce.core._narrow.fp16_flags`.
     """
-    sigma = np.float32(8193.0)
-    bad = 0
+    bad = np.uint32(0)
     for i in range(x.size):
-        v = x[i]
-        a = abs(v)
-        t = v * np.float32(2.0**24)
-        c = v * sigma
-        ok = (t == np.floor(t)) if a < np.float32(2.0**-14) else (c - (c - v) == v)
-        bad |= not (ok & (a <= np.float32(65504.0)))
+        bad |= _narrow.fp16_flags(x[i])
     return bad == 0
 
 
@@ -428,8 +420,9 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
     nbuf = max(int(-ops[:, 0].min(initial=0)), 1) + 1  # and a spare row
     width = max(_WIDTH, min(_WIDE, _BUDGET // nbuf))  # long runs of each row (prefetch), the live rows in L2
     bufs = np.empty((nbuf, min(width, max(m, 1))), dtype=X.dtype)
-    if not left and ops.shape[0] == 0 and X.dtype == np.float32 and _narrow.wide_kind(kind, prm) >= 0:
-        got, done = _narrow.fold_left(X, perm, _narrow.wide_kind(kind, prm), prm, key, offset, low)
+    wk = _narrow.wide_kind(kind, prm) if X.dtype == np.float32 else -1
+    if not left and ops.shape[0] == 0 and wk >= 0:
+        got, done = _narrow.fold_left(X, perm, wk, prm, key, offset, low)
         if got is None or done:
             return got  # else a sum beyond the kernel's range: the exact scalar path, below
         kind, low = 3, 0

@@ -31,7 +31,7 @@ from fpreduce.core._compensated import compensated_plan
 from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders
 from fpreduce.core._pairwise import PAIRWISE
 from fpreduce.core._reference import add_exact, round_float, round_fraction
-from fpreduce.core._segments import fold_segments, is_left_deep, left_segments, shape_of
+from fpreduce.core._segments import fold_segments, is_left_deep, left_segments
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core._tall import fold_plan
 from fpreduce.core.arith import _Arith, _Loader, _scale
@@ -154,7 +154,7 @@ def reduce(
         load.premul = (avg, float(n))
     counter = m is Mode.STOCHASTIC and alg == "plain"  # every rounding draws by element (module _srload)
     if counter and (not load.fits or load.premul is not None):
-        A = _srload.load(A, fin, fa, load.premul, int(ar.sr_key()), int(offset))  # values of fa now
+        A = _srload.load(A, load, int(ar.sr_key()), int(offset))  # values of fa now
         load = _Loader(A, fa, fa, m, rng, ar.dtype)
     if alg == "binned" or alg == "exact":
         load.fits = True  # the exact sum of the input values, rounded once
@@ -271,7 +271,7 @@ def _pieces(p: AnyPlan, nel: int, offset: int = 0, total: int | None = None) -> 
     (``_fused_atomic``), else gathers every element's own order.
     """
     if isinstance(p, Plan):
-        key, shape, perm = shape_of(p)
+        key, shape, perm = p.slot_shape
         for lo in range(0, nel, _BLOCK):
             yield _Block(lo, min(nel, lo + _BLOCK), None, shape, _View(perm))
         return
@@ -288,12 +288,12 @@ def _segment_blocks(p: SegmentedPlan, nel: int, offset: int, total: int | None) 
     groups: dict[bytes, tuple[Tree, list[tuple[int, int, np.ndarray]]]] = {}
     P = p.chunk_orders
     if P is not None and p.shape is not None:  # one shape, a leaf order per chunk: one group
-        key, shape, slots = shape_of(p.shape)
+        key, shape, slots = p.shape.slot_shape
         Pc = P[:, slots]  # chunk c: k-th leaf (left to right) is worker Pc[c, k]
         groups[key] = (shape, [(int(b[c]), int(b[c + 1]), Pc[c]) for c in range(len(P)) if b[c + 1] > b[c]])
     for c, t in enumerate(p.trees if P is None else ()):
         if b[c + 1] > b[c]:
-            key, shape, perm = shape_of(t)
+            key, shape, perm = t.slot_shape
             groups.setdefault(key, (shape, []))[1].append((int(b[c]), int(b[c + 1]), perm))
     for shape, segs in groups.values():
         batch: list[tuple[int, int, np.ndarray]] = []
