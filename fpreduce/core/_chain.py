@@ -58,7 +58,9 @@ from typing import Any
 
 import numpy as np
 
+from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
+from fpreduce.core import _narrow
 
 _ABS = 0x7FFFFFFFFFFFFFFF
 _U53 = (1 << 53) - 1
@@ -145,6 +147,45 @@ def _many_m(X, perm, out, add, kind, mode, prm, c, Z, S):  # type: ignore[no-unt
         out[g] = S[g]
 
 
+def _hw_m(X, perm, out, mode, L, sc, S):  # type: ignore[no-untyped-def]
+    """Every column's chain at once by :func:`fpreduce.core._narrow.add_hw` (mode 1..3, the hardware's
+    mode set by the caller) on the format scaled by ``sc`` (float32 values); returns the largest ``|s|``
+    pattern (beyond the format's top the caller folds again in software)."""
+    ident = perm.size == 0
+    big = np.uint32(0)
+    for g in range(X.shape[1]):
+        S[g] = np.float32(X[0 if ident else perm[0], g]) * sc
+    for k in range(1, X.shape[0]):
+        row = k if ident else perm[k]
+        for g in range(X.shape[1]):
+            v, mag = _narrow.add_hw(S[g], np.float32(X[row, g]) * sc, mode, L)
+            S[g] = v
+            big = max(big, mag)
+    inv = np.float32(1.0) / sc
+    for g in range(X.shape[1]):
+        out[g] = S[g] * inv
+    return big
+
+
+def _hw_columns(X, perm, out, prm):  # type: ignore[no-untyped-def]
+    """Several columns of a format of p <= 24 bits, emin >= -126 in a directed mode, the hardware's
+    mode set (``_narrow``'s kind 5, ``prm[7]``): True when done (no sum reached the format's top)."""
+    mode = hw.code(5, prm)
+    sc = np.float32(2.0 ** (-126 - int(prm[1])))  # the format on float32's grid (_narrow's scaling)
+    L = np.uint32((1 << (24 - int(prm[0]))) - 1)
+    limit = _narrow.f2u(np.float32(prm[2]) * sc) - L - np.uint32(1)
+    S = np.empty(X.shape[1], dtype=np.float32)
+    hw.begin(mode)  # only additions and exact scalings until end
+    if mode == 1:
+        big = _hw_m(X, perm, out, 1, L, sc, S)
+    elif mode == 2:
+        big = _hw_m(X, perm, out, 2, L, sc, S)
+    else:
+        big = _hw_m(X, perm, out, 3, L, sc, S)
+    hw.end(mode)
+    return big <= limit
+
+
 def fast(s, x, mode, c, U):  # type: ignore[no-untyped-def]
     """(the bits of :func:`step`'s fast result, whether it holds): branch free, so a row of them vectorizes."""
     d, low, tinyb, maxb = c[0], c[1], c[2], c[3]
@@ -201,6 +242,11 @@ def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-d
     """
     c = consts(prm)
     mode = int(prm[3]) if kind == 3 else 0
+    hwm = hw.code(kind, prm)
+    narrow = kind == 3 and X.shape[1] > 1 and prm[0] <= 24 and prm[1] >= -126
+    if narrow and hw.code(5, prm) != 0 and _hw_columns(X, perm, out, prm):
+        return  # (a sum at the format's top: folded again below, in software)
+    hw.begin(hwm)  # kind 0 in a directed mode: the native additions in the hardware's mode
     if X.shape[1] > 1:
         Z = np.empty(X.shape[1], dtype=np.uint64)
         for j in range(X.shape[1]):
@@ -236,6 +282,7 @@ def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-d
             _many_m(X, perm, out, chained, 3, 3, prm, c, Z, S64)
         else:
             _many_m(X, perm, out, chained, 3, 4, prm, c, Z, S64)
+        hw.end(hwm)
         return
     z1 = kr.element_seed(key, e0)
     if mode == 0:
@@ -248,6 +295,7 @@ def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-d
         out[0] = _left_m(X, perm, 0, 3, c, z1)
     else:
         out[0] = _left_m(X, perm, 0, 4, c, z1)
+    hw.end(hwm)
 
 
 def chained(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
@@ -320,6 +368,8 @@ def pairwise_columns(X, out, kind, prm, key, e0, bounds, progs):  # type: ignore
     W64 = np.empty(W.size, dtype=np.float64)  # kinds 3 and 4 in float64 (no conversion per addition)
     stack64 = np.empty(64, dtype=np.float64)
     D = np.zeros(progs.shape[1], dtype=np.int64)  # a block's stochastic draws
+    hwm = hw.code(kind, prm)
+    hw.begin(hwm)
     for j in range(X.shape[1]):
         z1 = kr.element_seed(key, e0 + j)
         if kind == 0:
@@ -340,6 +390,7 @@ def pairwise_columns(X, out, kind, prm, key, e0, bounds, progs):  # type: ignore
             out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 3, prm, c, z1, W64, stack64, D)
         else:
             out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 4, prm, c, z1, W64, stack64, D)
+    hw.end(hwm)
 
 
 @functools.lru_cache(maxsize=64)
@@ -399,6 +450,8 @@ _HELPERS = (
     "_left_m",
     "_many_m",
     "_rows_m",
+    "_hw_m",
+    "_hw_columns",
     "near",
     "chained",
     "exact",
@@ -413,6 +466,7 @@ def kernels() -> tuple[Callable[..., Any], Callable[..., Any]]:
         import numba
 
         kr.compile_all()
+        _narrow.compile_all()  # (and _hwround's)
         for name in (*_HELPERS, *_ENTRIES):  # the exact rounder compiled once, not inlined
             once = name in (*_ENTRIES, "slow", "near", "chained", "exact")
             g[name] = numba.njit(cache=True, nogil=True, inline="never" if once else "always")(g[name])

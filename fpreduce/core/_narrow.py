@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
 
 _SIGN = 0x80000000
@@ -131,11 +132,35 @@ def add_narrow(a, b, mode, L, step, d, u):  # type: ignore[no-untyped-def]
     return u2f(r), sb & np.uint32(_ABS32)
 
 
+def add_hw(a, b, mode, L):  # type: ignore[no-untyped-def]
+    """``a + b`` in ``mode`` 1..3 under the hardware's same mode (:mod:`._hwround`); (float32, |s|'s pattern).
+
+    The float32 sum is already rounded in the mode; rounding its pattern to the format's
+    grid in the same direction (toward zero: clear the low ``d`` bits; away from zero:
+    add ``L`` first) gives the exact sum's rounding (directed roundings compose on nested
+    grids). Signed zeros are the hardware's (IEEE 754 6.3). The caller checks ``|s|``
+    as for :func:`add_narrow`.
+    """
+    s = a + b
+    sb = f2u(s)
+    if mode == 1:
+        return u2f(sb & ~L), sb & np.uint32(_ABS32)
+    away = (f2i(s) < 0) if mode == 3 else (f2i(s) >= 0)
+    return u2f((sb + (L if away else np.uint32(0))) & ~L), sb & np.uint32(_ABS32)
+
+
 def _row5(o, x, xb, scale, mode, L, step, d, z, t):  # type: ignore[no-untyped-def]
-    """o[j] <- o[j] + x[j] * scale by :func:`add_narrow` in ``mode`` (rows); (the OR of x's bits, max |s|)."""
+    """o[j] <- o[j] + x[j] * scale by :func:`add_narrow` in ``mode`` (rows; 5..7: :func:`add_hw` in
+    mode - 4, the hardware's mode set); (the OR of x's bits, max |s|)."""
     seen = np.uint32(0)
     big = np.uint32(0)
-    if mode == 4:
+    if mode > 4:
+        for j in range(o.size):
+            v, mag = add_hw(o[j], x[j] * scale, mode - 4, L)
+            o[j] = v
+            seen |= xb[j]
+            big = max(big, mag)
+    elif mode == 4:
         for j in range(o.size):
             v, mag = add_narrow(o[j], x[j] * scale, 4, L, step, d, kr.uniform(z[j], t))
             o[j] = v
@@ -187,8 +212,14 @@ def _row_kind(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-
             seen, big = _row5(o, x, xb, sc, 2, L, step, d, z, t)
         elif mode == 3:
             seen, big = _row5(o, x, xb, sc, 3, L, step, d, z, t)
-        else:
+        elif mode == 4:
             seen, big = _row5(o, x, xb, sc, 4, L, step, d, z, t)
+        elif mode == 5:
+            seen, big = _row5(o, x, xb, sc, 5, L, step, d, z, t)
+        elif mode == 6:
+            seen, big = _row5(o, x, xb, sc, 6, L, step, d, z, t)
+        else:
+            seen, big = _row5(o, x, xb, sc, 7, L, step, d, z, t)
     return seen, big
 
 
@@ -206,7 +237,7 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0, c0):  # type: i
     """
     n, m = X.shape[0], out.size
     c1 = c0 + m  # rows are sliced X[r][c0:c1] (contiguous: the loops vectorize), never X[:, c0:c1]
-    mode = int(prm[3])
+    mode = int(prm[3]) + (4 if kind == 5 and hw.code(kind, prm) != 0 else 0)  # 5..7: add_hw
     sc = np.float32(scale if kind == 5 else 1.0)
     r0 = perm[0]
     seen = np.uint32(0)
@@ -240,8 +271,10 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0, c0):  # type: i
 
 def _rows5_m(D, A, B, mode, L, step, d, limit, z, t):  # type: ignore[no-untyped-def]
     for j in range(D.size):
-        u = kr.uniform(z[j], t) if mode == 4 else 0.0
-        v, mag = add_narrow(A[j], B[j], mode, L, step, d, u)
+        if mode > 4:
+            v, mag = add_hw(A[j], B[j], mode - 4, L)
+        else:
+            v, mag = add_narrow(A[j], B[j], mode, L, step, d, kr.uniform(z[j], t) if mode == 4 else 0.0)
         D[j] = v if mag <= limit else np.float32(np.nan)
 
 
@@ -250,14 +283,21 @@ def rows5(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
 
     A sum the kernel does not answer (module docstring) gives NaN, which reaches the
     fold's result: ``_tall`` folds again by the exact scalar path. One loop per mode.
-    Stochastic: addition ``t``, element seeds ``z[j]``.
+    Stochastic: addition ``t``, element seeds ``z[j]``. With the hardware's mode set by the
+    caller (``prm[7]``, :mod:`._hwround`): :func:`add_hw`.
     """
     d = 24 - int(prm[0])
     step = np.uint32(1) << np.uint32(d)
     L = step - np.uint32(1)
     limit = f2u(np.float32(prm[2])) - step
-    mode = int(prm[3])
-    if mode == 1:
+    mode = int(prm[3]) + (4 if hw.code(5, prm) != 0 else 0)
+    if mode == 5:
+        _rows5_m(D, A, B, 5, L, step, d, limit, z, t)
+    elif mode == 6:
+        _rows5_m(D, A, B, 6, L, step, d, limit, z, t)
+    elif mode == 7:
+        _rows5_m(D, A, B, 7, L, step, d, limit, z, t)
+    elif mode == 1:
         _rows5_m(D, A, B, 1, L, step, d, limit, z, t)
     elif mode == 2:
         _rows5_m(D, A, B, 2, L, step, d, limit, z, t)
@@ -270,6 +310,23 @@ def rows5(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
 def rows_kind(prm: np.ndarray) -> bool:
     """Whether :func:`rows5` folds rows of this format and mode (``_tall``'s kind 3 parameters)."""
     return int(prm[0]) <= 24 and int(prm[1]) == -126 and int(prm[3]) > 0
+
+
+def scaled(prm: np.ndarray) -> tuple[float, np.ndarray] | None:
+    """(scale, the parameters of the format scaled onto float32's grid) for a format of p <= 24 bits and
+    -126 < emin (fp16, fp8) in a directed or stochastic mode, else None.
+
+    The scaled format (the same p, emin -126, max_finite times the scale) rounds as the
+    format does, scaled: its values, neighbours, overflow and stochastic fractions are the
+    format's times ``2**(-126 - emin)`` (module docstring), so :func:`rows5` folds it.
+    """
+    p, emin = int(prm[0]), int(prm[1])
+    if p > 24 or emin <= -126 or int(prm[3]) == 0:
+        return None
+    scale = 2.0 ** (-126 - emin)
+    out = prm.copy()
+    out[1], out[2], out[6] = -126, prm[2] * scale, 2.0**-126
+    return scale, out
 
 
 def _rows64(o, x, xb, fp16, mode, maxf, z, t):  # type: ignore[no-untyped-def]
@@ -285,13 +342,16 @@ def _rows64(o, x, xb, fp16, mode, maxf, z, t):  # type: ignore[no-untyped-def]
     return bits
 
 
-def left_rows64(X, Xb, perm, out, fp16, mode, maxf, key, e0):  # type: ignore[no-untyped-def]
+def left_rows64(X, Xb, perm, out, fp16, mode, maxf, key, e0, hwm):  # type: ignore[no-untyped-def]
     """out (float64) <- the left fold of X's float32 rows in the order ``perm``, row by row in place.
 
     fp64 accumulation of float32 values (exact in float64), in ``mode`` (directed and
     stochastic: :func:`fpreduce.core._kernels_round.add_fp64`): no float64 copy of X.
-    Returns the OR of the rows' bits (``fp16``: of :func:`fp16_flags`), the input check.
+    ``hwm`` 1..3 (with ``mode`` 0): native additions in the hardware's directed mode
+    (:mod:`._hwround`). Returns the OR of the rows' bits (``fp16``: of
+    :func:`fp16_flags`, an exactness check whatever the mode), the input check.
     """
+    hw.begin(hwm)
     n, m = X.shape
     z = np.zeros(m if mode == 4 else 0, dtype=np.uint64)
     for j in range(z.size):
@@ -313,6 +373,7 @@ def left_rows64(X, Xb, perm, out, fp16, mode, maxf, key, e0):  # type: ignore[no
             seen |= _rows64(out, x, xb, fp16, 3, maxf, z, k - 1)
         else:
             seen |= _rows64(out, x, xb, fp16, 4, maxf, z, k - 1)
+    hw.end(hwm)
     return seen
 
 
@@ -334,7 +395,9 @@ def fold_fp64(A: np.ndarray, perm: np.ndarray, load: Any, ar: Any, prm: np.ndarr
     key = ar.sr_key() if int(prm[3]) == 4 else np.uint64(0)
     out = np.empty(A.shape[1], dtype=np.float64)
     compile_all()
-    seen = globals()["left_rows64"](A, A.view(np.uint32), perm, out, fp16, int(prm[3]), prm[2], key, e0)
+    hwm = hw.code(0, prm)
+    mode = 0 if hwm else int(prm[3])
+    seen = globals()["left_rows64"](A, A.view(np.uint32), perm, out, fp16, mode, prm[2], key, e0, hwm)
     return None if seen & low else out
 
 
@@ -342,15 +405,18 @@ def left_segs(X, Xb, perms, los, his, out, kind, prm, nprm, scale, key, e0):  # 
     """:func:`left_rows` of each segment ``s``: columns ``los[s] .. his[s] - 1`` in the row order ``perms[s]``."""
     seen = np.uint32(0)
     big = np.uint32(0)
+    mode = hw.code(kind, prm)
+    hw.begin(mode)  # kinds 0 and 5 in a directed mode: the hardware rounds (the additions and exact scalings only)
     for s in range(los.size):
         a, b = los[s], his[s]
         bits, mag = left_rows(X, Xb, perms[s], out[a:b], kind, prm, nprm, scale, key, e0 + a, a)
         seen, big = seen | bits, max(big, mag)
+    hw.end(mode)
     return seen, big
 
 
 _NAMES = (
-    *("fp16_flags", "add_narrow", "_row5", "_row_kind", "left_rows", "left_segs"),
+    *("fp16_flags", "add_narrow", "add_hw", "_row5", "_row_kind", "left_rows", "left_segs"),
     *("_rows5_m", "rows5", "_rows64", "left_rows64"),
 )
 _COMPILED: list[Any] = []
@@ -375,6 +441,7 @@ def compile_all() -> None:
     from numba import types as nt
 
     kr.compile_all()
+    hw.compile_all()
     cast = kr.cast
     g = globals()
     g["f2u"] = cast(nt.float32, nt.uint32, ir.IntType(32))

@@ -31,6 +31,9 @@ same rules as :mod:`fpreduce.core.arith`):
   (``add_round32``: the same bits).
 * ``kind 4`` (fp64, directed and stochastic modes): TwoSum and a one-ulp step of the
   bit pattern in the mode's direction (:func:`fpreduce.core._kernels_round.add_fp64`).
+* fp32 and fp64 in directed modes: ``kind 0``, native additions with the processor's
+  rounding mode set by the kernel (:mod:`fpreduce.core._hwround`), and kind 5 below
+  likewise (``prm[7]``); without it, kinds 3 and 4 (the same bits).
 * ``kind 5`` (fp32, bf16, tf32 in directed and stochastic modes, rows of a tree; and every
   format of p <= 24 bits in a left fold of wide rows): the same bits on float32 bit
   patterns in 32-bit lanes (:mod:`fpreduce.core._narrow`); a sum near the top, Inf or
@@ -83,6 +86,7 @@ import numpy as np
 
 from fpreduce.base import jit
 from fpreduce.core import _chain, _narrow
+from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
 from fpreduce.core._fastpath import _program
 from fpreduce.core._pairwise import pairwise_program
@@ -212,6 +216,8 @@ def _left_columns(X, perm, ops, root, out, kind, prm, key, e0):  # type: ignore[
     with ``ops``, the program's fold of column j on scalar registers (one scalar addition per op)."""
     regs = np.zeros(max(-ops[:, 0].min(), 1) if ops.shape[0] > 0 else 1, dtype=X.dtype)  # the format's values
     sigma = np.float32(prm[5])  # kind 1 (bf16, tf32): X is float32
+    hwm = hw.code(kind, prm)
+    hw.begin(hwm)  # kind 0 in a directed mode: the native additions in the hardware's mode
     for j in range(X.shape[1]):
         if ops.shape[0] > 0:
             z1 = kr.element_seed(key, e0 + j)
@@ -234,6 +240,7 @@ def _left_columns(X, perm, ops, root, out, kind, prm, key, e0):  # type: ignore[
             out[j] = _left_any(X, perm, j, kind, prm, 0)
         else:
             out[j] = kr.left_any(X, perm, j, prm, kr.element_seed(key, e0 + j))
+    hw.end(hwm)
 
 
 def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb):  # type: ignore[no-untyped-def]
@@ -249,6 +256,8 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb):  # type
     W = bufs.shape[1]
     spare = bufs.shape[0] - 1
     phys = np.arange(bufs.shape[0])  # buffer i lives in row phys[i]; row phys[spare] is free
+    hwm = hw.code(kind, prm)
+    hw.begin(hwm)  # kinds 0 and 5 in a directed mode: the hardware rounds the additions
     z = np.zeros(W if prm[3] == 4 else 0, dtype=np.uint64)  # the block's element seeds (stochastic)
     for lo in range(0, m, W):
         w = min(W, m - lo)
@@ -282,6 +291,7 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb):  # type
                 seen |= _or_row(Xb[k, lo : lo + w])
         for j in range(w):
             out[lo + j] = bufs[res, j]
+    hw.end(hwm)
     return seen
 
 
@@ -329,7 +339,10 @@ def _kind(ar: _Arith) -> tuple[int, np.ndarray] | None:
     fa, mode = ar.fa, ar.mode
     p = fa.precision
     sigma = 2.0 ** (24 - p) + 1 if p < 24 else 1.0
-    prm = np.array([p, fa.emin, fa.max_finite, _MODES[mode], float(fa.has_inf), sigma, 2.0**fa.emin])
+    directed = mode in (Mode.TOWARD_ZERO, Mode.UP, Mode.DOWN) and hw.available()
+    prm = np.array([p, fa.emin, fa.max_finite, _MODES[mode], float(fa.has_inf), sigma, 2.0**fa.emin, float(directed)])
+    if directed and hw.native(fa):
+        return 0, prm  # fp32, fp64 in a directed mode: the native additions, the hardware's mode set
     if mode is Mode.NEAREST_EVEN:
         if p == 24 or p == 53:
             return 0, prm
@@ -379,7 +392,7 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
         res = _narrow.fold_fp64(A, order if order.size else np.arange(n), load, ar, prm, offset)
         if res is not None:
             return res  # fp64 on wide float32 rows: each added as read, no float64 copy
-    if m > _WIDTH and ((kind == 2 and order is None) or (kind == 0 and fa.precision > 24)):
+    if m > _WIDTH and ((kind == 2 and order is None) or (kind == 0 and fa.precision > 24 and prm[3] == 0)):
         return None  # fp64 nearest even, fp16 in a tree, on wide rows: the engine's numpy fold is as fast
     key = np.uint64(0)
     if stochastic:
@@ -428,6 +441,10 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
         kind, low = 3, 0
     elif not left and kind == 3 and X.dtype == np.float32 and _narrow.rows_kind(prm):
         kind = 5  # the rows of _narrow (bf16, tf32; directed and stochastic), NaN where it does not answer
+    elif not left and kind == 3 and X.dtype == np.float32 and low == 0 and (sp := _narrow.scaled(prm)) is not None:
+        sc, prm = sp  # fp16, fp8: the scaled format's rows (one pass to scale), its result scaled back exactly
+        res = _run(X * np.float32(sc), (perm, ops, base, prm, key, offset), kind, left, 0)
+        return None if res is None else res * np.float32(1.0 / sc)
     Xb = X.view(np.uint32) if low else _NO_BITS
     with np.errstate(over="ignore", invalid="ignore"):
         for k in (kind, 3):  # kind 1 or 5 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond range)
