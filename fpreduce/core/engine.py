@@ -14,6 +14,7 @@ when it can, else on the general one. ``reduce_reference`` is the slow Fraction 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -45,6 +46,13 @@ __all__ = ["reduce", "reduce_reference"]
 _BLOCK = 1 << 15  # elements per block: a few rows of this stay in L2 while they are summed
 
 
+@functools.lru_cache(maxsize=16)
+def _parsed(text: str, n: int, seed: int) -> AnyPlan:
+    """:func:`fpreduce.plans.parse`, once per (text, n, seed): plans are immutable, and building one of
+    1024 workers' trees (rabenseifner, ring) costs seconds of Python that every call repeated."""
+    return parse(text, n, seed=seed)
+
+
 def _prepare(
     X: ArrayLike, plan: AnyPlan | str, seed: int | None = None, *, lazy: bool = False
 ) -> tuple[np.ndarray, AnyPlan | str | None]:
@@ -57,7 +65,7 @@ def _prepare(
         raise InvalidArgument(f"X must have shape (workers, elements), got shape {A.shape}")
     if lazy and isinstance(plan, str) and plan.strip() in ("sequential", PAIRWISE) and A.shape[0] >= 1:
         return A, None if plan.strip() == "sequential" else PAIRWISE  # the compiled fold needs no tree of n leaves
-    p = parse(plan, A.shape[0], seed=seed or 0) if isinstance(plan, str) else plan
+    p = _parsed(plan.strip(), A.shape[0], seed or 0) if isinstance(plan, str) else plan
     if p.n != A.shape[0]:
         raise InvalidArgument(f"plan has {p.n} workers but X has {A.shape[0]} rows")
     return A, p
