@@ -100,24 +100,23 @@ def compile_all() -> None:
     jit = numba.njit(cache=True, nogil=True, inline="always")
     g["code"] = jit(g["code"])
     g["begin"], g["end"] = jit(begin), jit(end)
+    g["_probe_add"] = numba.njit(cache=True, nogil=True)(g["_probe_add"])
+
+
+def _probe_add(x, y, mode):  # type: ignore[no-untyped-def]
+    """x + y elementwise in ``mode`` (:func:`begin`, :func:`end`): the probe's kernel."""
+    out = np.empty_like(x)
+    begin(mode)
+    for i in range(x.size):
+        out[i] = x[i] + y[i]
+    end(mode)
+    return out
 
 
 def _probe() -> bool:
     """Whether the compiled :func:`begin` rounds float32 and float64 additions in every mode as IEEE 754 says."""
-    import numba
-
     compile_all()
-    b, e = globals()["begin"], globals()["end"]
-
-    @numba.njit(nogil=True)
-    def add(x, y, mode):  # type: ignore[no-untyped-def]
-        out = np.empty_like(x)
-        b(mode)
-        for i in range(x.size):
-            out[i] = x[i] + y[i]
-        e(mode)
-        return out
-
+    add = globals()["_probe_add"]
     tiny64 = 2.0**-60
     ok = True
     for dt, tiny in ((np.float32, np.float32(2.0**-30)), (np.float64, tiny64)):
