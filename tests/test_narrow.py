@@ -176,3 +176,23 @@ def test_fp64_accumulator_adds_float32_rows_as_read(inp, mode):
         with jit.disabled():
             assert same(got_y, fr.reduce(Y, "sequential", seed=2, **kw))
         assert same(got_y, fr.reduce(fr.round_to(Y, inp), "sequential", seed=2, **kw))
+
+
+@needs_jit
+@pytest.mark.parametrize("fmt", ["fp16", "fp8_e4m3", "fp8_e5m2"])
+def test_grid_flags_accept_exactly_the_formats_finite_values(fmt):
+    """grid_flags (the loader's compiled input check) is 0 iff v is finite and round_to(v, fmt) == v."""
+    f = get_format(fmt)
+    _narrow.compile_all()
+    flags = _narrow.grid_flags
+    scale, (L, _, _, _) = _narrow.params(f.precision, f.emin, f.max_finite)
+    rng = np.random.default_rng(7)
+    pats = (rng.integers(0, 2**32, 3000, dtype=np.uint64) & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        near = np.nextafter(values(fmt, 1000, 8).astype(np.float32), np.float32(np.inf))
+        inf = np.array([np.nan, np.inf, -np.inf, 2 * f.max_finite, -4 * f.max_finite, 2.0**-149], dtype=np.float32)
+        v = np.concatenate([pats, values(fmt, 3000, 9).astype(np.float32), near, inf])
+        ok = np.isfinite(v) & (fr.round_to(v.astype(np.float64), fmt) == v)
+    got = np.array([flags(x, np.float32(scale), L, np.float32(f.max_finite)) == 0 for x in v])
+    assert np.array_equal(got, ok)
+    assert 2000 < ok.sum() < v.size - 2000  # both answers occur

@@ -25,8 +25,11 @@ Several columns (float32 inputs, every kind but fp64's 4): 2..7 columns run thei
 chains interleaved row by row (:func:`step`; nearest even kinds 0..2 by :func:`near`,
 which vectorizes across the row), 8 and more a row at a time by the branch-free
 :func:`fast` (a vector of columns), a row where some column is off the fast path
-redone by :func:`step` for those columns. The fp64 accumulator's chains stay in
-``_tall._left_columns``.
+redone by :func:`step` for those columns. In a directed mode with the processor's
+rounding (:mod:`fpreduce.core._hwround`), several columns of a format of p <= 24 bits
+and emin >= -126 run :func:`_hw_columns` instead: float32 additions in the mode, each
+rounded once on its bits (``_narrow.add_hw``), the software path again only if a sum
+reaches the format's top. The fp64 accumulator's chains stay in ``_tall._left_columns``.
 
 :func:`pairwise_columns` folds each column along :func:`fpreduce.plans.pairwise`'s tree
 without building it or its program of n ops: the tree's nodes at depth ``D`` are
@@ -304,7 +307,7 @@ def chained(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
 
 
 def near(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
-    """One nearest-even addition of kind 0..2 (``_tall._add1``'s: x, y in X's dtype)."""
+    """One nearest-even addition of kind 0..2 (``_tall._add1``'s: x, y in X's dtype; kind 2: fp16, fp8)."""
     if kind == 0:
         return x + y
     r = x + y  # float32
@@ -314,7 +317,7 @@ def near(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
         if abs(r) < np.float32(prm[6]):
             v = r
         if not abs(v) <= np.float32(prm[2]):
-            v = r if r != r else (np.float32(-np.inf) if r < 0 else np.float32(np.inf))
+            v = r if r != r else np.float32(-c[7] if r < 0 else c[7])  # ±Inf, ±NaN (fp8_e4m3): consts' big
     return v
 
 

@@ -39,6 +39,12 @@ nearest even 1.1-1.3x the in-place numpy adds, toward_zero 1.45x nearest even, u
 1.6x, stochastic about 6x (the generator alone, two 64-bit multiplies per addition,
 costs 2-3x nearest even).
 
+With the processor's rounding mode set (:mod:`fpreduce.core._hwround`, ``prm[7]``), the
+directed modes take :func:`add_hw` instead: the float32 sum is already rounded in the mode,
+and one rounding of its pattern in the same direction gives the format's (modes 5..7 of
+the row loops); up and down then cost what toward_zero does. :func:`grid_flags` is the
+input check of any such format (fp16, fp8) in one compiled pass.
+
 The bit casts are LLVM bitcasts once :func:`compile_all` ran (plain Python before, struct
 casts; :func:`plain_add` gives the plain :func:`add_narrow` at any time, for tests).
 """
@@ -69,6 +75,14 @@ def fp16_flags(v):  # type: ignore[no-untyped-def]
     w = v * np.float32(2.0**-112)
     off = (w * np.float32(2.0**112) != v) | (abs(v) > np.float32(65504.0))  # inexact (or NaN), or beyond fp16
     return (f2u(w) & np.uint32(0x1FFF)) | (np.uint32(0x2000) if off else np.uint32(0))
+
+
+def grid_flags(v, scale, L, maxf):  # type: ignore[no-untyped-def]
+    """Nonzero unless the float32 ``v`` is a finite value of the format scaled by ``scale`` (module docstring:
+    ``v * scale`` exact, its low bits ``L`` zero, ``|v| <= maxf``); :func:`fp16_flags` for any such format."""
+    w = v * scale
+    off = (w * (np.float32(1.0) / scale) != v) | (abs(v) > maxf)  # inexact (or NaN), or beyond the format
+    return (f2u(w) & L) | (np.uint32(1) if off else np.uint32(0))
 
 
 def f2u(x):  # type: ignore[no-untyped-def]
@@ -196,12 +210,13 @@ def _row_kind(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-
             seen |= xb[j]
     elif kind == 2:
         sigma, tiny, maxf = np.float32(prm[5]), np.float32(prm[6]), np.float32(prm[2])
+        big = np.float32(np.inf) if prm[4] != 0 else np.float32(np.nan)  # overflow: ±Inf, or ±NaN (fp8_e4m3)
         for j in range(o.size):
             s = o[j] + x[j]
             c = s * sigma
             v = c - (c - s)
             v = s if abs(s) < tiny else v
-            o[j] = v if abs(v) <= maxf else (s if s != s else (np.float32(-np.inf) if s < 0 else np.float32(np.inf)))
+            o[j] = v if abs(v) <= maxf else (s if s != s else (-big if s < 0 else big))
             seen |= fp16_flags(x[j])  # fp16 inputs are checked as read
     else:
         L, step, d = nprm[0], nprm[1], np.int64(nprm[2])
@@ -416,7 +431,7 @@ def left_segs(X, Xb, perms, los, his, out, kind, prm, nprm, scale, key, e0):  # 
 
 
 _NAMES = (
-    *("fp16_flags", "add_narrow", "add_hw", "_row5", "_row_kind", "left_rows", "left_segs"),
+    *("fp16_flags", "grid_flags", "add_narrow", "add_hw", "_row5", "_row_kind", "left_rows", "left_segs"),
     *("_rows5_m", "rows5", "_rows64", "left_rows64"),
 )
 _COMPILED: list[Any] = []

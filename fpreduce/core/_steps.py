@@ -114,10 +114,10 @@ def _step(a, x, kind, prm, p, emin, maxf, mode, has_inf, key, t, e):  # type: ig
     """One addition: the engine's kinds (``_tall``) for addends of the format to nearest, else ``_add_any``.
 
     Kind 0: the native float32 (fp32) or float64 (fp64) add. Kinds 1 (bf16, tf32) and 2
-    (fp16): the float32 sum rounded by Veltkamp splitting with ``prm[5]``; fp16 keeps
-    the sum below 2**-14 (``prm[6]``: exact there) and overflows beyond its largest
-    value; bf16's NaN from an Inf operand or a sum beyond Veltkamp's range takes the
-    exact path.
+    (fp16, fp8): the float32 sum rounded by Veltkamp splitting with ``prm[5]``; kind 2 keeps
+    the sum below 2**emin (``prm[6]``: exact there) and overflows beyond its largest
+    value (±Inf, ±NaN without Inf); bf16's NaN from an Inf operand or a sum beyond
+    Veltkamp's range takes the exact path.
     """
     if kind == 0:
         if p == 24:
@@ -131,7 +131,7 @@ def _step(a, x, kind, prm, p, emin, maxf, mode, has_inf, key, t, e):  # type: ig
             if abs(s32) < prm[6]:
                 r = np.float64(s32)
             if not abs(r) <= maxf:
-                r = np.float64(s32) if s32 != s32 else math.copysign(math.inf, s32)
+                r = np.float64(s32) if s32 != s32 else math.copysign(math.inf if has_inf else math.nan, s32)
             return r
         if r == r or a != a or x != x:
             return r

@@ -21,10 +21,10 @@ same rules as :mod:`fpreduce.core.arith`):
   subnormal float32, see ``_fastpath._VELTKAMP_P``). Sums beyond its range (about
   2**112) and Inf become NaN, so a block whose result holds a NaN is recomputed with
   ``kind 3``: same bits.
-* ``kind 2`` (fp16, nearest even): the float32 sum; below 2**-14 it is exact (a
-  multiple of fp16's subnormal quantum), above it Veltkamp on 11 bits; beyond
-  65504 it rounds to 65504 or overflows to ±Inf (NaN stays NaN).
-* ``kind 3`` (fp8 in nearest even; every format of at most 52 bits in directed and
+* ``kind 2`` (fp16, fp8, nearest even): the float32 sum; below 2**emin it is exact (a
+  multiple of the subnormal quantum), above it Veltkamp on p bits; beyond the largest
+  finite value it overflows to ±Inf (±NaN for fp8_e4m3; NaN stays NaN).
+* ``kind 3`` (other formats of p <= 52 bits in nearest even; every format in directed and
   stochastic modes): the float64 sum and its exact remainder (TwoSum), rounded on the
   sum's bits by :func:`fpreduce.core._kernels_round.add_round` (branch free: a row of
   it vectorizes; one loop per mode), in float32 for formats of p <= 23 bits
@@ -126,6 +126,7 @@ def _add_rows(D, A, B, kind, prm, z, t):  # type: ignore[no-untyped-def]
         sigma = np.float32(prm[5])
         tiny = np.float32(prm[6])
         maxf = np.float32(prm[2])
+        big = np.float32(np.inf) if prm[4] != 0 else np.float32(np.nan)  # overflow: ±Inf, or ±NaN (fp8_e4m3)
         for j in range(w):
             s = np.float32(A[j]) + np.float32(B[j])
             c = s * sigma
@@ -133,7 +134,7 @@ def _add_rows(D, A, B, kind, prm, z, t):  # type: ignore[no-untyped-def]
             if abs(s) < tiny:
                 r = s
             if not abs(r) <= maxf:
-                r = s if s != s else (np.float32(-np.inf) if s < 0 else np.float32(np.inf))
+                r = s if s != s else (-big if s < 0 else big)
             D[j] = r
     elif kind == 5:  # bf16, tf32 in directed and stochastic modes: float32 bits
         _narrow.rows5(D, A, B, prm, z, t)
@@ -156,7 +157,8 @@ def _add1(s, x, kind, prm, z1, t):  # type: ignore[no-untyped-def]
         if abs(t) < np.float32(prm[6]):
             r = t
         if not abs(r) <= np.float32(prm[2]):
-            r = t if t != t else (np.float32(-np.inf) if t < 0 else np.float32(np.inf))
+            big = np.float32(np.inf) if prm[4] != 0 else np.float32(np.nan)
+            r = t if t != t else (-big if t < 0 else big)
         return r
     v = kr.uniform(z1, t) if prm[3] == 4 else 0.0
     if kind == 3:
@@ -200,14 +202,12 @@ def _any_bits(bits, mask):  # type: ignore[no-untyped-def]
     return (acc & mask) != 0
 
 
-def _all_fp16(x):  # type: ignore[no-untyped-def]
-    """Whether every float32 ``x[i]`` is a finite fp16 value (NaN and Inf fail: the loader handles them).
-
-    One branch-free pass (it vectorizes: no early exit) of :func:`fpreduce.core._narrow.fp16_flags`.
-    """
+def _all_in(x, scale, L, maxf):  # type: ignore[no-untyped-def]
+    """Whether every float32 ``x[i]`` is a finite value of a format of emin > -126 (fp16, fp8; NaN and Inf
+    fail: the loader handles them): one branch-free pass of :func:`fpreduce.core._narrow.grid_flags`."""
     bad = np.uint32(0)
     for i in range(x.size):
-        bad |= _narrow.fp16_flags(x[i])
+        bad |= _narrow.grid_flags(x[i], scale, L, maxf)
     return bad == 0
 
 
@@ -311,7 +311,7 @@ _HELPERS = (
     "_left_any",
     "_or_row",
 )
-_COMPILED = tuple(jit.jit(f) for f in (_fold_kernel, _left_columns, _any_bits, _all_fp16))
+_COMPILED = tuple(jit.jit(f) for f in (_fold_kernel, _left_columns, _any_bits, _all_in))
 
 
 def _kernels() -> tuple[Callable[..., Any], ...]:
@@ -348,8 +348,8 @@ def _kind(ar: _Arith) -> tuple[int, np.ndarray] | None:
             return 0, prm
         if p in (8, 11) and fa.emin == -126:
             return 1, prm
-        if p == 11 and fa.emin == -14 and fa.has_inf:
-            return 2, prm
+        if p <= 11 and fa.emin > -126 and fa.max_finite < 2.0**100:  # (Veltkamp's product stays finite)
+            return 2, prm  # fp16, fp8: float32 normals; below 2**emin sums are exact
     return (4 if p == 53 else 3), prm
 
 
@@ -376,8 +376,8 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
     if kp is None:
         return None
     kind, prm = kp
-    n, m = A.shape
-    fa = ar.fa
+    (n, m), fa = A.shape, ar.fa
+    p = fa.precision
     if isinstance(root, str) and not compiled:
         root = pairwise(n).root  # the numpy stochastic fold takes the tree
     tree = root
@@ -388,11 +388,11 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
     left = m <= _NARROW or (m <= _CHAIN and kind != 4 and chain)
     if order is None and n > _MAX_OPS and not (isinstance(root, str) and left):
         return None  # (pairwise on a few columns builds no program: _chain's blocks)
-    if m > _WIDTH and kind in (0, 4) and fa.precision > 24 and order is not None and compiled:
+    if m > _WIDTH and kind in (0, 4) and p > 24 and order is not None and compiled:
         res = _narrow.fold_fp64(A, order if order.size else np.arange(n), load, ar, prm, offset)
         if res is not None:
             return res  # fp64 on wide float32 rows: each added as read, no float64 copy
-    if m > _WIDTH and ((kind == 2 and order is None) or (kind == 0 and fa.precision > 24 and prm[3] == 0)):
+    if m > _WIDTH and ((kind == 2 and p == 11 and order is None) or (kind == 0 and p > 24 and prm[3] == 0)):
         return None  # fp64 nearest even, fp16 in a tree, on wide rows: the engine's numpy fold is as fast
     key = np.uint64(0)
     if stochastic:
@@ -477,7 +477,7 @@ def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False, lazy16: 
     """X in the accumulator's domain (float32 when its values fit: every format but fp64), and bits to check.
 
     float32 inputs that fit the accumulator are checked in one compiled pass (bf16,
-    tf32: no low bit set; fp16: finite and unchanged by rounding to fp16) and used as
+    tf32: no low bit set; fp16, fp8: finite values of the format) and used as
     they are; anything else goes through the engine's ``_Loader``. With ``lazy``, bf16
     and tf32 inputs are not checked here but returned with the low bits that must be
     zero (the row-block kernel ORs the rows as it reads them: no extra pass); with
@@ -497,8 +497,10 @@ def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False, lazy16: 
             return A, 0
         if fin.name == "fp16" and lazy16:
             return A, _narrow.FP16_CHECK
-        if fin.name == "fp16" and _kernels()[3](A.reshape(-1)):
-            return A, 0
+        if fin.emin > -126 and fin.max_finite <= np.finfo(np.float32).max:  # fp16, fp8: one compiled pass
+            scale, nprm = _narrow.params(fin.precision, fin.emin, fin.max_finite)
+            if _kernels()[3](A.reshape(-1), np.float32(scale), nprm[0], np.float32(fin.max_finite)):
+                return A, 0
     ldr = _Loader(A, fin, fa, ar.mode, ar.rng, np.dtype(np.float32 if narrow else np.float64))
     ldr.premul = load.premul
     return np.ascontiguousarray(ldr(A)), 0
