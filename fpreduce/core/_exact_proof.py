@@ -17,51 +17,65 @@ from numpy.typing import NDArray
 from fpreduce.base.jit import jit
 
 
-def _scan_kernel(u, x, sign_off, one, top, low, orb, s):  # type: ignore[no-untyped-def]
+def _scan_kernel(u, x, sign_off, one, top, low, orb, s, ab):  # type: ignore[no-untyped-def]
     """One pass over (n, c) bits ``u`` / values ``x``: per column max |bits|, min nonzero |bits| - 1
-    (wrapping: all-ones for an all-zero column), OR of |bits|, and the float64 sum in row order;
-    returns the number of zero terms.
+    (wrapping: all-ones for an all-zero column), OR of |bits|, the float64 sum and the float64 sum of
+    |x| in row order (numpy's ``sum(axis=0, dtype=float64)``); returns the number of zero terms.
 
-    ``one`` has the bits' unsigned type: ``v - 1`` with a Python int would be float64 in numba.
+    Columns go in blocks of ``_SCAN_BLOCK`` (their five running values stay in L1; rows are
+    sliced and indexed from 0, so the loops vectorize). ``one`` has the bits' unsigned type:
+    ``v - 1`` with a Python int would be float64 in numba.
     """
     n, c = u.shape
     zeros = 0
-    for j in range(c):
-        v = u[0, j] & sign_off
-        top[j] = v
-        low[j] = v - one
-        orb[j] = v
-        s[j] = x[0, j]
-        zeros += v == 0
-    for i in range(1, n):
-        for j in range(c):
-            v = u[i, j] & sign_off
-            top[j] = max(top[j], v)
-            low[j] = min(low[j], v - one)
-            orb[j] |= v
-            s[j] += x[i, j]
+    for lo in range(0, c, _SCAN_BLOCK):
+        hi = min(lo + _SCAN_BLOCK, c)
+        tp, lw, ob, ss, aa = top[lo:hi], low[lo:hi], orb[lo:hi], s[lo:hi], ab[lo:hi]
+        ur, xr = u[0, lo:hi], x[0, lo:hi]
+        for j in range(hi - lo):
+            v = ur[j] & sign_off
+            tp[j] = v
+            lw[j] = v - one
+            ob[j] = v
+            ss[j] = xr[j]
+            aa[j] = abs(np.float64(xr[j]))
             zeros += v == 0
+        for i in range(1, n):
+            ur, xr = u[i, lo:hi], x[i, lo:hi]
+            for j in range(hi - lo):
+                v = ur[j] & sign_off
+                tp[j] = max(tp[j], v)
+                lw[j] = min(lw[j], v - one)
+                ob[j] |= v
+                ss[j] += xr[j]
+                aa[j] += abs(np.float64(xr[j]))
+                zeros += v == 0
     return zeros
+
+
+_SCAN_BLOCK = 1024
 
 
 _scan_compiled = jit(_scan_kernel)
 
 
-def _scan(a: NDArray[np.floating]) -> tuple[np.ndarray, np.ndarray, np.ndarray, NDArray[np.float64], int] | None:
+def _scan(
+    a: NDArray[np.floating],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, NDArray[np.float64], int, NDArray[np.float64]] | None:
     """(max |bits|, min nonzero |bits| (0: all zero), OR of |bits|, float64 row-order sum) per column,
-    and the number of zero terms."""
+    the number of zero terms, and the float64 row-order sum of |x| per column."""
     if _scan_compiled is None or a.dtype not in (np.float32, np.float64):
         return None
     a = np.ascontiguousarray(a)
     ut = np.uint64 if a.dtype == np.float64 else np.uint32
     c = a.shape[1]
     top, low, orb = (np.empty(c, dtype=ut) for _ in range(3))
-    s = np.empty(c, dtype=np.float64)
+    s, ab = np.empty(c, dtype=np.float64), np.empty(c, dtype=np.float64)
     zeros = _scan_compiled(
-        a.view(ut), a, ut(0x7FFFFFFFFFFFFFFF if ut is np.uint64 else 0x7FFFFFFF), ut(1), top, low, orb, s
+        a.view(ut), a, ut(0x7FFFFFFFFFFFFFFF if ut is np.uint64 else 0x7FFFFFFF), ut(1), top, low, orb, s, ab
     )
     np.add(low, ut(1), out=low)  # min nonzero |bits|, 0 for an all-zero column
-    return top, low, orb, s, int(zeros)
+    return top, low, orb, s, int(zeros), ab
 
 
 def _float64_exact_columns(a: NDArray[np.floating], sigbits: int, scan: Any = None) -> NDArray[np.bool_]:

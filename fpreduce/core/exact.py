@@ -35,7 +35,14 @@ from fpreduce.core._reference import round_scaled
 from fpreduce.core.formats import Format, get_format
 from fpreduce.core.rounding import Mode, _round_with_remainder, get_mode, quantum_bits, round_to
 
-__all__ = ["ExactSum", "exact_sum", "exact_sum_counting_zeros", "exact_sum_fraction", "exact_sum_mpmath"]
+__all__ = [
+    "ExactSum",
+    "exact_sum",
+    "exact_sum_counting_zeros",
+    "exact_sum_fraction",
+    "exact_sum_mpmath",
+    "exact_sum_scan",
+]
 
 _FP64 = get_format("fp64")
 
@@ -237,7 +244,6 @@ def exact_sum(X: ArrayLike, axis: int = 0) -> ExactSum:
     return exact_sum_counting_zeros(X, axis)[0]
 
 
-@own_flags
 def exact_sum_counting_zeros(X: ArrayLike, axis: int = 0) -> tuple[ExactSum, int | None]:
     """:func:`exact_sum` and, when the compiled scan ran, the number of zero terms (+0.0 and -0.0).
 
@@ -245,17 +251,26 @@ def exact_sum_counting_zeros(X: ArrayLike, axis: int = 0) -> tuple[ExactSum, int
     :func:`fpreduce.base.jit.enabled`); on the numpy path it is None (count them
     yourself if you need them).
     """
+    ex, zeros, _ = exact_sum_scan(X, axis)
+    return ex, zeros
+
+
+@own_flags
+def exact_sum_scan(X: ArrayLike, axis: int = 0) -> tuple[ExactSum, int | None, NDArray[np.float64] | None]:
+    """:func:`exact_sum_counting_zeros`, and the float64 sum of ``|x|`` in order along ``axis``
+    (numpy's ``np.abs(X).sum(axis, dtype=np.float64)``, the backward error's scale) from the same
+    compiled pass; None for both on the numpy path."""
     a, out_shape, sigbits = _check_input(X, axis)
     n, c = a.shape
-    zeros = None
+    zeros = absum = None
     if n and c:
         scan = _scan(a) if jit.enabled() else None
         if scan is not None:
-            zeros = scan[4]
+            zeros, absum = scan[4], scan[5].reshape(out_shape)
         ok = _float64_exact_columns(a, sigbits, scan)
         if ok.any():
-            return _with_fast_columns(a, ok, out_shape, sigbits, None if scan is None else scan[3]), zeros
-    return _exact_general(a, out_shape, sigbits), zeros
+            return _with_fast_columns(a, ok, out_shape, sigbits, None if scan is None else scan[3]), zeros, absum
+    return _exact_general(a, out_shape, sigbits), zeros, absum
 
 
 def _with_fast_columns(

@@ -26,7 +26,7 @@ import numpy as np
 from fpreduce._version import __version__
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.engine import reduce
-from fpreduce.core.exact import exact_sum_counting_zeros
+from fpreduce.core.exact import exact_sum_scan
 from fpreduce.core.formats import get_format
 from fpreduce.core.rounding import round_to
 from fpreduce.run import resume as resume_
@@ -94,13 +94,15 @@ class _Inputs:
 
     def __init__(self, Xr: np.ndarray, X: np.ndarray) -> None:
         """``Xr``: ``X`` rounded to the input format."""
-        self.exact, zeros = exact_sum_counting_zeros(Xr)  # the compiled scan counts the zero terms on the way
+        self.exact, zeros, absum = exact_sum_scan(Xr)  # the compiled scan counts zeros, sums |x| on the way
         if zeros is None:
             zeros = int(np.count_nonzero(Xr == 0))
         self.underflow = zeros - int(np.count_nonzero(X == 0)) if zeros else 0  # zeros stay zeros
         self._rounded: dict[tuple[str, bool], np.ndarray] = {}
-        with np.errstate(over="ignore", invalid="ignore"):  # the backward error's scale: sum_i |x_i| in float64
-            self.absum = np.abs(Xr).sum(axis=0, dtype=np.float64)
+        if absum is None:
+            with np.errstate(over="ignore", invalid="ignore"):  # the backward error's scale: sum_i |x_i|, float64
+                absum = np.abs(Xr).sum(axis=0, dtype=np.float64)
+        self.absum = absum
 
     def correctly_rounded(self, arm: ArmSpec, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(hi, lo, exact rounded once to the arm's output, sum |x|): of the sum, or of the mean, of the inputs."""
