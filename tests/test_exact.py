@@ -482,8 +482,11 @@ def test_compiled_column_scan_equals_numpy_path(cols, nonfinite, dtype):
     if nonfinite:
         X[0, 0] = np.nan
         X[-1, -1] = -np.inf
-    fast, zeros = E.exact_sum_counting_zeros(X)
+    fast, zeros, absum = E.exact_sum_scan(X)
     assert zeros == np.count_nonzero(X == 0)  # the scan counts the zero terms (+0.0 and -0.0)
+    with np.errstate(over="ignore", invalid="ignore"):  # and sums |x| in row order: numpy's bits
+        want = np.abs(X).sum(axis=0, dtype=np.float64)
+    assert np.array_equal(absum.view(np.uint64), want.view(np.uint64)) or np.array_equal(absum, want, equal_nan=True)
     with jit.disabled():
         slow = E.exact_sum(X)
     for name in ("hi", "lo", "special"):
@@ -494,3 +497,21 @@ def test_compiled_column_scan_equals_numpy_path(cols, nonfinite, dtype):
     for j in range(len(cols)):
         if not fast.nonfinite[j]:
             assert fast.fraction(j) == slow.fraction(j) == sum(Fraction(float(v)) for v in X[:, j])
+
+
+@pytest.mark.parametrize("shape", [(64, 3000), (3, 1025), (1000, 7), (1, 2049)])
+def test_the_scans_abs_sum_is_numpys_across_column_blocks(shape):
+    """exact_sum_scan's sum of |x| (the runner's backward-error scale) equals numpy's bit for bit, every block."""
+    import fpreduce.core.exact as E
+    from fpreduce.base import jit
+
+    if not jit.enabled():
+        pytest.skip("numba not installed: only the numpy path exists")
+    rng = np.random.default_rng(shape[0])
+    X = (rng.standard_normal(shape) * np.exp2(rng.integers(-60, 60, shape))).astype(np.float32)
+    ex, zeros, absum = E.exact_sum_scan(X)
+    want = np.abs(X).sum(axis=0, dtype=np.float64)
+    assert np.array_equal(absum.view(np.uint64), want.view(np.uint64))
+    assert np.array_equal(ex.to_float64(), E.exact_sum(X.astype(np.float64)).to_float64())
+    with jit.disabled():
+        assert E.exact_sum_scan(X)[2] is None
