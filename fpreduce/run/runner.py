@@ -17,6 +17,7 @@ import copy
 import platform
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -285,9 +286,11 @@ def _compute_step(
     would do, shared by the arms: counted as engine time), reduced by every arm (and
     again with a re-seeded order policy, unless the order is fixed), summed exactly and
     measured. Only O(elements) results are kept across chunks.
-    (Running the oracle on a second thread beside the reductions saved only ~5% of
-    the wall time on a 2-core machine: the GIL, taken by every small numpy call of
-    both, serialises most of it; so it runs here, in line, and its time is honest.)
+    (The oracle on a second thread saved only ~5% of the wall time on 2 cores: the GIL,
+    taken by every small numpy call, serialises most of it; it runs in line. Synthetic and
+    file gradients are drawn two chunks ahead on two threads: numpy's generators and array
+    arithmetic release the GIL, and only those threads call such a source; the source time
+    counted is the time waited for them.)
     ``span``: only the chunks of elements lo..hi-1 (lo a multiple of the chunk width: a
     split run's share); ``after_chunk(st)`` is called after each chunk's metrics; ``given``: per arm,
     None or its (result, re-run result) over all elements, reduced elsewhere (a model's one chunk).
@@ -311,12 +314,21 @@ def _compute_step(
         s_lo,
         given,
     )
-    for c in range(s_lo // width, -(-s_hi // width)):
-        lo, hi = c * width, min(m, (c + 1) * width)
-        inputs, keys = _reduce_chunk(cfg, source, arms, st, c, lo, hi, times)
-        _measure(specs, inputs, keys, [y[lo - s_lo : hi - s_lo] for y in st.ys], e.workers, st, times)
-        if after_chunk is not None:
-            after_chunk(st)
+    chunks, ahead = range(s_lo // width, -(-s_hi // width)), {}
+    with ThreadPoolExecutor(2) as pool:  # the next two chunks' gradients are drawn while this one is reduced
+        for c in chunks:
+            lo, hi, shared = c * width, min(m, (c + 1) * width), None
+            for k in range(c, min(c + 3, chunks.stop) if source.kind != "model" else c):
+                if k not in ahead:
+                    ahead[k] = pool.submit(source.gradients, step, lo=k * width, hi=min(m, (k + 1) * width))
+            if c in ahead:
+                t1 = time.perf_counter()
+                shared = ahead.pop(c).result()
+                times["source"] += time.perf_counter() - t1  # the time waited for them
+            inputs, keys = _reduce_chunk(cfg, source, arms, st, c, (lo, hi), shared, times)
+            _measure(specs, inputs, keys, [y[lo - s_lo : hi - s_lo] for y in st.ys], e.workers, st, times)
+            if after_chunk is not None:
+                after_chunk(st)
     return st
 
 
@@ -326,21 +338,20 @@ def _reduce_chunk(
     arms: list[_Arm],
     st: _Step,
     c: int,
-    lo: int,
-    hi: int,
+    span: tuple[int, int],
+    shared: np.ndarray | None,
     times: dict[str, float],
 ) -> tuple[dict[tuple[str, int], tuple[np.ndarray, np.ndarray]], list[tuple[str, int]]]:
-    """Every arm reduces elements lo..hi-1 (chunk ``c``) of the step into ``st.ys``, and again
-    with its re-seeded order policy into ``st.rerun`` (compared at once, not kept).
+    """Every arm reduces elements lo..hi-1 (chunk ``c``, ``span``) of the step into ``st.ys``, and again
+    with its re-seeded order policy into ``st.rerun`` (compared at once, not kept). ``shared``: the
+    chunk's gradients (None: a model's, drawn here from each arm's replica).
 
     Returns the chunk's inputs, ``(input format, id of the array) -> (rounded, as
     drawn)``, and each arm's key into them: arms sharing inputs share their rounding
     and exact sum.
     """
     e, m, step = cfg.experiment, source.elements, st.index
-    t1 = time.perf_counter()
-    shared = None if source.kind == "model" else source.gradients(step, lo=lo, hi=hi)
-    times["source"] += time.perf_counter() - t1
+    lo, hi = span
     inputs: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
     keys = []
     for i, a in enumerate(arms):

@@ -415,8 +415,9 @@ def _load_npz(path: Path) -> NDArray[Any]:
 # Peak memory of the runner: bytes per gradient value of one chunk and per input format, per
 # element and arm (results and metrics kept across chunks), and fixed (interpreter, numba). Fitted
 # to the max RSS of runs of 4 arms, 4..1024 workers, 2^16..2^25 elements, 1 and 3 input formats
-# (numba on): the model is within -5%..+9% of each (406 MiB to 1.45 GiB measured).
-_PER_CELL, _PER_CELL_INPUT, _PER_ELEMENT_ARM, _FIXED = 6, 14, 10, 192 << 20
+# (numba on): the model is within -5%..+9% of each (406 MiB to 1.45 GiB measured). _AHEAD, added
+# since (computed, not fitted): the two chunks of float32 gradients the runner draws ahead.
+_PER_CELL, _PER_CELL_INPUT, _PER_ELEMENT_ARM, _FIXED, _AHEAD = 6, 14, 10, 192 << 20, 8
 
 
 def memory_needed(source: Source, *, arms: int, inputs: int, width: int, elements: int | None = None) -> int:
@@ -429,8 +430,10 @@ def memory_needed(source: Source, *, arms: int, inputs: int, width: int, element
         width: elements per chunk (a model's gradient is one chunk, computed per arm).
     """
     n, m = source.workers, source.elements if elements is None else elements  # (a split run's share)
-    cells = n * min(width, m) * (arms if source.kind == "model" else 1)
-    return cells * (_PER_CELL + _PER_CELL_INPUT * inputs) + m * arms * _PER_ELEMENT_ARM + _FIXED
+    model = source.kind == "model"
+    cells = n * min(width, m) * (arms if model else 1)
+    per = _PER_CELL + _PER_CELL_INPUT * inputs + (0 if model else _AHEAD)
+    return cells * per + m * arms * _PER_ELEMENT_ARM + _FIXED
 
 
 def machine_memory() -> tuple[int | None, int | None]:
