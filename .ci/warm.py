@@ -16,7 +16,7 @@ X64 = X.astype(np.float64)
 GROUPS = {
     "rows": lambda: [  # the row-block kernel of core/_tall.py, float32 and float64 rows
         fr.reduce(X, "pairwise", input="bf16", accumulate="fp32"),
-        fr.reduce(X64[:, :13], "sequential", input="fp64", accumulate="fp64", rounding="toward_zero"),
+        fr.reduce(X64[:, :40], "sequential", input="fp64", accumulate="fp64", rounding="toward_zero"),
     ],
     "columns": lambda: [  # the scalar columns of core/_tall.py and core/_chain.py, float32 and float64
         fr.reduce(X[:, :1], "sequential", input="bf16", accumulate="bf16"),
@@ -26,6 +26,7 @@ GROUPS = {
     "chain": lambda: (
         [fr.reduce(X[:, :3], p, input="bf16", accumulate="bf16", rounding="up") for p in ("sequential", "pairwise")]
         + [fr.reduce(X64[:, :1], "pairwise", input="fp64", accumulate="fp64")]
+        + [fr.reduce(X64[:, :13], "sequential", input="fp64", accumulate="fp64", rounding="toward_zero")]
     ),
     "wide": lambda: [  # core/_narrow.py, core/_segments.py and core/_binned.py
         fr.reduce(X, "sequential", input="bf16", accumulate="fp32"),

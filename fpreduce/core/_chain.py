@@ -176,7 +176,7 @@ def _hw_columns(X, perm, out, prm):  # type: ignore[no-untyped-def]
     mode = hw.code(5, prm)
     sc = np.float32(2.0 ** (-126 - int(prm[1])))  # the format on float32's grid (_narrow's scaling)
     L = np.uint32((1 << (24 - int(prm[0]))) - 1)
-    limit = _narrow.f2u(np.float32(prm[2]) * sc) - L - np.uint32(1)
+    limit = _narrow.hw_limit(prm, L, _narrow.f2u(np.float32(prm[2]) * sc) - L - np.uint32(1), True)
     S = np.empty(X.shape[1], dtype=np.float32)
     hw.begin(mode)  # only additions and exact scalings until end
     if mode == 1:

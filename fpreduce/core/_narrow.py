@@ -146,6 +146,19 @@ def add_narrow(a, b, mode, L, step, d, u):  # type: ignore[no-untyped-def]
     return u2f(r), sb & np.uint32(_ABS32)
 
 
+def hw_limit(prm, L, limit, hard):  # type: ignore[no-untyped-def]
+    """The largest ``|s|`` pattern :func:`add_hw` answers (``hard``; else :func:`add_narrow`'s ``limit``).
+
+    A format with float32's exponent range, Inf, and float32's top on its grid (bf16, tf32)
+    needs no check in hardware: the float32 sum's own overflow, Inf and NaN, rounded on
+    the pattern in the mode, are the format's (``RU`` beyond the top is Inf, ``RZ`` the
+    largest finite value; NaN keeps its quiet bit). Others (scaled: fp16, fp8) keep ``limit``.
+    """
+    top = np.uint32(0x7F7FFFFF) & ~L
+    same = prm[1] == -126 and prm[4] != 0 and f2u(np.float32(prm[2])) == top
+    return np.uint32(0xFFFFFFFF) if hard and same else limit
+
+
 def add_hw(a, b, mode, L):  # type: ignore[no-untyped-def]
     """``a + b`` in ``mode`` 1..3 under the hardware's same mode (:mod:`._hwround`); (float32, |s|'s pattern).
 
@@ -304,8 +317,8 @@ def rows5(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
     d = 24 - int(prm[0])
     step = np.uint32(1) << np.uint32(d)
     L = step - np.uint32(1)
-    limit = f2u(np.float32(prm[2])) - step
     mode = int(prm[3]) + (4 if hw.code(5, prm) != 0 else 0)
+    limit = hw_limit(prm, L, f2u(np.float32(prm[2])) - step, mode > 4)
     if mode == 5:
         _rows5_m(D, A, B, 5, L, step, d, limit, z, t)
     elif mode == 6:
@@ -344,78 +357,6 @@ def scaled(prm: np.ndarray) -> tuple[float, np.ndarray] | None:
     return scale, out
 
 
-def _rows64(o, x, xb, fp16, mode, maxf, z, t):  # type: ignore[no-untyped-def]
-    """o <- o + x (float64 accumulator, float32 row) in ``mode`` (a constant per loop); the OR of the row's check."""
-    bits = np.uint32(0)
-    for j in range(o.size):
-        v = np.float64(x[j])
-        if mode == 0:
-            o[j] = o[j] + v
-        else:
-            o[j] = kr.add_fp64(o[j], v, maxf, mode, kr.uniform(z[j], t) if mode == 4 else 0.0)
-        bits |= fp16_flags(x[j]) if fp16 else xb[j]
-    return bits
-
-
-def left_rows64(X, Xb, perm, out, fp16, mode, maxf, key, e0, hwm):  # type: ignore[no-untyped-def]
-    """out (float64) <- the left fold of X's float32 rows in the order ``perm``, row by row in place.
-
-    fp64 accumulation of float32 values (exact in float64), in ``mode`` (directed and
-    stochastic: :func:`fpreduce.core._kernels_round.add_fp64`): no float64 copy of X.
-    ``hwm`` 1..3 (with ``mode`` 0): native additions in the hardware's directed mode
-    (:mod:`._hwround`). Returns the OR of the rows' bits (``fp16``: of
-    :func:`fp16_flags`, an exactness check whatever the mode), the input check.
-    """
-    hw.begin(hwm)
-    n, m = X.shape
-    z = np.zeros(m if mode == 4 else 0, dtype=np.uint64)
-    for j in range(z.size):
-        z[j] = kr.element_seed(key, e0 + j)
-    seen = np.uint32(0)
-    x, xb = X[perm[0]], Xb[perm[0]]
-    for j in range(m):
-        out[j] = np.float64(x[j])
-        seen |= fp16_flags(x[j]) if fp16 else xb[j]
-    for k in range(1, n):
-        x, xb = X[perm[k]], Xb[perm[k]]
-        if mode == 0:
-            seen |= _rows64(out, x, xb, fp16, 0, maxf, z, k - 1)
-        elif mode == 1:
-            seen |= _rows64(out, x, xb, fp16, 1, maxf, z, k - 1)
-        elif mode == 2:
-            seen |= _rows64(out, x, xb, fp16, 2, maxf, z, k - 1)
-        elif mode == 3:
-            seen |= _rows64(out, x, xb, fp16, 3, maxf, z, k - 1)
-        else:
-            seen |= _rows64(out, x, xb, fp16, 4, maxf, z, k - 1)
-    hw.end(hwm)
-    return seen
-
-
-def fold_fp64(A: np.ndarray, perm: np.ndarray, load: Any, ar: Any, prm: np.ndarray, e0: int) -> np.ndarray | None:
-    """The fp64 left fold of A's float32 rows in the order ``perm`` by :func:`left_rows64`, or None.
-
-    None unless A is float32, C-contiguous, of an input format of <= 24 bits that needs no
-    conversion (``load``, the engine's loader), or when an input is not in its format
-    (the caller then loads, rounding them, and folds). ``prm`` as ``_tall``'s; element
-    ``e0 + j`` draws the stochastic roundings of column j (``ar``'s key).
-    """
-    fin = load.fin
-    if not (load.fits and load.premul is None and fin.precision <= 24 and A.dtype == np.float32):
-        return None
-    fp16 = fin.precision == 11 and fin.emin == -14
-    low = 0 if fin.precision >= 24 else FP16_CHECK if fp16 else (1 << (24 - fin.precision)) - 1
-    if not A.flags.c_contiguous or A.shape[0] < 2 or (not fp16 and fin.emin != -126 and low):
-        return None  # fp8 inputs: the loader checks them
-    key = ar.sr_key() if int(prm[3]) == 4 else np.uint64(0)
-    out = np.empty(A.shape[1], dtype=np.float64)
-    compile_all()
-    hwm = hw.code(0, prm)
-    mode = 0 if hwm else int(prm[3])
-    seen = globals()["left_rows64"](A, A.view(np.uint32), perm, out, fp16, mode, prm[2], key, e0, hwm)
-    return None if seen & low else out
-
-
 def left_segs(X, Xb, perms, los, his, out, kind, prm, nprm, scale, key, e0):  # type: ignore[no-untyped-def]
     """:func:`left_rows` of each segment ``s``: columns ``los[s] .. his[s] - 1`` in the row order ``perms[s]``."""
     seen = np.uint32(0)
@@ -431,8 +372,8 @@ def left_segs(X, Xb, perms, los, his, out, kind, prm, nprm, scale, key, e0):  # 
 
 
 _NAMES = (
-    *("fp16_flags", "grid_flags", "add_narrow", "add_hw", "_row5", "_row_kind", "left_rows", "left_segs"),
-    *("_rows5_m", "rows5", "_rows64", "left_rows64"),
+    *("fp16_flags", "grid_flags", "add_narrow", "hw_limit", "add_hw", "_row5", "_row_kind", "left_rows", "left_segs"),
+    *("_rows5_m", "rows5"),
 )
 _COMPILED: list[Any] = []
 _PLAIN = {name: globals()[name] for name in ("add_narrow", "f2u", "f2i", "u2f")}
@@ -463,7 +404,7 @@ def compile_all() -> None:
     g["f2i"] = cast(nt.float32, nt.int32, ir.IntType(32))
     g["u2f"] = cast(nt.uint32, nt.float32, ir.FloatType())
     for name in _NAMES:
-        entry = name in ("left_rows", "rows5", "_rows64", "left_rows64")
+        entry = name in ("left_rows", "rows5")
         g[name] = numba.njit(cache=True, nogil=True, inline="never" if entry else "always")(g[name])
     _COMPILED.append(g["left_rows"])
 
@@ -500,14 +441,15 @@ def fold_left(
     format). ``done`` False: a sum reached the format's top, or Inf or NaN (kind 5), or
     Veltkamp's range (kind 1): the caller folds again by the exact scalar path.
     """
+    compile_all()
     scale, nprm = 1.0, np.zeros(4, dtype=np.uint32)
     if kind == 5:
         scale, nprm = params(int(prm[0]), int(prm[1]), float(prm[2]))
+        nprm[3] = globals()["hw_limit"](prm, nprm[0], nprm[3], hw.code(5, prm) != 0)
     m = X.shape[1]
     los, his = (np.zeros(1, dtype=np.int64), np.full(1, m, dtype=np.int64)) if cols is None else cols
     perms = np.asarray(perms, dtype=np.int64).reshape(los.size, -1)
     out = np.empty(m, dtype=np.float32)
-    compile_all()
     with np.errstate(over="ignore", invalid="ignore"):
         seen, big = globals()["left_segs"](X, X.view(np.uint32), perms, los, his, out, kind, prm, nprm, scale, key, e0)
     if seen & low:

@@ -85,7 +85,7 @@ from typing import Any
 import numpy as np
 
 from fpreduce.base import jit
-from fpreduce.core import _chain, _narrow
+from fpreduce.core import _chain, _narrow, _rows64
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
 from fpreduce.core._fastpath import _program
@@ -389,7 +389,7 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
     if order is None and n > _MAX_OPS and not (isinstance(root, str) and left):
         return None  # (pairwise on a few columns builds no program: _chain's blocks)
     if m > _WIDTH and kind in (0, 4) and p > 24 and order is not None and compiled:
-        res = _narrow.fold_fp64(A, order if order.size else np.arange(n), load, ar, prm, offset)
+        res = _rows64.fold_fp64(A, order if order.size else np.arange(n), load, ar, prm, offset)
         if res is not None:
             return res  # fp64 on wide float32 rows: each added as read, no float64 copy
     if m > _WIDTH and ((kind == 2 and p == 11 and order is None) or (kind == 0 and p > 24 and prm[3] == 0)):
