@@ -28,8 +28,8 @@ which vectorizes across the row), 8 and more a row at a time by the branch-free
 redone by :func:`step` for those columns. In a directed mode with the processor's
 rounding (:mod:`fpreduce.core._hwround`), several columns of a format of p <= 24 bits
 and emin >= -126 run :func:`_hw_columns` instead: float32 additions in the mode, each
-rounded once on its bits (``_narrow.add_hw``), the software path again only if a sum
-reaches the format's top. The fp64 accumulator's chains stay in ``_tall._left_columns``.
+rounded once on its bits (``_narrow.add_hw``, overflow included). The fp64
+accumulator's chains stay in ``_tall._left_columns``.
 
 :func:`pairwise_columns` folds each column along :func:`fpreduce.plans.pairwise`'s tree
 without building it or its program of n ops: the tree's nodes at depth ``D`` are
@@ -150,43 +150,37 @@ def _many_m(X, perm, out, add, kind, mode, prm, c, Z, S):  # type: ignore[no-unt
         out[g] = S[g]
 
 
-def _hw_m(X, perm, out, mode, L, sc, S):  # type: ignore[no-untyped-def]
+def _hw_m(X, perm, out, mode, L, sc, S, top, over):  # type: ignore[no-untyped-def]
     """Every column's chain at once by :func:`fpreduce.core._narrow.add_hw` (mode 1..3, the hardware's
-    mode set by the caller) on the format scaled by ``sc`` (float32 values); returns the largest ``|s|``
-    pattern (beyond the format's top the caller folds again in software)."""
+    mode set by the caller) on the format scaled by ``sc`` (float32 values), overflow by ``top``, ``over``."""
     ident = perm.size == 0
-    big = np.uint32(0)
     for g in range(X.shape[1]):
         S[g] = np.float32(X[0 if ident else perm[0], g]) * sc
     for k in range(1, X.shape[0]):
         row = k if ident else perm[k]
         for g in range(X.shape[1]):
-            v, mag = _narrow.add_hw(S[g], np.float32(X[row, g]) * sc, mode, L)
-            S[g] = v
-            big = max(big, mag)
+            S[g] = _narrow.add_hw(S[g], np.float32(X[row, g]) * sc, mode, L, top, over)[0]
     inv = np.float32(1.0) / sc
     for g in range(X.shape[1]):
         out[g] = S[g] * inv
-    return big
 
 
 def _hw_columns(X, perm, out, prm):  # type: ignore[no-untyped-def]
     """Several columns of a format of p <= 24 bits, emin >= -126 in a directed mode, the hardware's
-    mode set (``_narrow``'s kind 5, ``prm[7]``): True when done (no sum reached the format's top)."""
+    mode set (``_narrow``'s kind 5, ``prm[7]``): every sum answered, overflow included."""
     mode = hw.code(5, prm)
     sc = np.float32(2.0 ** (-126 - int(prm[1])))  # the format on float32's grid (_narrow's scaling)
     L = np.uint32((1 << (24 - int(prm[0]))) - 1)
-    limit = _narrow.hw_limit(prm, L, _narrow.f2u(np.float32(prm[2]) * sc) - L - np.uint32(1), True)
+    top, over = _narrow.hw_top(prm, sc)
     S = np.empty(X.shape[1], dtype=np.float32)
     hw.begin(mode)  # only additions and exact scalings until end
     if mode == 1:
-        big = _hw_m(X, perm, out, 1, L, sc, S)
+        _hw_m(X, perm, out, 1, L, sc, S, top, over)
     elif mode == 2:
-        big = _hw_m(X, perm, out, 2, L, sc, S)
+        _hw_m(X, perm, out, 2, L, sc, S, top, over)
     else:
-        big = _hw_m(X, perm, out, 3, L, sc, S)
+        _hw_m(X, perm, out, 3, L, sc, S, top, over)
     hw.end(mode)
-    return big <= limit
 
 
 def fast(s, x, mode, c, U):  # type: ignore[no-untyped-def]
@@ -247,8 +241,9 @@ def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-d
     mode = int(prm[3]) if kind == 3 else 0
     hwm = hw.code(kind, prm)
     narrow = kind == 3 and X.shape[1] > 1 and prm[0] <= 24 and prm[1] >= -126
-    if narrow and hw.code(5, prm) != 0 and _hw_columns(X, perm, out, prm):
-        return  # (a sum at the format's top: folded again below, in software)
+    if narrow and hw.code(5, prm) != 0:
+        _hw_columns(X, perm, out, prm)
+        return
     hw.begin(hwm)  # kind 0 in a directed mode: the native additions in the hardware's mode
     if X.shape[1] > 1:
         Z = np.empty(X.shape[1], dtype=np.uint64)

@@ -146,47 +146,42 @@ def add_narrow(a, b, mode, L, step, d, u):  # type: ignore[no-untyped-def]
     return u2f(r), sb & np.uint32(_ABS32)
 
 
-def hw_limit(prm, L, limit, hard):  # type: ignore[no-untyped-def]
-    """The largest ``|s|`` pattern :func:`add_hw` answers (``hard``; else :func:`add_narrow`'s ``limit``).
-
-    A format with float32's exponent range, Inf, and float32's top on its grid (bf16, tf32)
-    needs no check in hardware: the float32 sum's own overflow, Inf and NaN, rounded on
-    the pattern in the mode, are the format's (``RU`` beyond the top is Inf, ``RZ`` the
-    largest finite value; NaN keeps its quiet bit). Others (scaled: fp16, fp8) keep ``limit``.
-    """
-    top = np.uint32(0x7F7FFFFF) & ~L
-    same = prm[1] == -126 and prm[4] != 0 and f2u(np.float32(prm[2])) == top
-    return np.uint32(0xFFFFFFFF) if hard and same else limit
+def hw_top(prm, scale):  # type: ignore[no-untyped-def]
+    """(the scaled largest finite value's pattern, the overflow pattern: Inf, or NaN without Inf) for :func:`add_hw`."""
+    return f2u(np.float32(prm[2]) * np.float32(scale)), np.uint32(_INF if prm[4] != 0 else _QNAN)
 
 
-def add_hw(a, b, mode, L):  # type: ignore[no-untyped-def]
-    """``a + b`` in ``mode`` 1..3 under the hardware's same mode (:mod:`._hwround`); (float32, |s|'s pattern).
+def add_hw(a, b, mode, L, top, big):  # type: ignore[no-untyped-def]
+    """``a + b`` in ``mode`` 1..3 under the hardware's same mode (:mod:`._hwround`), every case answered.
 
     The float32 sum is already rounded in the mode; rounding its pattern to the format's
     grid in the same direction (toward zero: clear the low ``d`` bits; away from zero:
-    add ``L`` first) gives the exact sum's rounding (directed roundings compose on nested
-    grids). Signed zeros are the hardware's (IEEE 754 6.3). The caller checks ``|s|``
-    as for :func:`add_narrow`.
+    add ``L`` first) gives the exact sum's rounding with an unbounded exponent (directed
+    roundings compose on nested grids; the scaled formats' sums never overflow float32).
+    Beyond the largest finite value ``top`` a finite result overflows by IEEE 754 7.4
+    (``overflow_value``): to ``big`` (Inf, or NaN) when the mode rounds away from zero,
+    to the largest finite value otherwise. Signed zeros, Inf and NaN are the hardware's
+    (a NaN keeps its quiet bit, above the low bits). Returns (float32, ``|s|``'s pattern).
     """
     s = a + b
     sb = f2u(s)
-    if mode == 1:
-        return u2f(sb & ~L), sb & np.uint32(_ABS32)
-    away = (f2i(s) < 0) if mode == 3 else (f2i(s) >= 0)
-    return u2f((sb + (L if away else np.uint32(0))) & ~L), sb & np.uint32(_ABS32)
+    away = (f2i(s) < 0) if mode == 3 else (f2i(s) >= 0) if mode == 2 else False
+    r = (sb + (L if away else np.uint32(0))) & ~L
+    mag = r & np.uint32(_ABS32)
+    over = (mag > top) & (mag < np.uint32(_INF))
+    return u2f(((r & np.uint32(_SIGN)) | (big if away else top)) if over else r), sb & np.uint32(_ABS32)
 
 
-def _row5(o, x, xb, scale, mode, L, step, d, z, t):  # type: ignore[no-untyped-def]
+def _row5(o, x, xb, scale, mode, L, step, d, z, t, prm):  # type: ignore[no-untyped-def]
     """o[j] <- o[j] + x[j] * scale by :func:`add_narrow` in ``mode`` (rows; 5..7: :func:`add_hw` in
     mode - 4, the hardware's mode set); (the OR of x's bits, max |s|)."""
     seen = np.uint32(0)
     big = np.uint32(0)
-    if mode > 4:
+    if mode > 4:  # every sum answered: no max
+        top, over = hw_top(prm, scale)
         for j in range(o.size):
-            v, mag = add_hw(o[j], x[j] * scale, mode - 4, L)
-            o[j] = v
+            o[j] = add_hw(o[j], x[j] * scale, mode - 4, L, top, over)[0]
             seen |= xb[j]
-            big = max(big, mag)
     elif mode == 4:
         for j in range(o.size):
             v, mag = add_narrow(o[j], x[j] * scale, 4, L, step, d, kr.uniform(z[j], t))
@@ -235,19 +230,19 @@ def _row_kind(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-
         L, step, d = nprm[0], nprm[1], np.int64(nprm[2])
         sc = np.float32(scale)
         if mode == 1:
-            seen, big = _row5(o, x, xb, sc, 1, L, step, d, z, t)
+            seen, big = _row5(o, x, xb, sc, 1, L, step, d, z, t, prm)
         elif mode == 2:
-            seen, big = _row5(o, x, xb, sc, 2, L, step, d, z, t)
+            seen, big = _row5(o, x, xb, sc, 2, L, step, d, z, t, prm)
         elif mode == 3:
-            seen, big = _row5(o, x, xb, sc, 3, L, step, d, z, t)
+            seen, big = _row5(o, x, xb, sc, 3, L, step, d, z, t, prm)
         elif mode == 4:
-            seen, big = _row5(o, x, xb, sc, 4, L, step, d, z, t)
+            seen, big = _row5(o, x, xb, sc, 4, L, step, d, z, t, prm)
         elif mode == 5:
-            seen, big = _row5(o, x, xb, sc, 5, L, step, d, z, t)
+            seen, big = _row5(o, x, xb, sc, 5, L, step, d, z, t, prm)
         elif mode == 6:
-            seen, big = _row5(o, x, xb, sc, 6, L, step, d, z, t)
+            seen, big = _row5(o, x, xb, sc, 6, L, step, d, z, t, prm)
         else:
-            seen, big = _row5(o, x, xb, sc, 7, L, step, d, z, t)
+            seen, big = _row5(o, x, xb, sc, 7, L, step, d, z, t, prm)
     return seen, big
 
 
@@ -297,10 +292,11 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0, c0):  # type: i
     return seen, big
 
 
-def _rows5_m(D, A, B, mode, L, step, d, limit, z, t):  # type: ignore[no-untyped-def]
+def _rows5_m(D, A, B, mode, L, step, d, limit, z, t, prm):  # type: ignore[no-untyped-def]
+    top, over = hw_top(prm, 1.0)
     for j in range(D.size):
         if mode > 4:
-            v, mag = add_hw(A[j], B[j], mode - 4, L)
+            v, mag = add_hw(A[j], B[j], mode - 4, L, top, over)[0], np.uint32(0)
         else:
             v, mag = add_narrow(A[j], B[j], mode, L, step, d, kr.uniform(z[j], t) if mode == 4 else 0.0)
         D[j] = v if mag <= limit else np.float32(np.nan)
@@ -318,21 +314,21 @@ def rows5(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
     step = np.uint32(1) << np.uint32(d)
     L = step - np.uint32(1)
     mode = int(prm[3]) + (4 if hw.code(5, prm) != 0 else 0)
-    limit = hw_limit(prm, L, f2u(np.float32(prm[2])) - step, mode > 4)
+    limit = f2u(np.float32(prm[2])) - step
     if mode == 5:
-        _rows5_m(D, A, B, 5, L, step, d, limit, z, t)
+        _rows5_m(D, A, B, 5, L, step, d, limit, z, t, prm)
     elif mode == 6:
-        _rows5_m(D, A, B, 6, L, step, d, limit, z, t)
+        _rows5_m(D, A, B, 6, L, step, d, limit, z, t, prm)
     elif mode == 7:
-        _rows5_m(D, A, B, 7, L, step, d, limit, z, t)
+        _rows5_m(D, A, B, 7, L, step, d, limit, z, t, prm)
     elif mode == 1:
-        _rows5_m(D, A, B, 1, L, step, d, limit, z, t)
+        _rows5_m(D, A, B, 1, L, step, d, limit, z, t, prm)
     elif mode == 2:
-        _rows5_m(D, A, B, 2, L, step, d, limit, z, t)
+        _rows5_m(D, A, B, 2, L, step, d, limit, z, t, prm)
     elif mode == 3:
-        _rows5_m(D, A, B, 3, L, step, d, limit, z, t)
+        _rows5_m(D, A, B, 3, L, step, d, limit, z, t, prm)
     else:
-        _rows5_m(D, A, B, 4, L, step, d, limit, z, t)
+        _rows5_m(D, A, B, 4, L, step, d, limit, z, t, prm)
 
 
 def rows_kind(prm: np.ndarray) -> bool:
@@ -372,7 +368,7 @@ def left_segs(X, Xb, perms, los, his, out, kind, prm, nprm, scale, key, e0):  # 
 
 
 _NAMES = (
-    *("fp16_flags", "grid_flags", "add_narrow", "hw_limit", "add_hw", "_row5", "_row_kind", "left_rows", "left_segs"),
+    *("fp16_flags", "grid_flags", "add_narrow", "hw_top", "add_hw", "_row5", "_row_kind", "left_rows", "left_segs"),
     *("_rows5_m", "rows5"),
 )
 _COMPILED: list[Any] = []
@@ -445,7 +441,6 @@ def fold_left(
     scale, nprm = 1.0, np.zeros(4, dtype=np.uint32)
     if kind == 5:
         scale, nprm = params(int(prm[0]), int(prm[1]), float(prm[2]))
-        nprm[3] = globals()["hw_limit"](prm, nprm[0], nprm[3], hw.code(5, prm) != 0)
     m = X.shape[1]
     los, his = (np.zeros(1, dtype=np.int64), np.full(1, m, dtype=np.int64)) if cols is None else cols
     perms = np.asarray(perms, dtype=np.int64).reshape(los.size, -1)
@@ -455,5 +450,5 @@ def fold_left(
     if seen & low:
         return None, True
     if kind == 5:
-        return out, bool(big <= nprm[3])
+        return out, bool(big <= nprm[3]) or hw.code(5, prm) != 0  # (add_hw answers every sum)
     return out, kind != 1 or not np.isnan(out.max(initial=0.0))
