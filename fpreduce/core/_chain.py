@@ -154,12 +154,13 @@ def _hw_m(X, perm, out, mode, L, sc, S, top, over):  # type: ignore[no-untyped-d
     """Every column's chain at once by :func:`fpreduce.core._narrow.add_hw` (mode 1..3, the hardware's
     mode set by the caller) on the format scaled by ``sc`` (float32 values), overflow by ``top``, ``over``."""
     ident = perm.size == 0
+    clamp = top != np.uint32(0x7F7FFFFF) & ~L  # a scaled format's own top (bf16, tf32: float32's)
     for g in range(X.shape[1]):
         S[g] = np.float32(X[0 if ident else perm[0], g]) * sc
     for k in range(1, X.shape[0]):
         row = k if ident else perm[k]
         for g in range(X.shape[1]):
-            S[g] = _narrow.add_hw(S[g], np.float32(X[row, g]) * sc, mode, L, top, over)[0]
+            S[g] = _narrow.add_hw(S[g], np.float32(X[row, g]) * sc, mode, L, top, over, clamp)
     inv = np.float32(1.0) / sc
     for g in range(X.shape[1]):
         out[g] = S[g] * inv

@@ -151,25 +151,30 @@ def hw_top(prm, scale):  # type: ignore[no-untyped-def]
     return f2u(np.float32(prm[2]) * np.float32(scale)), np.uint32(_INF if prm[4] != 0 else _QNAN)
 
 
-def add_hw(a, b, mode, L, top, big):  # type: ignore[no-untyped-def]
+def add_hw(a, b, mode, L, top, big, clamp):  # type: ignore[no-untyped-def]
     """``a + b`` in ``mode`` 1..3 under the hardware's same mode (:mod:`._hwround`), every case answered.
 
     The float32 sum is already rounded in the mode; rounding its pattern to the format's
     grid in the same direction (toward zero: clear the low ``d`` bits; away from zero:
     add ``L`` first) gives the exact sum's rounding with an unbounded exponent (directed
     roundings compose on nested grids; the scaled formats' sums never overflow float32).
-    Beyond the largest finite value ``top`` a finite result overflows by IEEE 754 7.4
-    (``overflow_value``): to ``big`` (Inf, or NaN) when the mode rounds away from zero,
-    to the largest finite value otherwise. Signed zeros, Inf and NaN are the hardware's
-    (a NaN keeps its quiet bit, above the low bits). Returns (float32, ``|s|``'s pattern).
+    With ``clamp`` (a scaled format: fp16, fp8), beyond the largest finite value ``top`` a
+    finite result overflows by IEEE 754 7.4 (``overflow_value``): to ``big`` (Inf, or NaN)
+    when the mode rounds away from zero, to the largest finite value otherwise. Without
+    (bf16, tf32: float32's exponent range, float32's top on their grid) float32's own
+    overflow is the format's: ``RU`` beyond the top reaches Inf, ``RZ`` stops at the top
+    (5 fewer vector operations: on wide rows, 1.0x nearest even instead of 2x). Signed
+    zeros, Inf and NaN are the hardware's (a NaN keeps its quiet bit, above the low bits).
     """
     s = a + b
     sb = f2u(s)
     away = (f2i(s) < 0) if mode == 3 else (f2i(s) >= 0) if mode == 2 else False
     r = (sb + (L if away else np.uint32(0))) & ~L
+    if not clamp:
+        return u2f(r)
     mag = r & np.uint32(_ABS32)
     over = (mag > top) & (mag < np.uint32(_INF))
-    return u2f(((r & np.uint32(_SIGN)) | (big if away else top)) if over else r), sb & np.uint32(_ABS32)
+    return u2f(((r & np.uint32(_SIGN)) | (big if away else top)) if over else r)
 
 
 def _row5(o, x, xb, scale, mode, L, step, d, z, t, prm):  # type: ignore[no-untyped-def]
@@ -177,10 +182,14 @@ def _row5(o, x, xb, scale, mode, L, step, d, z, t, prm):  # type: ignore[no-unty
     mode - 4, the hardware's mode set); (the OR of x's bits, max |s|)."""
     seen = np.uint32(0)
     big = np.uint32(0)
-    if mode > 4:  # every sum answered: no max
+    if mode > 4 and prm[1] > -126:  # every sum answered: no max (scaled formats clamp at their top)
         top, over = hw_top(prm, scale)
         for j in range(o.size):
-            o[j] = add_hw(o[j], x[j] * scale, mode - 4, L, top, over)[0]
+            o[j] = add_hw(o[j], x[j] * scale, mode - 4, L, top, over, True)
+            seen |= xb[j]
+    elif mode > 4:
+        for j in range(o.size):
+            o[j] = add_hw(o[j], x[j], mode - 4, L, L, L, False)
             seen |= xb[j]
     elif mode == 4:
         for j in range(o.size):
@@ -296,7 +305,7 @@ def _rows5_m(D, A, B, mode, L, step, d, limit, z, t, prm):  # type: ignore[no-un
     top, over = hw_top(prm, 1.0)
     for j in range(D.size):
         if mode > 4:
-            v, mag = add_hw(A[j], B[j], mode - 4, L, top, over)[0], np.uint32(0)
+            v, mag = add_hw(A[j], B[j], mode - 4, L, top, over, top != np.uint32(0x7F7FFFFF) & ~L), np.uint32(0)
         else:
             v, mag = add_narrow(A[j], B[j], mode, L, step, d, kr.uniform(z[j], t) if mode == 4 else 0.0)
         D[j] = v if mag <= limit else np.float32(np.nan)
