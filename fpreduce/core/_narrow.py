@@ -34,16 +34,17 @@ vectorizes in float32 lanes (16 per AVX-512 register):
 ``np.add(acc, x, out=acc)`` does), for the nearest-even kinds 0, 1 and 2 of ``_tall``
 and this module's kind 5, with the input check of ``_tall`` (an OR of the rows' bits)
 done as each row is read. Stochastic folds go by blocks of columns (the element
-seeds of a block computed once). Measured on 64 x 2^20 bf16 (AVX-512, 2 cores shared):
-nearest even 1.1-1.3x the in-place numpy adds, toward_zero 1.45x nearest even, up
-1.6x, stochastic about 6x (the generator alone, two 64-bit multiplies per addition,
-costs 2-3x nearest even).
+seeds of a block computed once).
 
 With the processor's rounding mode set (:mod:`fpreduce.core._hwround`, ``prm[7]``), the
 directed modes take :func:`add_hw` instead: the float32 sum is already rounded in the mode,
 and one rounding of its pattern in the same direction gives the format's (modes 5..7 of
-the row loops); up and down then cost what toward_zero does. :func:`grid_flags` is the
-input check of any such format (fp16, fp8) in one compiled pass.
+the row loops). Measured on 64 x 2^20 bf16 (AVX-512, 2 cores shared): nearest even
+1.0-1.3x the in-place numpy adds, toward_zero, up and down 0.9-1.1x nearest even (the
+software rounding of :func:`add_narrow`: 1.3-1.7x), stochastic about 5x (with a constant
+draw still 4.3x the in-place adds: the law's float64 comparison costs as much as the
+generator). :func:`grid_flags` is the input check of any such format (fp16, fp8) in one
+compiled pass.
 
 The bit casts are LLVM bitcasts once :func:`compile_all` ran (plain Python before, struct
 casts; :func:`plain_add` gives the plain :func:`add_narrow` at any time, for tests).
