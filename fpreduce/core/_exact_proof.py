@@ -20,7 +20,7 @@ from fpreduce.base.jit import jit
 def _scan_kernel(u, x, sign_off, one, top, low, orb, s, ab):  # type: ignore[no-untyped-def]
     """One pass over (n, c) bits ``u`` / values ``x``: per column max |bits|, min nonzero |bits| - 1
     (wrapping: all-ones for an all-zero column), OR of |bits|, the float64 sum and the float64 sum of
-    |x| in row order (numpy's ``sum(axis=0, dtype=float64)``); returns the number of zero terms.
+    |x| in row order; returns the number of zero terms.
 
     Columns go in blocks of ``_SCAN_BLOCK`` (their five running values stay in L1; rows are
     sliced and indexed from 0, so the loops vectorize). ``one`` has the bits' unsigned type:

@@ -257,9 +257,10 @@ def exact_sum_counting_zeros(X: ArrayLike, axis: int = 0) -> tuple[ExactSum, int
 
 @own_flags
 def exact_sum_scan(X: ArrayLike, axis: int = 0) -> tuple[ExactSum, int | None, NDArray[np.float64] | None]:
-    """:func:`exact_sum_counting_zeros`, and the float64 sum of ``|x|`` in order along ``axis``
-    (numpy's ``np.abs(X).sum(axis, dtype=np.float64)``, the backward error's scale) from the same
-    compiled pass; None for both on the numpy path."""
+    """:func:`exact_sum_counting_zeros`, and the float64 sum of ``|x|`` in row order along ``axis``
+    (the backward error's scale; numpy's ``np.abs(X).sum(axis, dtype=np.float64)`` gives the same
+    bits for two or more columns, and sums a single column pairwise) from the same compiled pass;
+    None for both on the numpy path."""
     a, out_shape, sigbits = _check_input(X, axis)
     n, c = a.shape
     zeros = absum = None

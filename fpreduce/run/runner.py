@@ -100,9 +100,11 @@ class _Inputs:
             zeros = int(np.count_nonzero(Xr == 0))
         self.underflow = zeros - int(np.count_nonzero(X == 0)) if zeros else 0  # zeros stay zeros
         self._rounded: dict[tuple[str, bool], np.ndarray] = {}
-        if absum is None:
-            with np.errstate(over="ignore", invalid="ignore"):  # the backward error's scale: sum_i |x_i|, float64
-                absum = np.abs(Xr).sum(axis=0, dtype=np.float64)
+        if absum is None:  # the backward error's scale: sum_i |x_i| in float64, in row order (the scan's bits)
+            absum = np.zeros(Xr.shape[1])
+            with np.errstate(over="ignore"):  # (fp64 inputs near the top)
+                for row in Xr:
+                    absum += np.abs(row)
         self.absum = absum
 
     def correctly_rounded(self, arm: ArmSpec, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -286,11 +288,10 @@ def _compute_step(
     would do, shared by the arms: counted as engine time), reduced by every arm (and
     again with a re-seeded order policy, unless the order is fixed), summed exactly and
     measured. Only O(elements) results are kept across chunks.
-    (The oracle on a second thread saved only ~5% of the wall time on 2 cores: the GIL,
-    taken by every small numpy call, serialises most of it; it runs in line. Synthetic and
-    file gradients are drawn two chunks ahead on two threads: numpy's generators and array
-    arithmetic release the GIL, and only those threads call such a source; the source time
-    counted is the time waited for them.)
+    (The oracle on a second thread saved only ~5% of the wall time on 2 cores: the GIL serialises
+    it; it runs in line. Synthetic and file gradients are drawn two chunks ahead on two threads:
+    numpy's generators and arithmetic release the GIL, and only those threads call such a source;
+    the source time counted is the time waited for them.)
     ``span``: only the chunks of elements lo..hi-1 (lo a multiple of the chunk width: a
     split run's share); ``after_chunk(st)`` is called after each chunk's metrics; ``given``: per arm,
     None or its (result, re-run result) over all elements, reduced elsewhere (a model's one chunk).
@@ -370,11 +371,9 @@ def _reduce_chunk(
         if st.given and st.given[i] is not None:  # reduced elsewhere (a split training run's ranks)
             y, y2 = st.given[i]  # type: ignore[misc]
         else:
-            y = _reduce(Xr, st.plans[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
-            # another launch of the same job: the same inputs and rounding seed, an independently seeded order
-            y2 = (
-                y if st.reruns[i] is None else _reduce(Xr, st.reruns[i], spec, _seed(spec, [e.seed, step, i, c]), lo, m)
-            )
+            sk = [e.seed, step, i, c]  # another launch of the same job: the same inputs and rounding seed (a
+            y = _reduce(Xr, st.plans[i], spec, _seed(spec, sk), lo, m)  # fresh generator), another order
+            y2 = y if st.reruns[i] is None else _reduce(Xr, st.reruns[i], spec, _seed(spec, sk), lo, m)
         times["engine"] += time.perf_counter() - t1
         st.ys[i][lo - st.base : hi - st.base] = y
         t1 = time.perf_counter()
