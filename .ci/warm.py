@@ -35,7 +35,35 @@ GROUPS = {
         fr.reduce(X, "sequential", algorithm="binned"),
         fr.reduce(X64, "sequential", input="fp64", accumulate="fp32", algorithm="binned", rounding="up"),
     ],
+    "misc": lambda: [  # stochastic folds, atomics, compensated sums, primitives, the exact scan, the runner's metrics
+        fr.reduce(X, "sequential", accumulate="bf16", rounding="stochastic", seed=1),
+        fr.reduce(X[:, :3], "sequential", accumulate="bf16", rounding="stochastic", seed=1),
+        fr.reduce(X, "atomic", accumulate="bf16", seed=1),
+        fr.reduce(X, "sequential", accumulate="bf16", algorithm="kahan"),
+        fr.partial_sums(X[:, :3], accumulate="bf16"),
+        fr.dot(X[0], X[1], accumulate="bf16"),
+        fr.exact_sum(X),
+        fr.exact_sum(X64),
+        run_default(),
+    ],
 }
+
+
+def run_default() -> None:
+    """A tiny synthetic run: the runner's metrics kernels."""
+    import tempfile
+
+    from fpreduce.run import config as cf
+    from fpreduce.run.runner import run_experiment
+
+    arms = [
+        {"name": n, "order": o, "input": "bf16", "accumulate": "bf16"}
+        for n, o in (("A", "fixed:sequential"), ("B", "arrival"))
+    ]
+    cfg = {"experiment": {"name": "warm", "steps": 1, "workers": 4}, "source": {"elements": 64}, "arms": arms}
+    with tempfile.TemporaryDirectory() as d:
+        run_experiment(cf.from_dict(cfg), d)
+
 
 if __name__ == "__main__":
     GROUPS[sys.argv[1]]()
