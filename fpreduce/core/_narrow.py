@@ -68,22 +68,20 @@ _INF = 0x7F800000
 _BLOCK = 1 << 14  # columns per block of a stochastic fold: the block's element seeds stay in L1/L2
 
 
-FP16_CHECK = 0x3FFF  # the bits of :func:`fp16_flags` (``_tall._load``'s ``low`` for fp16 inputs checked here)
-
-
-def fp16_flags(v):  # type: ignore[no-untyped-def]
-    """Nonzero unless the float32 ``v`` is a finite fp16 value: ``v * 2**-112`` exact, its low 13 bits zero."""
-    w = v * np.float32(2.0**-112)
-    off = (w * np.float32(2.0**112) != v) | (abs(v) > np.float32(65504.0))  # inexact (or NaN), or beyond fp16
-    return (f2u(w) & np.uint32(0x1FFF)) | (np.uint32(0x2000) if off else np.uint32(0))
+FP16_CHECK = 0x1FFF  # the bits of :func:`fp16_flags` (``_tall._load``'s ``low`` for fp16 inputs checked here)
 
 
 def grid_flags(v, scale, L, maxf):  # type: ignore[no-untyped-def]
-    """Nonzero unless the float32 ``v`` is a finite value of the format scaled by ``scale`` (module docstring:
-    ``v * scale`` exact, its low bits ``L`` zero, ``|v| <= maxf``); :func:`fp16_flags` for any such format."""
+    """Nonzero (within ``L | 1``) unless the float32 ``v`` is a finite value of the format scaled by ``scale``
+    (module docstring: ``v * scale`` exact, its low bits ``L`` zero, ``|v| <= maxf``)."""
     w = v * scale
     off = (w * (np.float32(1.0) / scale) != v) | (abs(v) > maxf)  # inexact (or NaN), or beyond the format
     return (f2u(w) & L) | (np.uint32(1) if off else np.uint32(0))
+
+
+def fp16_flags(v):  # type: ignore[no-untyped-def]
+    """:func:`grid_flags` of fp16 (scaled by ``2**-112``, 13 low bits): nonzero unless ``v`` is a finite fp16 value."""
+    return grid_flags(v, np.float32(2.0**-112), np.uint32(0x1FFF), np.float32(65504.0))
 
 
 def f2u(x):  # type: ignore[no-untyped-def]
@@ -304,12 +302,13 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0, c0):  # type: i
 
 def _rows5_m(D, A, B, mode, L, step, d, limit, z, t, prm):  # type: ignore[no-untyped-def]
     top, over = hw_top(prm, 1.0)
+    clamp = top != np.uint32(0x7F7FFFFF) & ~L  # a scaled format's own top (bf16, tf32: float32's)
     for j in range(D.size):
-        if mode > 4:
-            v, mag = add_hw(A[j], B[j], mode - 4, L, top, over, top != np.uint32(0x7F7FFFFF) & ~L), np.uint32(0)
+        if mode > 4:  # every sum answered
+            D[j] = add_hw(A[j], B[j], mode - 4, L, top, over, clamp)
         else:
             v, mag = add_narrow(A[j], B[j], mode, L, step, d, kr.uniform(z[j], t) if mode == 4 else 0.0)
-        D[j] = v if mag <= limit else np.float32(np.nan)
+            D[j] = v if mag <= limit else np.float32(np.nan)
 
 
 def rows5(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
@@ -460,5 +459,5 @@ def fold_left(
     if seen & low:
         return None, True
     if kind == 5:
-        return out, bool(big <= nprm[3]) or hw.code(5, prm) != 0  # (add_hw answers every sum)
+        return out, bool(big <= nprm[3])  # (add_hw answers every sum: its rows leave big at 0)
     return out, kind != 1 or not np.isnan(out.max(initial=0.0))
