@@ -356,7 +356,7 @@ def _compile_helpers() -> None:
     g = globals()
     if not isinstance(g["_split"], type(_compile_helpers)):
         return
-    import numba
+    numba = jit.numba()
 
     for name in _HELPERS:
         g[name] = numba.njit(cache=True, nogil=True, inline="always" if name == "_split" else "never")(g[name])

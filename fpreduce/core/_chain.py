@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from fpreduce.base import jit
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
 from fpreduce.core import _narrow
@@ -462,7 +463,7 @@ def kernels() -> tuple[Callable[..., Any], Callable[..., Any]]:
     """(left_columns, pairwise_columns) compiled by numba (the caller checked that it is enabled)."""
     g = globals()
     if isinstance(g["step"], type(kernels)):
-        import numba
+        numba = jit.numba()
 
         kr.compile_all()
         _narrow.compile_all()  # (and _hwround's)

@@ -72,7 +72,7 @@ _KERNEL = jit.jit(_compensated_kernel)
 def _compile_helpers() -> None:
     g = globals()
     if isinstance(g["_v"], type(_compile_helpers)):
-        import numba
+        numba = jit.numba()
 
         g["_v"] = numba.njit(cache=True, nogil=True, inline="always")(g["_v"])
 

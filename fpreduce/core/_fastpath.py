@@ -92,6 +92,20 @@ def _program(shape: Tree | None, n: int) -> Program:
     return ops, count[0], root
 
 
+def _left_spine(root: Tree, n: int) -> np.ndarray | None:
+    """The leaf order of a left-deep tree (``((a, b), c), ...``), or None for any other tree."""
+    rights: list[int] = []
+    node = root
+    while not isinstance(node, int):
+        right = node[1]
+        if not isinstance(right, int):
+            return None
+        rights.append(right)
+        node = node[0]
+    rights.append(node)
+    return np.array(rights[::-1], dtype=np.int64)
+
+
 def _program_of(ar: _Arith, shape: Tree | None, n: int) -> Program:
     """``_program(shape, n)``, compiled once per shape object during one reduction (kept in ``ar``)."""
     hit = ar.programs.get(id(shape))

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from fpreduce.base import jit
 from fpreduce.core.formats import Format
 
 _LLVM = (1, 0, 2, 3)  # _tall's modes 0..3 (nearest, toward_zero, up, down) as llvm.set.rounding's codes
@@ -70,7 +71,7 @@ def compile_all() -> None:
     g = globals()
     if not isinstance(g["begin"], type(compile_all)):
         return
-    import numba
+    numba = jit.numba()
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
@@ -97,9 +98,9 @@ def compile_all() -> None:
         if mode != 0:
             set_rounding(np.int64(1))
 
-    jit = numba.njit(cache=True, nogil=True, inline="always")
-    g["code"] = jit(g["code"])
-    g["begin"], g["end"] = jit(begin), jit(end)
+    hot = numba.njit(cache=True, nogil=True, inline="always")
+    g["code"] = hot(g["code"])
+    g["begin"], g["end"] = hot(begin), hot(end)
     g["_probe_add"] = numba.njit(cache=True, nogil=True)(g["_probe_add"])
 
 

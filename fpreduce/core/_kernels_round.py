@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from fpreduce.base import jit
+
 _ABS = 0x7FFFFFFFFFFFFFFF
 _FRAC = (1 << 52) - 1
 _GOLD = 0x9E3779B97F4A7C15
@@ -379,7 +381,7 @@ def compile_all() -> None:
     g = globals()
     if not isinstance(g["add_round"], type(compile_all)):
         return
-    import numba
+    numba = jit.numba()
     from llvmlite import ir
     from numba import types
     from numba.extending import intrinsic, overload

@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from fpreduce.base import jit
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
 
@@ -300,19 +301,20 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0, c0):  # type: i
     return seen, big
 
 
-def _rows5_m(D, A, B, mode, L, step, d, limit, z, t, prm):  # type: ignore[no-untyped-def]
+def _rows5_m(D, A, B, mode, L, step, d, limit, z, t, prm, sa, sb):  # type: ignore[no-untyped-def]
     top, over = hw_top(prm, 1.0)
     clamp = top != np.uint32(0x7F7FFFFF) & ~L  # a scaled format's own top (bf16, tf32: float32's)
     for j in range(D.size):
         if mode > 4:  # every sum answered
-            D[j] = add_hw(A[j], B[j], mode - 4, L, top, over, clamp)
+            D[j] = add_hw(A[j] * sa, B[j] * sb, mode - 4, L, top, over, clamp)
         else:
-            v, mag = add_narrow(A[j], B[j], mode, L, step, d, kr.uniform(z[j], t) if mode == 4 else 0.0)
+            v, mag = add_narrow(A[j] * sa, B[j] * sb, mode, L, step, d, kr.uniform(z[j], t) if mode == 4 else 0.0)
             D[j] = v if mag <= limit else np.float32(np.nan)
 
 
-def rows5(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
-    """D[j] <- A[j] + B[j] by :func:`add_narrow` (rows of fp32, bf16 or tf32: no scaling; ``prm`` as ``_tall``'s).
+def rows5(D, A, B, prm, z, t, sa, sb):  # type: ignore[no-untyped-def]
+    """D[j] <- A[j] * sa + B[j] * sb by :func:`add_narrow` (``prm`` as ``_tall``'s: fp32, bf16, tf32, or the scaled
+    fp16 and fp8 of :func:`scaled`, whose X rows are read times their scale: ``sa``, ``sb`` exact powers of two).
 
     A sum the kernel does not answer (module docstring) gives NaN, which reaches the
     fold's result: ``_tall`` folds again by the exact scalar path. One loop per mode.
@@ -325,19 +327,19 @@ def rows5(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
     mode = int(prm[3]) + (4 if hw.code(5, prm) != 0 else 0)
     limit = f2u(np.float32(prm[2])) - step
     if mode == 5:
-        _rows5_m(D, A, B, 5, L, step, d, limit, z, t, prm)
+        _rows5_m(D, A, B, 5, L, step, d, limit, z, t, prm, sa, sb)
     elif mode == 6:
-        _rows5_m(D, A, B, 6, L, step, d, limit, z, t, prm)
+        _rows5_m(D, A, B, 6, L, step, d, limit, z, t, prm, sa, sb)
     elif mode == 7:
-        _rows5_m(D, A, B, 7, L, step, d, limit, z, t, prm)
+        _rows5_m(D, A, B, 7, L, step, d, limit, z, t, prm, sa, sb)
     elif mode == 1:
-        _rows5_m(D, A, B, 1, L, step, d, limit, z, t, prm)
+        _rows5_m(D, A, B, 1, L, step, d, limit, z, t, prm, sa, sb)
     elif mode == 2:
-        _rows5_m(D, A, B, 2, L, step, d, limit, z, t, prm)
+        _rows5_m(D, A, B, 2, L, step, d, limit, z, t, prm, sa, sb)
     elif mode == 3:
-        _rows5_m(D, A, B, 3, L, step, d, limit, z, t, prm)
+        _rows5_m(D, A, B, 3, L, step, d, limit, z, t, prm, sa, sb)
     else:
-        _rows5_m(D, A, B, 4, L, step, d, limit, z, t, prm)
+        _rows5_m(D, A, B, 4, L, step, d, limit, z, t, prm, sa, sb)
 
 
 def rows_kind(prm: np.ndarray) -> bool:
@@ -397,7 +399,7 @@ def compile_all() -> None:
     """Make this module's functions numba functions (compiled on first call), the bit casts LLVM bitcasts; once."""
     if _COMPILED:
         return
-    import numba
+    numba = jit.numba()
     from llvmlite import ir
     from numba import types as nt
 

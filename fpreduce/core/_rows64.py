@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from fpreduce.base import jit
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
 from fpreduce.core import _narrow
@@ -97,7 +98,7 @@ def compile_all() -> None:
     """Make this module's loops numba functions (compiled on first call, cached on disk), once."""
     if _COMPILED:
         return
-    import numba
+    numba = jit.numba()
 
     _narrow.compile_all()
     g = globals()

@@ -192,7 +192,7 @@ def _kernel() -> Callable[..., Any] | None:
     if not (jit.AVAILABLE and jit.enabled()):
         return None
     if not _COMPILED:
-        import numba
+        numba = jit.numba()
 
         _tall._compile_helpers()  # the engine's rounding and generator, as numba functions
         g = globals()

@@ -88,7 +88,7 @@ from fpreduce.base import jit
 from fpreduce.core import _chain, _narrow, _rows64
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
-from fpreduce.core._fastpath import _program
+from fpreduce.core._fastpath import _left_spine, _program
 from fpreduce.core._pairwise import pairwise_program
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core.arith import _Arith, _Loader
@@ -110,8 +110,9 @@ def _veltkamp(s, sigma):  # type: ignore[no-untyped-def]
     return c - (c - s)
 
 
-def _add_rows(D, A, B, kind, prm, z, t):  # type: ignore[no-untyped-def]
-    """D[j] <- A[j] + B[j] rounded, j < D.size (rows; ``kind`` and ``prm``: see the module)."""
+def _add_rows(D, A, B, kind, prm, z, t, sa, sb):  # type: ignore[no-untyped-def]
+    """D[j] <- A[j] + B[j] rounded, j < D.size (rows; ``kind`` and ``prm``: see the module; kind 5: A[j] * sa
+    + B[j] * sb, a row of X read scaled onto the format's scaled grid, exactly)."""
     w = D.size
     if kind == 0:
         for j in range(w):
@@ -137,7 +138,7 @@ def _add_rows(D, A, B, kind, prm, z, t):  # type: ignore[no-untyped-def]
                 r = s if s != s else (-big if s < 0 else big)
             D[j] = r
     elif kind == 5:  # bf16, tf32 in directed and stochastic modes: float32 bits
-        _narrow.rows5(D, A, B, prm, z, t)
+        _narrow.rows5(D, A, B, prm, z, t, sa, sb)
     else:
         kr.rows_any(D, A, B, prm, z, t)
 
@@ -243,8 +244,10 @@ def _left_columns(X, perm, ops, root, out, kind, prm, key, e0):  # type: ignore[
     hw.end(hwm)
 
 
-def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb):  # type: ignore[no-untyped-def]
+def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb, xs):  # type: ignore[no-untyped-def]
     """out[j] <- the fold of column j of X along ``ops`` (or a left fold in ``perm`` when ops is empty).
+
+    Kind 5 reads X's values times ``xs`` (fp16, fp8: the scaled format; 1 otherwise).
 
     Every addition writes a row other than its operands' (the spare row of ``bufs``, then
     renamed through ``phys``), so the compiler vectorizes it without an overlap check failing.
@@ -254,6 +257,7 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb):  # type
     seen = np.uint32(0)
     n, m = X.shape
     W = bufs.shape[1]
+    one = np.float32(1.0)
     spare = bufs.shape[0] - 1
     phys = np.arange(bufs.shape[0])  # buffer i lives in row phys[i]; row phys[spare] is free
     hwm = hw.code(kind, prm)
@@ -266,10 +270,11 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb):  # type
         if ops.shape[0] == 0:  # left fold: the running sum alternates between two rows
             r0 = perm[0]
             for j in range(w):
-                bufs[0, j] = X[r0, lo + j]
+                bufs[0, j] = X[r0, lo + j] * xs
             for k in range(n):
                 if k > 0:
-                    _add_rows(bufs[k % 2, :w], bufs[1 - k % 2, :w], X[perm[k], lo : lo + w], kind, prm, z, k - 1)
+                    row = X[perm[k], lo : lo + w]
+                    _add_rows(bufs[k % 2, :w], bufs[1 - k % 2, :w], row, kind, prm, z, k - 1, one, xs)
                 if Xb.shape[0] > 0:
                     seen |= _or_row(Xb[perm[k], lo : lo + w])
             res = (n - 1) % 2
@@ -278,13 +283,13 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb):  # type
                 o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
                 d = phys[spare]
                 if a >= 0 and b >= 0:
-                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], X[perm[b], lo : lo + w], kind, prm, z, t)
+                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], X[perm[b], lo : lo + w], kind, prm, z, t, xs, xs)
                 elif a >= 0:
-                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], bufs[phys[-1 - b], :w], kind, prm, z, t)
+                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], bufs[phys[-1 - b], :w], kind, prm, z, t, xs, one)
                 elif b >= 0:
-                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], X[perm[b], lo : lo + w], kind, prm, z, t)
+                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], X[perm[b], lo : lo + w], kind, prm, z, t, one, xs)
                 else:
-                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], bufs[phys[-1 - b], :w], kind, prm, z, t)
+                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], bufs[phys[-1 - b], :w], kind, prm, z, t, one, one)
                 phys[spare], phys[-1 - o] = phys[-1 - o], d
             res = phys[-1 - root]
             for k in range(n if Xb.shape[0] > 0 else 0):
@@ -325,7 +330,7 @@ def _compile_helpers() -> None:
     g = globals()
     if not isinstance(g["_add_rows"], type(_compile_helpers)):
         return
-    import numba
+    numba = jit.numba()
 
     kr.compile_all()
     _narrow.compile_all()
@@ -434,6 +439,7 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
     width = max(_WIDTH, min(_WIDE, _BUDGET // nbuf))  # long runs of each row (prefetch), the live rows in L2
     bufs = np.empty((nbuf, min(width, max(m, 1))), dtype=X.dtype)
     wk = _narrow.wide_kind(kind, prm) if X.dtype == np.float32 else -1
+    sc = xs = one = np.float32(1.0)
     if not left and ops.shape[0] == 0 and wk >= 0:
         got, done = _narrow.fold_left(X, perm, wk, prm, key, offset, low)
         if got is None or done:
@@ -442,22 +448,22 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
     elif not left and kind == 3 and X.dtype == np.float32 and _narrow.rows_kind(prm):
         kind = 5  # the rows of _narrow (bf16, tf32; directed and stochastic), NaN where it does not answer
     elif not left and kind == 3 and X.dtype == np.float32 and low == 0 and (sp := _narrow.scaled(prm)) is not None:
-        sc, prm = sp  # fp16, fp8: the scaled format's rows (one pass to scale), its result scaled back exactly
-        res = _run(X * np.float32(sc), (perm, ops, base, prm, key, offset), kind, left, 0)
-        return None if res is None else res * np.float32(1.0 / sc)
+        sc = xs = np.float32(sp[0])  # fp16, fp8: the scaled format's rows, inputs scaled as read
+        prm, kind = sp[1], 5
     Xb = X.view(np.uint32) if low else _NO_BITS
     with np.errstate(over="ignore", invalid="ignore"):
         for k in (kind, 3):  # kind 1 or 5 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond range)
             if left:
                 _fold_left(X, perm, ops, base, out, k, prm, key, offset)
             else:
-                seen = _kernels()[0](X, perm, ops, base, out, bufs, k, prm, key, offset, Xb)
+                X, xs = (X * xs, one) if k == 3 and xs != one else (X, xs)  # (the scalar path: X as it is)
+                seen = _kernels()[0](X, perm, ops, base, out, bufs, k, prm, key, offset, Xb, xs)
                 if seen & low:
                     return None
                 Xb = _NO_BITS
-            if k not in (1, 5) or not np.isnan(out.max(initial=0.0)):
+            if k not in (1, 5) or hw.code(k, prm) != 0 or not np.isnan(out.max(initial=0.0)):  # (add_hw: every sum)
                 break
-    return out
+    return np.multiply(out, one / sc) if sc != one else out  # the scaled result scaled back, exactly
 
 
 def _fold_left(X, perm, ops, base, out, kind, prm, key, offset):  # type: ignore[no-untyped-def]
@@ -504,17 +510,3 @@ def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False, lazy16: 
     ldr = _Loader(A, fin, fa, ar.mode, ar.rng, np.dtype(np.float32 if narrow else np.float64))
     ldr.premul = load.premul
     return np.ascontiguousarray(ldr(A)), 0
-
-
-def _left_spine(root: Tree, n: int) -> np.ndarray | None:
-    """The leaf order of a left-deep tree (``((a, b), c), ...``), or None for any other tree."""
-    rights: list[int] = []
-    node = root
-    while not isinstance(node, int):
-        right = node[1]
-        if not isinstance(right, int):
-            return None
-        rights.append(right)
-        node = node[0]
-    rights.append(node)
-    return np.array(rights[::-1], dtype=np.int64)

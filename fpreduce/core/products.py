@@ -34,9 +34,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
-from fpreduce.core._fastpath import _program
+from fpreduce.core._fastpath import _left_spine, _program
 from fpreduce.core._steps import FIRST_T, add_any_numpy, fold_rows, params, tree_kernel
-from fpreduce.core._tall import _left_spine
 from fpreduce.core.formats import Format, get_format
 from fpreduce.core.primitives import INPUT_T, _sr_inputs, as_rows, stream_key
 from fpreduce.core.rounding import Mode, get_mode, round_to

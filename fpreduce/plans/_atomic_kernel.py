@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from fpreduce.base.jit import jit
+from fpreduce.base.jit import numba as jit_numba
 
 __all__ = ["HAVE_KERNEL", "atomic_kernel", "kernel_width", "run"]
 
@@ -275,7 +276,7 @@ def _jit_noalias(fn):  # type: ignore[no-untyped-def]
 
     def call(*args):  # type: ignore[no-untyped-def]
         if not compiled:
-            import numba
+            numba = jit_numba()
             from numba.core.compiler import CompilerBase, DefaultPassBuilder
 
             class NoAlias(CompilerBase):
