@@ -124,18 +124,38 @@ def test_inputs_that_need_rounding_are_loaded():
 
 @needs_jit
 @pytest.mark.parametrize("plan", ["sequential", "pairwise"])
-def test_wide_rows_check_their_inputs_as_they_are_read(plan):
-    """bf16 inputs of a wide fold are checked while folding: a value with low bits set makes it load and refold."""
-    X = fr.round_to(np.random.default_rng(6).standard_normal((6, 3 * _tall._WIDTH)), "bf16").astype(np.float32)
-    kw = {"input": "bf16", "accumulate": "bf16"}
+@pytest.mark.parametrize(
+    ("inp", "acc", "mode"),
+    [
+        ("bf16", "bf16", "nearest_even"),
+        ("fp16", "fp16", "nearest_even"),
+        ("fp16", "fp16", "up"),  # add_hw's scaled rows check fp16 inputs as read (FP16_CHECK)
+        ("fp16", "fp8_e5m2", "toward_zero"),
+        ("tf32", "fp16", "down"),  # tf32's mask of raw low bits is fp16_flags' 13 bits: not the fp16 check
+        ("tf32", "bf16", "up"),
+    ],
+)
+def test_wide_rows_check_their_inputs_as_they_are_read(plan, inp, acc, mode):
+    """Inputs of a wide fold are checked while folding: a value not in the input format makes it load and refold."""
+    X = fr.round_to(np.random.default_rng(6).standard_normal((6, 3 * _tall._WIDTH)), inp).astype(np.float32)
+    kw = {"input": inp, "accumulate": acc, "rounding": mode}
     ok = fr.reduce(X, plan, **kw)
     with jit.disabled():
         assert same(ok, fr.reduce(X, plan, **kw))
-    X[4, -3] = np.float32(1 + 2.0**-12)  # not a bf16 value: rounded to 1 on loading
-    got = fr.reduce(X, plan, **kw)
-    assert same(got[-20:], fr.reduce_reference(X[:, -20:], plan, **kw))
-    with jit.disabled():
-        assert same(got, fr.reduce(X, plan, **kw))
+    for bad in (1 + 2.0**-12, 2.0**-26, 1e6):  # low bits set; below fp16's quantum (its bits look fine); beyond it
+        r = fr.round_to(np.float32(bad), inp)
+        if r == bad:
+            continue  # a value of the input format (2**-26 is a tf32 value)
+        Y = X.copy()
+        Y[:, -3] = 0.0
+        Y[4, -3], Y[5, -3] = bad, -r  # loaded, bad is r: the column sums to an exact zero (Inf - Inf: NaN)
+        got = fr.reduce(Y, plan, **kw)
+        zero = -0.0 if mode == "down" else 0.0  # IEEE 754 6.3: r + (-r) is +0, but -0 rounding down
+        if np.isinf(r) or same(fr.round_to(r, acc), r):  # (else loading r into the accumulator rounds it)
+            assert same(got[-3], np.nan if np.isinf(r) else zero)
+        assert same(got[-20:], fr.reduce_reference(Y[:, -20:], plan, **kw))
+        with jit.disabled():
+            assert same(got, fr.reduce(Y, plan, **kw))
 
 
 @needs_jit

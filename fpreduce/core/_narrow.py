@@ -69,7 +69,9 @@ _INF = 0x7F800000
 _BLOCK = 1 << 14  # columns per block of a stochastic fold: the block's element seeds stay in L1/L2
 
 
-FP16_CHECK = 0x1FFF  # the bits of :func:`fp16_flags` (``_tall._load``'s ``low`` for fp16 inputs checked here)
+# ``_tall._load``'s ``low`` for fp16 inputs checked here: the bits of :func:`fp16_flags`, and the sign bit, which
+# no mask of raw low bits has (tf32's is 0x1FFF too), so the fold knows which check to run
+FP16_CHECK = 0x80001FFF
 
 
 def grid_flags(v, scale, L, maxf):  # type: ignore[no-untyped-def]
@@ -101,16 +103,17 @@ def u2f(b):  # type: ignore[no-untyped-def]
 
 
 def params(p: int, emin: int, max_finite: float) -> tuple[float, np.ndarray]:
-    """(the scale ``2**(-126 - emin)``, [L, step, d, limit]) of a format of p <= 24 bits and emin >= -126.
+    """(the scale ``2**(-126 - emin)``, [L, step, d, limit, 0]) of a format of p <= 24 bits and emin >= -126.
 
     ``d = 24 - p`` the discarded bits, ``L = 2**d - 1``, ``step = 2**d``; ``limit``: the
     largest finite value's scaled pattern minus ``step``: a float32 sum of a larger
-    magnitude may round beyond it (or is Inf or NaN).
+    magnitude may round beyond it (or is Inf or NaN). The last entry: 1 when the rows'
+    inputs are fp16 values checked as read (:func:`fp16_flags`), set by :func:`fold_left`.
     """
     d = 24 - p
     scale = 2.0 ** (-126 - emin)
     top = int(np.float32(max_finite * scale).view(np.uint32))
-    return scale, np.array([(1 << d) - 1, 1 << d, d, top - (1 << d)], dtype=np.uint32)
+    return scale, np.array([(1 << d) - 1, 1 << d, d, top - (1 << d), 0], dtype=np.uint32)
 
 
 def add_narrow(a, b, mode, L, step, d, u):  # type: ignore[no-untyped-def]
@@ -177,12 +180,18 @@ def add_hw(a, b, mode, L, top, big, clamp):  # type: ignore[no-untyped-def]
     return u2f(((r & np.uint32(_SIGN)) | (big if away else top)) if over else r)
 
 
-def _row5(o, x, xb, scale, mode, L, step, d, z, t, prm):  # type: ignore[no-untyped-def]
+def _row5(o, x, xb, scale, mode, L, step, d, z, t, prm, c16):  # type: ignore[no-untyped-def]
     """o[j] <- o[j] + x[j] * scale by :func:`add_narrow` in ``mode`` (rows; 5..7: :func:`add_hw` in
-    mode - 4, the hardware's mode set); (the OR of x's bits, max |s|)."""
+    mode - 4, the hardware's mode set); (the OR of x's bits, or with ``c16`` (modes 5..7 of a scaled
+    format) of :func:`fp16_flags` of x: fp16 inputs checked as read; max |s|)."""
     seen = np.uint32(0)
     big = np.uint32(0)
-    if mode > 4 and prm[1] > -126:  # every sum answered: no max (scaled formats clamp at their top)
+    if mode > 4 and prm[1] > -126 and c16:  # every sum answered: no max (scaled formats clamp at their top)
+        top, over = hw_top(prm, scale)
+        for j in range(o.size):
+            o[j] = add_hw(o[j], x[j] * scale, mode - 4, L, top, over, True)
+            seen |= fp16_flags(x[j])
+    elif mode > 4 and prm[1] > -126:
         top, over = hw_top(prm, scale)
         for j in range(o.size):
             o[j] = add_hw(o[j], x[j] * scale, mode - 4, L, top, over, True)
@@ -236,22 +245,22 @@ def _row_kind(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-
             o[j] = v if abs(v) <= maxf else (s if s != s else (-big if s < 0 else big))
             seen |= fp16_flags(x[j])  # fp16 inputs are checked as read
     else:
-        L, step, d = nprm[0], nprm[1], np.int64(nprm[2])
+        L, step, d, c16 = nprm[0], nprm[1], np.int64(nprm[2]), nprm[4] != 0
         sc = np.float32(scale)
         if mode == 1:
-            seen, big = _row5(o, x, xb, sc, 1, L, step, d, z, t, prm)
+            seen, big = _row5(o, x, xb, sc, 1, L, step, d, z, t, prm, c16)
         elif mode == 2:
-            seen, big = _row5(o, x, xb, sc, 2, L, step, d, z, t, prm)
+            seen, big = _row5(o, x, xb, sc, 2, L, step, d, z, t, prm, c16)
         elif mode == 3:
-            seen, big = _row5(o, x, xb, sc, 3, L, step, d, z, t, prm)
+            seen, big = _row5(o, x, xb, sc, 3, L, step, d, z, t, prm, c16)
         elif mode == 4:
-            seen, big = _row5(o, x, xb, sc, 4, L, step, d, z, t, prm)
+            seen, big = _row5(o, x, xb, sc, 4, L, step, d, z, t, prm, c16)
         elif mode == 5:
-            seen, big = _row5(o, x, xb, sc, 5, L, step, d, z, t, prm)
+            seen, big = _row5(o, x, xb, sc, 5, L, step, d, z, t, prm, c16)
         elif mode == 6:
-            seen, big = _row5(o, x, xb, sc, 6, L, step, d, z, t, prm)
+            seen, big = _row5(o, x, xb, sc, 6, L, step, d, z, t, prm, c16)
         else:
-            seen, big = _row5(o, x, xb, sc, 7, L, step, d, z, t, prm)
+            seen, big = _row5(o, x, xb, sc, 7, L, step, d, z, t, prm, c16)
     return seen, big
 
 
@@ -277,7 +286,7 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0, c0):  # type: i
     x0, xb0 = X[r0][c0:c1], Xb[r0][c0:c1]
     for j in range(m):
         out[j] = x0[j] * sc
-        seen |= fp16_flags(x0[j]) if kind == 2 else xb0[j]
+        seen |= fp16_flags(x0[j]) if kind == 2 or nprm[4] != 0 else xb0[j]
     z = np.zeros(_BLOCK if (kind == 5) & (mode == 4) else 0, dtype=np.uint64)
     if z.size > 0:
         for lo in range(0, m, _BLOCK):
@@ -449,9 +458,10 @@ def fold_left(
     Veltkamp's range (kind 1): the caller folds again by the exact scalar path.
     """
     compile_all()
-    scale, nprm = 1.0, np.zeros(4, dtype=np.uint32)
+    scale, nprm = 1.0, np.zeros(5, dtype=np.uint32)
     if kind == 5:
         scale, nprm = params(int(prm[0]), int(prm[1]), float(prm[2]))
+        nprm[4] = low == FP16_CHECK  # fp16 inputs checked by add_hw's rows as read (``_tall``'s lazy16)
     m = X.shape[1]
     los, his = (np.zeros(1, dtype=np.int64), np.full(1, m, dtype=np.int64)) if cols is None else cols
     perms = np.asarray(perms, dtype=np.int64).reshape(los.size, -1)

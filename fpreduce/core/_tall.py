@@ -419,7 +419,8 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
         assert root is not None
         prog, _, top = _program(root, n)  # leaves are rows
         perm, ops, base = np.arange(n, dtype=np.int64), np.array(prog, dtype=np.int64), top
-    wide = not left and order is not None and kind == 2  # _narrow's fold checks fp16 inputs as it reads them
+    hws = kind == 3 and p <= 24 and fa.emin > -126 and hw.code(5, prm) != 0  # add_hw's scaled rows (fp16, fp8)
+    wide = not left and order is not None and (kind == 2 or hws)  # _narrow's fold checks fp16 inputs as read
     X, low = _load(A, load, ar, lazy=not left and n > 1, lazy16=wide)
     if n == 1:
         return np.array(X[0], dtype=np.float32 if narrow else np.float64)
