@@ -28,7 +28,7 @@ GROUPS = {
         + [fr.reduce(X64[:, :1], "pairwise", input="fp64", accumulate="fp64")]
         + [fr.reduce(X64[:, :13], "sequential", input="fp64", accumulate="fp64", rounding="toward_zero")]
     ),
-    "wide": lambda: [  # core/_narrow.py, core/_segments.py and core/_binned.py
+    "wide": lambda: [  # core/_narrow.py, core/_segments.py (a ring: core/_rotated.py) and core/_binned.py
         fr.reduce(X, "sequential", input="bf16", accumulate="fp32"),
         fr.reduce(X, "sequential", input="fp32", accumulate="fp64", rounding="up"),
         fr.reduce(X, "ring:nccl", accumulate="bf16", rounding="up"),

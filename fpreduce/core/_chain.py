@@ -29,9 +29,10 @@ redone by :func:`step` for those columns. In a directed mode with the processor'
 rounding (:mod:`fpreduce.core._hwround`), one or several columns of a format of p <= 24
 bits and emin >= -126 run :func:`_hw_columns` instead: float32 additions in the mode,
 each rounded once on its bits (``_narrow.add_hw``, overflow included), whatever the
-data; :func:`pairwise_columns` does the same for bf16 and tf32 (:func:`hwadd`). (:func:`step`'s fast path needs an exact float64 sum: a directed chain grows until
-its addends are below its float64 ulp, and then took the exact rounder on about half
-its additions, mispredicted: 10 ns per addition on one bf16 column in mode up, against
+data; :func:`pairwise_columns` does the same for bf16 and tf32 (:func:`hwadd`).
+(:func:`step`'s fast path needs an exact float64 sum: a directed chain grows until its
+addends are below its float64 ulp, and then took the exact rounder on about half its
+additions, mispredicted: 10 ns per addition on one bf16 column in mode up, against
 3.8-4.4 ns now.) The fp64 accumulator's chains stay in ``_tall._left_columns``.
 
 :func:`pairwise_columns` folds each column along :func:`fpreduce.plans.pairwise`'s tree

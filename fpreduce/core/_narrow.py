@@ -458,16 +458,30 @@ def fold_left(
     Veltkamp's range (kind 1): the caller folds again by the exact scalar path.
     """
     compile_all()
-    scale, nprm = 1.0, np.zeros(5, dtype=np.uint32)
-    if kind == 5:
-        scale, nprm = params(int(prm[0]), int(prm[1]), float(prm[2]))
-        nprm[4] = low == FP16_CHECK  # fp16 inputs checked by add_hw's rows as read (``_tall``'s lazy16)
+    scale, nprm = row_params(kind, prm, low)
     m = X.shape[1]
     los, his = (np.zeros(1, dtype=np.int64), np.full(1, m, dtype=np.int64)) if cols is None else cols
     perms = np.asarray(perms, dtype=np.int64).reshape(los.size, -1)
     out = np.empty(m, dtype=np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         seen, big = globals()["left_segs"](X, X.view(np.uint32), perms, los, his, out, kind, prm, nprm, scale, key, e0)
+    return answer(out, seen, big, kind, nprm, low)
+
+
+def row_params(kind: int, prm: np.ndarray, low: int) -> tuple[float, np.ndarray]:
+    """(scale, nprm) of the row loops for ``kind`` (5: :func:`params`; fp16 inputs checked as read when ``low``
+    says so, ``_tall``'s lazy16), else (1, zeros)."""
+    scale, nprm = 1.0, np.zeros(5, dtype=np.uint32)
+    if kind == 5:
+        scale, nprm = params(int(prm[0]), int(prm[1]), float(prm[2]))
+        nprm[4] = low == FP16_CHECK
+    return scale, nprm
+
+
+def answer(
+    out: np.ndarray, seen: int, big: int, kind: int, nprm: np.ndarray, low: int
+) -> tuple[np.ndarray | None, bool]:
+    """:func:`fold_left`'s (out, done) from a row fold's check ``seen`` and largest pattern ``big``."""
     if seen & low:
         return None, True
     if kind == 5:

@@ -12,13 +12,17 @@ range, no numba) returns None: the engine's path runs, with the same bits.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from fpreduce.base import jit
-from fpreduce.core import _narrow, _tall
+from fpreduce.core import _narrow, _rotated, _tall
 from fpreduce.core.arith import _Arith, _Loader
 from fpreduce.core.rounding import Mode
 from fpreduce.plans import SegmentedPlan, Tree
+
+_ROT = 2048  # columns at least for a ring's segments to fold row by row (_rotated); fewer: segment by segment
 
 
 def is_left_deep(shape: Tree) -> bool:
@@ -54,8 +58,34 @@ def _fold_order(root: Tree) -> np.ndarray | None:
     return None
 
 
-def left_segments(p: SegmentedPlan, nel: int, offset: int, total: int) -> list[tuple[int, int, np.ndarray]] | None:
-    """The nonempty segments of X's columns as ``(lo, hi, worker order)`` if every one is a fold, else None."""
+class Segments(NamedTuple):
+    """The nonempty segments of X's columns: ``[los[s], his[s])`` folded left in the row order ``perms[s]``; ``rot``:
+    :func:`fpreduce.core._rotated.rotations` of the orders (a ring), or None."""
+
+    los: np.ndarray
+    his: np.ndarray
+    perms: np.ndarray
+    rot: tuple[np.ndarray, np.ndarray] | None
+
+
+_SEEN: dict[tuple[int, int, int, int], tuple[SegmentedPlan, Segments | None]] = {}
+
+
+def left_segments(p: SegmentedPlan, nel: int, offset: int, total: int) -> Segments | None:
+    """The nonempty segments of X's columns if every one is a fold, else None; once per plan object and columns
+    (plans are immutable: a runner folds every step's chunks with the same plan)."""
+    key = (id(p), nel, offset, total)
+    hit = _SEEN.get(key)
+    if hit is not None and hit[0] is p:
+        return hit[1]
+    segs = _left_segments(p, nel, offset, total)
+    if len(_SEEN) >= 16:
+        _SEEN.clear()
+    _SEEN[key] = (p, segs)
+    return segs
+
+
+def _left_segments(p: SegmentedPlan, nel: int, offset: int, total: int) -> Segments | None:
     b = np.clip(p.bounds(total) - offset, 0, nel)
     P = p.chunk_orders
     if P is not None and p.shape is not None:
@@ -71,13 +101,14 @@ def left_segments(p: SegmentedPlan, nel: int, offset: int, total: int) -> list[t
                 return None
             folds.append(order)
         orders = np.array(folds)
-    return [(int(b[c]), int(b[c + 1]), orders[c]) for c in range(len(orders)) if b[c + 1] > b[c]]
+    keep = np.flatnonzero(b[1 : len(orders) + 1] > b[: len(orders)])
+    perms = np.ascontiguousarray(orders[keep], dtype=np.int64)
+    rot = _rotated.rotations(perms) if nel >= _ROT and perms.size else None
+    return Segments(b[keep].astype(np.int64), b[keep + 1].astype(np.int64), perms, rot)
 
 
-def fold_segments(
-    segments: list[tuple[int, int, np.ndarray]], A: np.ndarray, load: _Loader, ar: _Arith, offset: int
-) -> np.ndarray | None:
-    """Every segment ``(lo, hi, order)`` of A's columns folded left in its row ``order``, or None.
+def fold_segments(segments: Segments, A: np.ndarray, load: _Loader, ar: _Arith, offset: int) -> np.ndarray | None:
+    """Every segment of A's columns folded left in its row order, or None.
 
     The segments cover columns ``0 .. A.shape[1] - 1``; column j is element ``offset + j``.
     """
@@ -92,11 +123,14 @@ def fold_segments(
     X, low = _tall._load(A, load, ar, lazy=True, lazy16=wk == 2)
     if X.dtype != np.float32:
         return None
-    los = np.array([lo for lo, _, _ in segments], dtype=np.int64)
-    his = np.array([hi for _, hi, _ in segments], dtype=np.int64)
-    perms = np.array([order for _, _, order in segments], dtype=np.int64)
-    got, done = _narrow.fold_left(X, perms, wk, prm, key, offset, low, (los, his))
-    if got is None:  # an input not in the input format: load (round) them all, and fold again
-        X = _tall._load(A, load, ar)[0]
-        got, done = _narrow.fold_left(X, perms, wk, prm, key, offset, 0, (los, his))
+    los, his, perms, rot = segments
+    rot = None if ar.mode is Mode.STOCHASTIC else rot
+    for k in range(2):
+        if rot is not None:  # a ring: row by row, each row read once
+            got, done = _rotated.fold_rot(X, rot, (los, his), wk, prm, low)
+        else:
+            got, done = _narrow.fold_left(X, perms, wk, prm, key, offset, low, (los, his))
+        if got is not None or k == 1:
+            break
+        X, low = _tall._load(A, load, ar)[0], 0  # an input not in the input format: load (round) them all, refold
     return got if done else None

@@ -1,0 +1,109 @@
+"""Rings folded row by row (core/_rotated.py): the same bits as segment by segment, numpy and the reference.
+
+A ring's chunks are left folds whose worker orders are rotations of one order. The
+row-by-row kernel makes each chunk's additions in that chunk's order (two passes over
+the ring's order), so every chunk must give the bits of its own fold: checked against
+the segment-by-segment kernel, the numpy path and, chunk by chunk, the exact rational
+reference, across formats, modes, special values, uneven chunks and many workers.
+"""
+
+import numpy as np
+import pytest
+from test_tall import data, same
+
+import fpreduce as fr
+from fpreduce.base import jit
+from fpreduce.core import _rotated, _segments
+
+needs_jit = pytest.mark.skipif(not jit.enabled(), reason="numba not installed or FPREDUCE_NO_JIT set")
+CASES = [
+    ("bf16", "bf16", "nearest_even"),
+    ("bf16", "fp32", "nearest_even"),
+    ("fp16", "fp16", "nearest_even"),
+    ("fp32", "fp32", "up"),
+    ("bf16", "bf16", "toward_zero"),
+    ("fp16", "fp16", "up"),
+    ("tf32", "fp8_e4m3", "down"),
+    ("fp16", "fp8_e5m2", "nearest_even"),
+]
+
+
+def orders(name, n, relabel=None):
+    p = fr.plans.parse(name, n)
+    if relabel is not None:
+        p = p.relabel(relabel)
+    return p, _segments._left_segments(p, 4096, 0, 4096).perms
+
+
+@pytest.mark.parametrize("name", ["ring:nccl", "ring:gloo", "ring"])
+def test_rings_are_rotations_of_one_order(name):
+    n = 9
+    p, perms = orders(name, n)
+    B, offs = _rotated.rotations(perms)
+    for s in range(perms.shape[0]):
+        assert perms[s].tolist() == [int(B[(offs[s] + k) % n]) for k in range(n)]
+    relabel = np.random.default_rng(1).permutation(n)
+    _, moved = orders(name, n, relabel)
+    assert _rotated.rotations(moved) is not None  # a ring over other workers is still a ring
+
+
+def test_other_orders_are_not_rotations():
+    _, perms = orders("ring:nccl", 6)
+    swapped = perms.copy()
+    swapped[2, [1, 3]] = swapped[2, [3, 1]]  # one chunk's order is no longer a rotation
+    assert _rotated.rotations(swapped) is None
+    rng = np.random.default_rng(2)
+    assert _rotated.rotations(np.array([rng.permutation(6) for _ in range(6)])) is None
+    assert _rotated.rotations(np.array([[0, 1, 1], [1, 1, 0]])) is None  # not permutations
+    assert _rotated.rotations(np.array([[0, 1, 2], [0, 1, 2]]))[1].tolist() == [0, 0]  # repeated offsets are fine
+
+
+def segment_by_segment(X, p, kw, monkeypatch):
+    with monkeypatch.context() as mp:
+        mp.setattr(_segments, "_ROT", 1 << 62)
+        mp.setattr(_segments, "_SEEN", {})
+        return fr.reduce(X, p, **kw)
+
+
+@needs_jit
+@pytest.mark.parametrize(("inp", "acc", "mode"), CASES)
+@pytest.mark.parametrize(("name", "n", "m"), [("ring:nccl", 6, 2053), ("ring:gloo", 7, 2300), ("ring:nccl", 64, 2100)])
+def test_row_by_row_equals_segment_by_segment_numpy_and_reference(inp, acc, mode, name, n, m, monkeypatch):
+    X = data(inp, n, m, n + m, specials=True)
+    p = fr.plans.parse(name, n)
+    kw = {"input": inp, "accumulate": acc, "rounding": mode}
+    calls = []
+    fold_rot = _rotated.fold_rot
+    monkeypatch.setattr(_rotated, "fold_rot", lambda *a: calls.append(1) or fold_rot(*a))
+    got = fr.reduce(X, p, **kw)
+    assert calls  # the row-by-row kernel ran
+    assert same(got, segment_by_segment(X, p, kw, monkeypatch))
+    with jit.disabled():
+        assert same(got, fr.reduce(X, p, **kw))
+    b = p.bounds(m)
+    for c in (0, n // 2, n - 1):  # whole chunks against the exact reference of their own tree
+        lo, hi = int(b[c]), int(b[c + 1])
+        assert same(got[lo:hi], fr.reduce_reference(X[:, lo:hi], p.trees[c], **kw)), (c, lo, hi)
+
+
+@needs_jit
+def test_ring_inputs_not_in_the_input_format_are_rounded_first():
+    X = np.random.default_rng(3).standard_normal((5, 2500)).astype(np.float32)  # fp32 data, said to be fp16
+    p = fr.plans.parse("ring:gloo", 5)
+    for acc, mode in (("fp32", "nearest_even"), ("fp16", "up"), ("bf16", "toward_zero")):
+        kw = {"input": "fp16", "accumulate": acc, "rounding": mode}
+        got = fr.reduce(X, p, **kw)
+        with jit.disabled():
+            assert same(got, fr.reduce(X, p, **kw))
+        assert same(got, fr.reduce(fr.round_to(X, "fp16").astype(np.float32), p, **kw))
+
+
+def test_segments_are_found_once_per_plan_and_columns():
+    p = fr.plans.parse("ring:nccl", 8)
+    a = _segments.left_segments(p, 3000, 0, 3000)
+    assert _segments.left_segments(p, 3000, 0, 3000) is a
+    assert _segments.left_segments(p, 1000, 2000, 3000) is not a  # a piece of the vector: its own segments
+    q = p.relabel(np.arange(8)[::-1])
+    assert not np.array_equal(_segments.left_segments(q, 3000, 0, 3000).perms, a.perms)
+    assert a.rot is not None
+    assert _segments.left_segments(p, 100, 0, 100).rot is None  # narrow: segment by segment
