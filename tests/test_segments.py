@@ -95,3 +95,52 @@ def test_ring_inputs_not_in_the_input_format_are_rounded_first():
         with jit.disabled():
             assert same(got, fr.reduce(X, p, **kw))
         assert same(got, fr.reduce(fr.round_to(X, "bf16").astype(np.float32), p, **kw))
+
+
+def unordered(tree):
+    """A tree with each addition's operands sorted: equal for two trees that differ only by commutation."""
+    if isinstance(tree, int):
+        return tree
+    a, b = unordered(tree[0]), unordered(tree[1])
+    return (a, b) if repr(a) <= repr(b) else (b, a)
+
+
+@pytest.mark.parametrize("n", [*range(1, 20), 31, 32, 33, 48, 64])
+def test_rabenseifner_chunks_are_its_grouping_but_for_operand_order(n):
+    """The law behind ``grouping``: every chunk's tree is recursive doubling's, each addition's operands
+    perhaps swapped (so nearest even and directed modes may fold every chunk with one tree)."""
+    p = fr.plans.parse("rabenseifner", n)
+    want = unordered(p.grouping.root)
+    assert want == unordered(fr.plans.parse("rd", n).root)
+    assert all(unordered(t.root) == want for t in p.trees)
+    perm = np.random.default_rng(n).permutation(n)
+    q = p.relabel(perm)
+    assert all(unordered(t.root) == unordered(q.grouping.root) for t in q.trees)
+    assert unordered(q.grouping.root) == unordered(fr.plans.parse("rd", n).relabel(perm).root)
+
+
+@needs_jit
+@pytest.mark.parametrize(
+    ("acc", "mode"), [("bf16", "nearest_even"), ("fp16", "up"), ("fp32", "down"), ("bf16", "toward_zero")]
+)
+def test_rabenseifner_folds_one_tree_and_gives_each_chunks_bits(acc, mode, monkeypatch):
+    n, m = 12, 3000
+    X = data("bf16", n, m, 14, specials=True)
+    p = fr.plans.parse("rabenseifner", n).relabel(np.random.default_rng(4).permutation(n))
+    kw = {"input": "bf16", "accumulate": acc, "rounding": mode}
+    roots = []
+    from fpreduce.core import engine
+
+    fold_plan = engine.fold_plan
+    monkeypatch.setattr(engine, "fold_plan", lambda root, *a: roots.append(root) or fold_plan(root, *a))
+    got = fr.reduce(X, p, **kw)
+    assert roots == [p.grouping.root]  # the whole vector by one tree
+    with jit.disabled():
+        assert same(got, fr.reduce(X, p, **kw))  # chunk by chunk, each its own tree
+    b = p.bounds(m)
+    for c in (0, 3, len(p.trees) - 1):
+        lo, hi = int(b[c]), int(b[c + 1])
+        assert same(got[lo:hi], fr.reduce_reference(X[:, lo:hi], p.trees[c], **kw))
+    roots.clear()
+    fr.reduce(X, p, rounding="stochastic", seed=1, input="bf16", accumulate=acc)  # draws follow each chunk's tree
+    assert p.grouping.root not in roots

@@ -235,8 +235,11 @@ def _fold_blocks(
 ) -> np.ndarray:
     """The plain or compensated reduction of every column of ``A``, block by block."""
     nel = A.shape[1]
-    if algorithm == "plain" and not isinstance(p, SegmentedPlan | PerElementPlan):  # one tree for all: compiled
-        res = fold_plan(p.root if isinstance(p, Plan) else p, A, load, ar, offset)
+    one = (
+        p.grouping if isinstance(p, SegmentedPlan) and p.grouping is not None and ar.mode is not Mode.STOCHASTIC else p
+    )
+    if algorithm == "plain" and not isinstance(one, SegmentedPlan | PerElementPlan):  # one tree for all: compiled
+        res = fold_plan(one.root if isinstance(one, Plan) else one, A, load, ar, offset)
         if res is not None:
             return res
     if algorithm == "plain" and isinstance(p, SegmentedPlan):  # left folds per segment (rings): compiled

@@ -95,11 +95,12 @@ def rabenseifner(n: int) -> SegmentedPlan:
     Open MPI ``ompi_coll_base_allreduce_intra_redscat_allgather``: p =
     2^floor(log2 n) blocks cut by recursive halving; pre-step pairs (2i, 2i+1)
     for i < n - p, then distance 1, 2, 4, ...: every block has the grouping of
-    :func:`rd`; the operand order (``received (op) local``) differs per block.
+    :func:`rd`; the operand order (``received (op) local``) differs per block
+    (``grouping``: one tree for the whole vector, except in stochastic rounding).
     """
     check_n(n)
     trees = tuple(Plan("rabenseifner", n, t) for t in rabenseifner_trees(n))
-    return SegmentedPlan("rabenseifner", n, trees, Split("halving"))
+    return SegmentedPlan("rabenseifner", n, trees, Split("halving"), grouping=rd(n))
 
 
 def _nodes(n: int, gpus_per_node: int, what: str) -> int:

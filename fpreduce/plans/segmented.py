@@ -127,6 +127,12 @@ class SegmentedPlan:
         split: how chunk sizes are derived from the element count.
         shape: the common tree over slots (or None).
         perms: per chunk, slot -> worker (with ``shape``).
+        grouping: a tree every chunk's tree equals but for the order of each
+            addition's two operands (Rabenseifner's: recursive doubling's), or None.
+            IEEE addition is commutative in nearest even and the directed modes,
+            so the engine folds every chunk with it there (one tree for the
+            whole vector); not in stochastic rounding, whose draws number the
+            additions in each chunk's own tree order.
     """
 
     name: str
@@ -135,6 +141,7 @@ class SegmentedPlan:
     split: Split = field(default_factory=Split)
     shape: Plan | None = None
     perms: Sequence[Sequence[int]] | NDArray[np.intp] = field(default=(), compare=False, repr=False)
+    grouping: Plan | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.shape is None:
@@ -169,7 +176,8 @@ class SegmentedPlan:
         P = self.chunk_orders
         if P is None or self.shape is None:
             trees = tuple(t.relabel(perm) for t in self.trees)
-            return SegmentedPlan(self.name, self.n, trees, self.split)
+            grouping = None if self.grouping is None else self.grouping.relabel(perm)
+            return SegmentedPlan(self.name, self.n, trees, self.split, grouping=grouping)
         p = np.asarray(perm, dtype=np.intp)
         if p.shape != (self.n,) or not np.array_equal(np.sort(p), np.arange(self.n)):
             raise InvalidArgument(f"perm must be a permutation of 0..{self.n - 1}")
