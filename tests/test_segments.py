@@ -12,7 +12,7 @@ from test_tall import data, same
 
 import fpreduce as fr
 from fpreduce.base import jit
-from fpreduce.core import _segments
+from fpreduce.core import _fastpath
 from fpreduce.plans import Plan, SegmentedPlan
 
 needs_jit = pytest.mark.skipif(not jit.enabled(), reason="numba not installed or FPREDUCE_NO_JIT set")
@@ -31,7 +31,7 @@ def plan_of(name, n):
 
 
 def test_fold_order_of_left_and_right_deep_trees():
-    order = _segments._fold_order
+    order = _fastpath.fold_order
     assert order((((1, 2), 3), 0)).tolist() == [1, 2, 3, 0]
     assert order((0, (1, (2, 3)))).tolist() == [3, 2, 1, 0]  # a + (b + (c + d)): d, c, b, a
     assert order(((3, 2), (1, 0))) is None

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import fpreduce as fr
 from fpreduce.base import jit
-from fpreduce.core import _tall
+from fpreduce.core import _fastpath, _tall
+from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core.arith import _Arith
 from fpreduce.core.formats import get_format
 from fpreduce.core.rounding import Mode
@@ -176,9 +177,32 @@ def test_kernel_is_off_without_numba_in_deterministic_modes():
 
 
 def test_left_spine():
-    assert _tall._left_spine(((2, 0), 1), 3).tolist() == [2, 0, 1]
-    assert _tall._left_spine((0, (1, 2)), 3) is None
-    assert _tall._left_spine(0, 1).tolist() == [0]
+    assert _fastpath._left_spine(((2, 0), 1), 3).tolist() == [2, 0, 1]
+    assert _fastpath._left_spine((0, (1, 2)), 3) is None
+    assert _fastpath._left_spine(0, 1).tolist() == [0]
+
+
+@needs_jit
+def test_right_deep_trees_fold_as_the_left_fold_of_their_reversed_order():
+    """``x0 + (x1 + (... + x8))`` (the linear plan) is the left fold of x8, ..., x0 with each addition's operands
+    swapped: the same bits in every mode (addition is commutative; stochastic draws number the additions in
+    the tree's post-order, which is the reversed fold's order)."""
+    n, m = 9, 3000
+    p = fr.plans.parse("linear", n)
+    assert _fastpath.fold_order(p.root).tolist() == list(range(n))[::-1]
+    X = data("bf16", n, m, 21, specials=True)
+    cols = np.r_[0:30, m - 30 : m]
+    for acc, mode in (("bf16", "nearest_even"), ("fp16", "up"), ("fp32", "down"), ("bf16", "toward_zero")):
+        kw = {"input": "bf16", "accumulate": acc, "rounding": mode}
+        got = fr.reduce(X, p, **kw)
+        with jit.disabled():
+            assert same(got, fr.reduce(X, p, **kw))
+        assert same(got[cols], fr.reduce_reference(X[:, cols], p, **kw))
+    X = data("bf16", n, m, 22, specials=False)
+    got = fr.reduce(X, p, input="bf16", accumulate="bf16", rounding="stochastic", seed=3)
+    key = np.uint64(int(np.random.default_rng(3).integers(0, 2**63)))
+    by_tree = _fold_numpy_sr(p.root, None, X, get_format("bf16"), key, 0)  # the tree's own post-order draws
+    assert same(got, by_tree.astype(np.float32))
 
 
 # --- stochastic rounding: a counter-based generator (splitmix64 of seed, element, addition) ---

@@ -106,6 +106,29 @@ def _left_spine(root: Tree, n: int) -> np.ndarray | None:
     return np.array(rights[::-1], dtype=np.int64)
 
 
+def fold_order(root: Tree) -> np.ndarray | None:
+    """The leaves in the order a left fold adds them, for a left-deep tree or a right-deep one, else None.
+
+    A right-deep tree ``a + (b + (c + d))`` is the left fold of ``d, c, b, a`` with each
+    addition's operands swapped: IEEE addition is commutative, in every rounding mode
+    (stochastic rounding too: it rounds the exact sum), so the bits are the same.
+    Walks the spine only: O(depth) for a tree that is neither.
+    """
+    for side in (0, 1):
+        spine: list[int] = []
+        node = root
+        while not isinstance(node, int):
+            leaf = node[1 - side]
+            if not isinstance(leaf, int):
+                break
+            spine.append(leaf)
+            node = node[side]
+        if isinstance(node, int):
+            spine.append(node)
+            return np.array(spine[::-1], dtype=np.int64)
+    return None
+
+
 def _program_of(ar: _Arith, shape: Tree | None, n: int) -> Program:
     """``_program(shape, n)``, compiled once per shape object during one reduction (kept in ``ar``)."""
     hit = ar.programs.get(id(shape))

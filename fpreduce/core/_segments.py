@@ -18,6 +18,7 @@ import numpy as np
 
 from fpreduce.base import jit
 from fpreduce.core import _narrow, _rotated, _tall
+from fpreduce.core._fastpath import fold_order
 from fpreduce.core.arith import _Arith, _Loader
 from fpreduce.core.rounding import Mode
 from fpreduce.plans import SegmentedPlan, Tree
@@ -33,29 +34,6 @@ def is_left_deep(shape: Tree) -> bool:
             return False
         node = node[0]
     return True
-
-
-def _fold_order(root: Tree) -> np.ndarray | None:
-    """The leaves in the order a left fold adds them, for a left-deep tree or a right-deep one, else None.
-
-    A right-deep tree ``a + (b + (c + d))`` is the left fold of ``d, c, b, a`` with each
-    addition's operands swapped: IEEE addition is commutative, in every rounding mode
-    (stochastic rounding too: it rounds the exact sum), so the bits are the same.
-    Walks the spine only: O(depth) for a tree that is neither.
-    """
-    for side in (0, 1):
-        spine: list[int] = []
-        node = root
-        while not isinstance(node, int):
-            leaf = node[1 - side]
-            if not isinstance(leaf, int):
-                break
-            spine.append(leaf)
-            node = node[side]
-        if isinstance(node, int):
-            spine.append(node)
-            return np.array(spine[::-1], dtype=np.int64)
-    return None
 
 
 class Segments(NamedTuple):
@@ -89,14 +67,14 @@ def _left_segments(p: SegmentedPlan, nel: int, offset: int, total: int) -> Segme
     b = np.clip(p.bounds(total) - offset, 0, nel)
     P = p.chunk_orders
     if P is not None and p.shape is not None:
-        order = _fold_order(p.shape.root)  # the shape's slots in fold order
+        order = fold_order(p.shape.root)  # the shape's slots in fold order
         if order is None:
             return None
         orders = P[:, order]  # chunk c puts worker P[c, slot] in slot
     else:
         folds = []
         for t in p.trees:
-            order = _fold_order(t.root)
+            order = fold_order(t.root)
             if order is None:
                 return None
             folds.append(order)

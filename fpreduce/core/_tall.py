@@ -88,7 +88,7 @@ from fpreduce.base import jit
 from fpreduce.core import _chain, _narrow, _rows64
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
-from fpreduce.core._fastpath import _left_spine, _program
+from fpreduce.core._fastpath import _program, fold_order
 from fpreduce.core._pairwise import pairwise_program
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core.arith import _Arith, _Loader
@@ -386,7 +386,7 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
     if isinstance(root, str) and not compiled:
         root = pairwise(n).root  # the numpy stochastic fold takes the tree
     tree = root
-    order = np.zeros(0, dtype=np.int64) if root is None else None if isinstance(root, str) else _left_spine(root, n)
+    order = np.zeros(0, dtype=np.int64) if root is None else None if isinstance(root, str) else fold_order(root)
     # a register per column (_NARROW), or _chain's sequential folds and directed or stochastic pairwise ones
     # (nearest-even pairwise and fp64's directed folds: the row kernel, vectorized, is as fast)
     chain = order is not None or (isinstance(root, str) and kind == 3)
