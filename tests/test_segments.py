@@ -12,7 +12,7 @@ from test_tall import data, same
 
 import fpreduce as fr
 from fpreduce.base import jit
-from fpreduce.core import _fastpath
+from fpreduce.core import _fastpath, _segments
 from fpreduce.plans import Plan, SegmentedPlan
 
 needs_jit = pytest.mark.skipif(not jit.enabled(), reason="numba not installed or FPREDUCE_NO_JIT set")
@@ -144,3 +144,37 @@ def test_rabenseifner_folds_one_tree_and_gives_each_chunks_bits(acc, mode, monke
     roots.clear()
     fr.reduce(X, p, rounding="stochastic", seed=1, input="bf16", accumulate=acc)  # draws follow each chunk's tree
     assert p.grouping.root not in roots
+
+
+@needs_jit
+@pytest.mark.parametrize("name", ["tree:nccl:2", "hier:2", "mixed"])
+@pytest.mark.parametrize(
+    ("acc", "mode"), [("bf16", "nearest_even"), ("fp16", "up"), ("fp32", "toward_zero"), ("bf16", "stochastic")]
+)
+def test_wide_chunks_fold_by_their_own_compiled_tree(name, acc, mode, monkeypatch):
+    """Chunks of 2048 columns or more: each by the compiled fold of its tree (core._segments.fold_chunks)."""
+    n = 6
+    p = plan_of(name, n)
+    m = 2100 * len(p.trees)
+    X = data("bf16", n, m, 15, specials=mode != "stochastic")
+    kw = {"input": "bf16", "accumulate": acc, "rounding": mode, "seed": 4}
+    ran = []
+    fold_chunks = _segments.fold_chunks
+    monkeypatch.setattr(_segments, "fold_chunks", lambda *a: ran.append(1) or fold_chunks(*a))
+    from fpreduce.core import engine
+
+    monkeypatch.setattr(engine, "fold_chunks", _segments.fold_chunks)
+    got = fr.reduce(X, p, **kw)
+    assert ran
+    with jit.disabled():
+        assert same(got, fr.reduce(X, p, **kw))
+    parts = [fr.reduce(X[:, a:b], p, offset=a, total=m, **kw) for a, b in ((0, 2500), (2500, m))]
+    assert same(got, np.concatenate(parts))  # pieces: chunks cut, then narrower than 2048, by the general path
+    if mode != "stochastic":
+        b = p.bounds(m)
+        for c in range(len(p.trees)):
+            lo, hi = int(b[c]), int(b[c + 1])
+            if hi > lo:
+                cols = np.r_[lo : lo + 20, hi - 20 : hi]
+                ref = fr.reduce_reference(X[:, cols], p.trees[c], input="bf16", accumulate=acc, rounding=mode)
+                assert same(got[cols], ref), (c, lo, hi)

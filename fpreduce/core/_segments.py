@@ -112,3 +112,25 @@ def fold_segments(segments: Segments, A: np.ndarray, load: _Loader, ar: _Arith, 
             break
         X, low = _tall._load(A, load, ar)[0], 0  # an input not in the input format: load (round) them all, refold
     return got if done else None
+
+
+def fold_chunks(
+    p: SegmentedPlan, A: np.ndarray, load: _Loader, ar: _Arith, offset: int, total: int
+) -> np.ndarray | None:
+    """Each chunk of ``_ROT`` columns or more folded by the compiled fold of its own tree (NCCL's double binary
+    trees, Horovod's hierarchy: a few wide chunks), on a contiguous copy of its columns; else None.
+
+    The chunk of columns ``[lo, hi)`` is elements ``offset + lo ..``: the stochastic draws are the engine's.
+    """
+    b = np.clip(p.bounds(total) - offset, 0, A.shape[1])
+    width = np.diff(b)
+    if p.chunk_orders is not None or not jit.enabled() or width[width > 0].min(initial=_ROT) < _ROT:
+        return None
+    out = np.empty(A.shape[1], dtype=ar.dtype)
+    for c in np.flatnonzero(width):
+        lo, hi = int(b[c]), int(b[c + 1])
+        res = _tall.fold_plan(p.trees[int(c)].root, np.ascontiguousarray(A[:, lo:hi]), load, ar, offset + lo)
+        if res is None:
+            return None
+        out[lo:hi] = res
+    return out

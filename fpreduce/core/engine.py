@@ -32,7 +32,7 @@ from fpreduce.core._compensated import compensated_plan
 from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders
 from fpreduce.core._pairwise import PAIRWISE
 from fpreduce.core._reference import add_exact, round_float, round_fraction
-from fpreduce.core._segments import fold_segments, is_left_deep, left_segments
+from fpreduce.core._segments import fold_chunks, fold_segments, is_left_deep, left_segments
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core._tall import fold_plan
 from fpreduce.core.arith import _Arith, _Loader, _scale
@@ -243,8 +243,8 @@ def _fold_blocks(
         if res is not None:
             return res
     if algorithm == "plain" and isinstance(p, SegmentedPlan):  # left folds per segment (rings): compiled
-        segs = left_segments(p, nel, offset, total)
-        res = None if segs is None else fold_segments(segs, A, load, ar, offset)
+        segs = left_segments(p, nel, offset, total)  # (else a few wide chunks, each its own tree)
+        res = fold_chunks(p, A, load, ar, offset, total) if segs is None else fold_segments(segs, A, load, ar, offset)
         if res is not None:
             return res
     if (algorithm == "kahan" or algorithm == "neumaier") and isinstance(p, Plan):  # one leaf order: compiled
