@@ -320,9 +320,8 @@ def near(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
     r = x + y  # float32
     cc = r * np.float32(prm[5])
     v = cc - (cc - r)  # (kind 2 below 2**emin: r, a multiple of the quantum under 2**(p-1) of them, has < p bits)
-    if kind == 2:
-        if not abs(v) <= np.float32(prm[2]):
-            v = r if r != r else np.float32(-c[7] if r < 0 else c[7])  # ±Inf, ±NaN (fp8_e4m3): consts' big
+    if kind == 2 and not abs(v) <= np.float32(prm[2]):
+        v = r if r != r else np.float32(-c[7] if r < 0 else c[7])  # ±Inf, ±NaN (fp8_e4m3): consts' big
     return v
 
 
