@@ -127,9 +127,12 @@ def fold_chunks(
     if p.chunk_orders is not None or not jit.enabled() or width[width > 0].min(initial=_ROT) < _ROT:
         return None
     out = np.empty(A.shape[1], dtype=ar.dtype)
+    flat = np.empty(A.shape[0] * int(width.max()), dtype=A.dtype)  # every chunk copied here: one set of pages
     for c in np.flatnonzero(width):
         lo, hi = int(b[c]), int(b[c + 1])
-        res = _tall.fold_plan(p.trees[int(c)].root, np.ascontiguousarray(A[:, lo:hi]), load, ar, offset + lo)
+        chunk = flat[: A.shape[0] * (hi - lo)].reshape(A.shape[0], hi - lo)
+        np.copyto(chunk, A[:, lo:hi])
+        res = _tall.fold_plan(p.trees[int(c)].root, chunk, load, ar, offset + lo)
         if res is None:
             return None
         out[lo:hi] = res
