@@ -6,8 +6,13 @@ path gathers the segments' columns, each in its leaf order, into a buffer and fo
 that; here every segment is folded straight from X's rows by
 :func:`fpreduce.core._narrow.left_rows` (the rows of segment ``[lo, hi)`` are
 ``X[r][lo:hi]``, contiguous), no gather, no copy, for the accumulators and modes that
-kernel folds. Anything else (a tree that is not left-deep, a sum beyond the kernel's
-range, no numba) returns None: the engine's path runs, with the same bits.
+kernel folds; with ``_ROT`` columns or more, and outside stochastic rounding, a ring's
+segments (rotations of one order) fold row by row instead (:mod:`fpreduce.core._rotated`).
+Segments are found once per plan object and column span (:func:`left_segments`).
+:func:`fold_chunks` takes plans whose chunks are other trees (NCCL's double binary tree,
+Horovod's hierarchy): each chunk of ``_ROT`` columns or more by ``_tall.fold_plan`` with
+its own tree. Anything else (narrower chunks, a sum beyond the kernel's range, no numba)
+returns None: the engine's path runs, with the same bits.
 """
 
 from __future__ import annotations
