@@ -278,15 +278,9 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0, c0):  # type: i
     """
     n, m = X.shape[0], out.size
     c1 = c0 + m  # rows are sliced X[r][c0:c1] (contiguous: the loops vectorize), never X[:, c0:c1]
-    mode = int(prm[3]) + (4 if kind == 5 and hw.code(kind, prm) != 0 else 0)  # 5..7: add_hw
-    sc = np.float32(scale if kind == 5 else 1.0)
-    r0 = perm[0]
-    seen = np.uint32(0)
+    mode, sc, c16 = row_setup(kind, prm, nprm, scale)
     big = np.uint32(0)
-    x0, xb0 = X[r0][c0:c1], Xb[r0][c0:c1]
-    for j in range(m):
-        out[j] = x0[j] * sc
-        seen |= fp16_flags(x0[j]) if kind == 2 or nprm[4] != 0 else xb0[j]
+    seen = first_row(out, X[perm[0]][c0:c1], Xb[perm[0]][c0:c1], sc, c16)
     z = np.zeros(_BLOCK if (kind == 5) & (mode == 4) else 0, dtype=np.uint64)
     if z.size > 0:
         for lo in range(0, m, _BLOCK):
@@ -303,11 +297,32 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0, c0):  # type: i
             r = perm[k]
             bits, mag = _row_kind(out, X[r][c0:c1], Xb[r][c0:c1], kind, prm, nprm, scale, mode, z, k - 1)
             seen, big = seen | bits, max(big, mag)
+    scale_back(out, sc, scale)
+    return seen, big
+
+
+def row_setup(kind, prm, nprm, scale):  # type: ignore[no-untyped-def]
+    """(the row loops' mode: ``prm[3]``, or 5..7 for :func:`add_hw` under the hardware's mode; the inputs'
+    scale, float32; whether the inputs are checked by :func:`fp16_flags` rather than their raw bits)."""
+    mode = int(prm[3]) + (4 if kind == 5 and hw.code(kind, prm) != 0 else 0)
+    return mode, np.float32(scale if kind == 5 else 1.0), kind == 2 or nprm[4] != 0
+
+
+def first_row(o, x, xb, sc, c16):  # type: ignore[no-untyped-def]
+    """o <- x * sc, a left fold's first row; the OR of its inputs' check (:func:`row_setup`'s ``c16``)."""
+    seen = np.uint32(0)
+    for j in range(o.size):
+        o[j] = x[j] * sc
+        seen |= fp16_flags(x[j]) if c16 else xb[j]
+    return seen
+
+
+def scale_back(o, sc, scale):  # type: ignore[no-untyped-def]
+    """o <- o / ``scale`` (exactly: a power of two) when the fold ran on the scaled format (``sc`` != 1)."""
     if sc != np.float32(1.0):
         inv = np.float32(1.0 / scale)
-        for j in range(m):
-            out[j] = out[j] * inv
-    return seen, big
+        for j in range(o.size):
+            o[j] = o[j] * inv
 
 
 def _rows5_m(D, A, B, mode, L, step, d, limit, z, t, prm, sa, sb):  # type: ignore[no-untyped-def]
@@ -389,6 +404,7 @@ def left_segs(X, Xb, perms, los, his, out, kind, prm, nprm, scale, key, e0):  # 
 
 _NAMES = (
     *("fp16_flags", "grid_flags", "add_narrow", "hw_top", "add_hw", "_row5", "_row_kind", "left_rows", "left_segs"),
+    *("row_setup", "first_row", "scale_back"),
     *("_rows5_m", "rows5"),
 )
 _COMPILED: list[Any] = []

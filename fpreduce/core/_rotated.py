@@ -66,9 +66,7 @@ def left_rot(X, Xb, B, offs, los, his, out, kind, prm, nprm, scale):  # type: ig
     ``offs[s]``, row by row (module docstring); (the OR of the inputs' check, max |s|) as ``left_segs``."""
     n = B.size
     hwm = hw.code(kind, prm)
-    mode = int(prm[3]) + (4 if kind == 5 and hwm != 0 else 0)  # 5..7: add_hw (as left_rows)
-    sc = np.float32(scale if kind == 5 else 1.0)
-    c16 = kind == 2 or nprm[4] != 0  # fp16 inputs checked as read
+    mode, sc, c16 = _narrow.row_setup(kind, prm, nprm, scale)  # (as left_rows)
     z = np.zeros(0, dtype=np.uint64)
     seen = np.uint32(0)
     big = np.uint32(0)
@@ -85,18 +83,13 @@ def left_rot(X, Xb, B, offs, los, his, out, kind, prm, nprm, scale):  # type: ig
                 lo, hi = los[s], his[e - 1]
                 x, xb, o = X[r][lo:hi], Xb[r][lo:hi], out[lo:hi]
                 if act == 1:
-                    for j in range(hi - lo):
-                        o[j] = x[j] * sc
-                        seen |= _narrow.fp16_flags(x[j]) if c16 else xb[j]
+                    seen |= _narrow.first_row(o, x, xb, sc, c16)
                 elif act == 2:
                     bits, mag = _narrow._row_kind(o, x, xb, kind, prm, nprm, scale, mode, z, 0)
                     seen, big = seen | bits, max(big, mag)
                 s = e
     hw.end(hwm)
-    if sc != np.float32(1.0):
-        inv = np.float32(1.0 / scale)
-        for j in range(out.size):
-            out[j] = out[j] * inv
+    _narrow.scale_back(out, sc, scale)
     return seen, big
 
 
