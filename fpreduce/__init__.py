@@ -24,7 +24,7 @@ from typing import Any
 from fpreduce import plans
 from fpreduce._version import __version__
 from fpreduce.base.errors import InvalidArgument
-from fpreduce.core.engine import reduce, reduce_reference
+from fpreduce.core.engine import explain, reduce, reduce_reference
 from fpreduce.core.exact import ExactSum, exact_sum, exact_sum_mpmath
 from fpreduce.core.fabsum import fabsum
 from fpreduce.core.formats import FORMATS, Format, as_native, format_name, from_bits, get_format, to_bits, ulp
@@ -33,14 +33,18 @@ from fpreduce.core.metrics import backward_errors as backward_error
 from fpreduce.core.primitives import partial_sums, round_inputs, stagnation
 from fpreduce.core.products import dot, matvec
 from fpreduce.core.rounding import MODES, Mode, round_to
+from fpreduce.core.routes import Decision, Route
+from fpreduce.core.routes import trace as trace_routes
 
 __all__ = [
     "FORMATS",
     "MODES",
+    "Decision",
     "ExactSum",
     "Format",
     "InvalidArgument",
     "Mode",
+    "Route",
     "OrderOutcomes",
     "Results",
     "__version__",
@@ -49,6 +53,7 @@ __all__ = [
     "backward_error",
     "dot",
     "exact_sum",
+    "explain",
     "exact_sum_mpmath",
     "fabsum",
     "format_name",
@@ -68,6 +73,7 @@ __all__ = [
     "run_experiment",
     "timing",
     "to_bits",
+    "trace_routes",
     "ulp",
 ]
 

@@ -13,7 +13,7 @@ from test_tall import data, same
 
 import fpreduce as fr
 from fpreduce.base import jit
-from fpreduce.core import _rotated, _segments
+from fpreduce.core import _rotated, routes
 
 needs_jit = pytest.mark.skipif(not jit.enabled(), reason="numba not installed or FPREDUCE_NO_JIT set")
 CASES = [
@@ -32,7 +32,7 @@ def orders(name, n, relabel=None):
     p = fr.plans.parse(name, n)
     if relabel is not None:
         p = p.relabel(relabel)
-    return p, _segments._left_segments(p, 4096, 0, 4096).perms
+    return p, routes.left_segments(p, 4096, 0, 4096).perms
 
 
 @pytest.mark.parametrize("name", ["ring:nccl", "ring:gloo", "ring"])
@@ -58,26 +58,28 @@ def test_other_orders_are_not_rotations():
     assert _rotated.rotations(np.array([[0, 1, 2], [0, 1, 2]]))[1].tolist() == [0, 0]  # repeated offsets are fine
 
 
-def segment_by_segment(X, p, kw, monkeypatch):
-    with monkeypatch.context() as mp:
-        mp.setattr(_segments, "_ROT", 1 << 62)
-        mp.setattr(_segments, "_SEEN", {})
-        return fr.reduce(X, p, **kw)
+def segment_by_segment(X, p, kw):
+    """The same reduction in pieces narrower than the row-by-row route's threshold (``offset``/``total``: the
+    same elements, so the same chunks): each piece folds segment by segment."""
+    m, step = X.shape[1], routes.ROT // 2
+    with fr.trace_routes() as ran:
+        out = np.concatenate([fr.reduce(X[:, a : a + step], p, offset=a, total=m, **kw) for a in range(0, m, step)])
+    assert fr.Route.SEGMENT_FOLDS in ran, ran
+    assert fr.Route.RING_ROWS not in ran, ran
+    return out
 
 
 @needs_jit
 @pytest.mark.parametrize(("inp", "acc", "mode"), CASES)
 @pytest.mark.parametrize(("name", "n", "m"), [("ring:nccl", 6, 2053), ("ring:gloo", 7, 2300), ("ring:nccl", 64, 2100)])
-def test_row_by_row_equals_segment_by_segment_numpy_and_reference(inp, acc, mode, name, n, m, monkeypatch):
+def test_row_by_row_equals_segment_by_segment_numpy_and_reference(inp, acc, mode, name, n, m):
     X = data(inp, n, m, n + m, specials=True)
     p = fr.plans.parse(name, n)
     kw = {"input": inp, "accumulate": acc, "rounding": mode}
-    calls = []
-    fold_rot = _rotated.fold_rot
-    monkeypatch.setattr(_rotated, "fold_rot", lambda *a: calls.append(1) or fold_rot(*a))
-    got = fr.reduce(X, p, **kw)
-    assert calls  # the row-by-row kernel ran
-    assert same(got, segment_by_segment(X, p, kw, monkeypatch))
+    with fr.trace_routes() as ran:
+        got = fr.reduce(X, p, **kw)
+    assert ran[0] is fr.Route.RING_ROWS  # the row-by-row kernel ran
+    assert same(got, segment_by_segment(X, p, kw))
     with jit.disabled():
         assert same(got, fr.reduce(X, p, **kw))
     b = p.bounds(m)
@@ -100,10 +102,10 @@ def test_ring_inputs_not_in_the_input_format_are_rounded_first():
 
 def test_segments_are_found_once_per_plan_and_columns():
     p = fr.plans.parse("ring:nccl", 8)
-    a = _segments.left_segments(p, 3000, 0, 3000)
-    assert _segments.left_segments(p, 3000, 0, 3000) is a
-    assert _segments.left_segments(p, 1000, 2000, 3000) is not a  # a piece of the vector: its own segments
+    a = routes.left_segments(p, 3000, 0, 3000)
+    assert routes.left_segments(p, 3000, 0, 3000) is a
+    assert routes.left_segments(p, 1000, 2000, 3000) is not a  # a piece of the vector: its own segments
     q = p.relabel(np.arange(8)[::-1])
-    assert not np.array_equal(_segments.left_segments(q, 3000, 0, 3000).perms, a.perms)
+    assert not np.array_equal(routes.left_segments(q, 3000, 0, 3000).perms, a.perms)
     assert a.rot is not None
-    assert _segments.left_segments(p, 100, 0, 100).rot is None  # narrow: segment by segment
+    assert routes.left_segments(p, 100, 0, 100).rot is None  # narrow: segment by segment

@@ -16,9 +16,7 @@ import fpreduce as fr
 from fpreduce.base import jit
 from fpreduce.core import _fastpath, _tall
 from fpreduce.core._sr_numpy import _fold_numpy_sr
-from fpreduce.core.arith import _Arith
 from fpreduce.core.formats import get_format
-from fpreduce.core.rounding import Mode
 
 ACCS = ["fp32", "bf16", "fp16", "tf32", "fp64", "fp8_e4m3", "fp8_e5m2"]
 MODES = ["nearest_even", "toward_zero", "up", "down"]
@@ -171,9 +169,18 @@ def test_sequential_text_builds_no_tree_and_agrees_with_the_plan_object():
 
 
 def test_kernel_is_off_without_numba_in_deterministic_modes():
-    ar = _Arith(get_format("fp32"), Mode.NEAREST_EVEN, None)
+    X = np.zeros((2, 2), np.float32)
     with jit.disabled():
-        assert _tall.fold_plan(None, np.zeros((2, 2), np.float32), None, ar) is None  # type: ignore[arg-type]
+        for mode in ("nearest_even", "up"):
+            d = fr.explain(X, "sequential", rounding=mode)
+            assert d.route is fr.Route.BLOCKS, str(d)
+            assert d.inner is not None
+            assert not d.inner.route.compiled, str(d)
+        with fr.trace_routes() as seen:
+            fr.reduce(X, "sequential", rounding="up")
+        assert not any(r.compiled for r in seen), seen
+        d = fr.explain(X, "sequential", accumulate="bf16", rounding="stochastic", seed=1)
+        assert d.route is fr.Route.SR_NUMPY  # stochastic rounding always folds by its counter-based law
 
 
 def test_left_spine():
@@ -271,9 +278,11 @@ def test_stochastic_without_numba_installed(monkeypatch):
     X = data("bf16", 7, 12, 5, specials=False)
     kw = {"input": "bf16", "accumulate": "bf16", "rounding": "stochastic", "seed": 2}
     want = fr.reduce(X, "sequential", **kw)
-    monkeypatch.setattr(_tall, "_COMPILED", (None, None, None, None))
-    assert same(fr.reduce(X, "sequential", **kw), want)
-    assert same(fr.reduce(X, "pairwise", **kw), fr.reduce(X, fr.plans.pairwise(7), **kw))
+    monkeypatch.setattr(jit, "_enabled", False)  # what jit.enabled() says when numba is not installed
+    with fr.trace_routes() as ran:
+        assert same(fr.reduce(X, "sequential", **kw), want)
+        assert same(fr.reduce(X, "pairwise", **kw), fr.reduce(X, fr.plans.pairwise(7), **kw))
+    assert set(ran) == {fr.Route.SR_NUMPY}, ran
 
 
 @pytest.mark.parametrize("plan", ["ring:nccl", "atomic", "rabenseifner"])

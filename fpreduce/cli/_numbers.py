@@ -73,7 +73,7 @@ def _sum_options(args: argparse.Namespace, n: int) -> tuple[dict[str, Any], list
 
 def _cmd_sum(args: argparse.Namespace) -> int:
     from fpreduce.analysis.outcomes import order_outcomes
-    from fpreduce.core.engine import reduce
+    from fpreduce.core.engine import explain, reduce
     from fpreduce.core.exact import exact_sum
     from fpreduce.core.metrics import apriori_bound, backward_bounds, ulp_error
     from fpreduce.core.rounding import round_to
@@ -101,6 +101,8 @@ def _cmd_sum(args: argparse.Namespace) -> int:
         informative = backward_bounds(int(np.max(p.depths())), opts["accumulate"])["deterministic"] is not None
         bound = apriori_bound(Xi, p, opts["accumulate"]) if informative else None
         row: dict[str, Any] = {"plan": name}
+        if args.explain:
+            row["route"] = explain(Xi, p, **opts).to_dict()
         if d == 1:
             row.update(value=float(y[0]), hex=float(y[0]).hex(), error_ulp=float(ue[0]))
             row["abs_error_bound"] = None if bound is None else float(bound[0])
@@ -128,6 +130,8 @@ def _cmd_sum(args: argparse.Namespace) -> int:
 
 def _sum_text(doc: dict[str, Any]) -> str:
     """The human-readable form of ``sum``'s result document."""
+    from fpreduce.core.routes import render
+
     cols = "" if doc["columns"] == 1 else f" x {doc['columns']} columns"
     out = f" -> {doc['output']}" if doc["output"] else ""
     lines = [
@@ -140,6 +144,8 @@ def _sum_text(doc: dict[str, Any]) -> str:
             + (" (rounded to float64)" if doc["exact_is_rounded"] else "")
         )
     for r in doc["plans"]:
+        if "route" in r:
+            lines.append(f"{r['plan']:>14}: " + render(r["route"], " " * 16).lstrip())
         if "value" in r:
             b = r["abs_error_bound"]
             lines.append(
@@ -192,6 +198,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     )
     s.add_argument("--family", default="sequential", help="plan family for --orders (or random_tree)")
     s.add_argument("--seed", type=int, default=0, help="seed of random orders and stochastic rounding (default 0)")
+    s.add_argument("--explain", action="store_true", help="also say which route (kernel) sums each plan, and why")
     s.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     s.set_defaults(func=_cmd_sum)
     v = sub.add_parser("verify", help="run a real all-reduce (Open MPI or gloo) and compare its bits with the plan")

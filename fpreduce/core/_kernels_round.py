@@ -163,8 +163,9 @@ def round_bits32(s, err, sh, eminb, maxf, big, mode, u):  # type: ignore[no-unty
         lo, hi = trunc, trunc + step
         away = (low > (step >> 1)) | ((low == (step >> 1)) & ((trunc & step) != 0))
     elif mode == 4:
-        sl = -bits_f32(hi) if neg else bits_f32(lo)
-        frac = (np.float64(s - sl) + np.float64(err)) * bits_f64((1023 - k) << 52)
+        hv = np.float64(bits_f32(hi)) if hi < 0x7F800000 else np.float64(2.0**128)  # above the top: 2**128, not Inf
+        sl = -hv if neg else np.float64(bits_f32(lo))  # (float64: s - sl is exact, as in float32 below the top)
+        frac = ((np.float64(s) - sl) + np.float64(err)) * bits_f64((1023 - k) << 52)
         away = inexact & ((u < frac) != neg)
     else:
         away = inexact & (((mode == 2) & (not neg)) | ((mode == 3) & neg))

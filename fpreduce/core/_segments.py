@@ -17,18 +17,16 @@ returns None: the engine's path runs, with the same bits.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from fpreduce.base import jit
-from fpreduce.core import _narrow, _rotated, _tall
-from fpreduce.core._fastpath import fold_order
+from fpreduce.core import _narrow, _rotated, _tall, routes
 from fpreduce.core.arith import _Arith, _Loader
 from fpreduce.core.rounding import Mode
+from fpreduce.core.routes import Segments
 from fpreduce.plans import SegmentedPlan, Tree
 
-_ROT = 2048  # columns at least for a ring's segments to fold row by row (_rotated); fewer: segment by segment
+_ROT = routes.ROT  # columns at least for a ring's segments to fold row by row (_rotated); fewer: segment by segment
 
 
 def is_left_deep(shape: Tree) -> bool:
@@ -41,75 +39,24 @@ def is_left_deep(shape: Tree) -> bool:
     return True
 
 
-class Segments(NamedTuple):
-    """The nonempty segments of X's columns: ``[los[s], his[s])`` folded left in the row order ``perms[s]``; ``rot``:
-    :func:`fpreduce.core._rotated.rotations` of the orders (a ring), or None."""
-
-    los: np.ndarray
-    his: np.ndarray
-    perms: np.ndarray
-    rot: tuple[np.ndarray, np.ndarray] | None
-
-
-_SEEN: dict[tuple[int, int, int, int], tuple[SegmentedPlan, Segments | None]] = {}
-
-
-def left_segments(p: SegmentedPlan, nel: int, offset: int, total: int) -> Segments | None:
-    """The nonempty segments of X's columns if every one is a fold, else None; once per plan object and columns
-    (plans are immutable: a runner folds every step's chunks with the same plan)."""
-    key = (id(p), nel, offset, total)
-    hit = _SEEN.get(key)
-    if hit is not None and hit[0] is p:
-        return hit[1]
-    segs = _left_segments(p, nel, offset, total)
-    if len(_SEEN) >= 16:
-        _SEEN.clear()
-    _SEEN[key] = (p, segs)
-    return segs
-
-
-def _left_segments(p: SegmentedPlan, nel: int, offset: int, total: int) -> Segments | None:
-    b = np.clip(p.bounds(total) - offset, 0, nel)
-    P = p.chunk_orders
-    if P is not None and p.shape is not None:
-        order = fold_order(p.shape.root)  # the shape's slots in fold order
-        if order is None:
-            return None
-        orders = P[:, order]  # chunk c puts worker P[c, slot] in slot
-    else:
-        folds = []
-        for t in p.trees:
-            order = fold_order(t.root)
-            if order is None:
-                return None
-            folds.append(order)
-        orders = np.array(folds)
-    keep = np.flatnonzero(b[1 : len(orders) + 1] > b[: len(orders)])
-    perms = np.ascontiguousarray(orders[keep], dtype=np.int64)
-    rot = _rotated.rotations(perms) if nel >= _ROT and perms.size else None
-    return Segments(b[keep].astype(np.int64), b[keep + 1].astype(np.int64), perms, rot)
-
-
-def fold_segments(segments: Segments, A: np.ndarray, load: _Loader, ar: _Arith, offset: int) -> np.ndarray | None:
-    """Every segment of A's columns folded left in its row order, or None.
+def fold_segments(
+    segments: Segments, A: np.ndarray, load: _Loader, ar: _Arith, offset: int, dec: routes.Decision
+) -> np.ndarray | None:
+    """Every segment of A's columns folded left in its row order by the route ``dec`` (``RING_ROWS``: row by
+    row; ``SEGMENT_FOLDS``: segment by segment), or None when a sum leaves the kernel's range (the engine's
+    blocks then run, same bits).
 
     The segments cover columns ``0 .. A.shape[1] - 1``; column j is element ``offset + j``.
     """
-    kp = _tall._kind(ar)
-    if not jit.enabled() or kp is None or A.shape[0] < 2:
-        return None
-    kind, prm = kp
-    wk = _narrow.wide_kind(kind, prm)
-    if wk < 0 or ar.fa.precision > 24:
-        return None
+    wk = dec.kind
+    assert wk is not None
+    prm = routes.kind_of(ar.fa, ar.mode)[1]
     key = ar.sr_key() if ar.mode is Mode.STOCHASTIC else np.uint64(0)
     X, low = _tall._load(A, load, ar, lazy=True, lazy16=wk == 2)
-    if X.dtype != np.float32:
-        return None
     los, his, perms, rot = segments
-    rot = None if ar.mode is Mode.STOCHASTIC else rot
     for k in range(2):
-        if rot is not None:  # a ring: row by row, each row read once
+        if dec.route is routes.Route.RING_ROWS:  # a ring: row by row, each row read once
+            assert rot is not None
             got, done = _rotated.fold_rot(X, rot, (los, his), wk, prm, low)
         else:
             got, done = _narrow.fold_left(X, perms, wk, prm, key, offset, low, (los, his))

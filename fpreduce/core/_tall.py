@@ -46,7 +46,7 @@ the file that defines it: after editing a module whose functions are inlined in
 another (``_kernels_round.py`` here and in ``_chain.py``), touch the importing file
 too (or clear ``__pycache__``), or the stale inlined copy stays in the cache.
 
-A few columns (up to ``_NARROW``, or ``_CHAIN`` for the sequential plan and directed or
+A few columns (up to ``routes.NARROW``, or ``routes.CHAIN`` for the sequential plan and directed or
 stochastic pairwise, fp64's directed modes excepted) go to :mod:`fpreduce.core._chain`: left
 folds of kinds 2 and 3 (rounded from the exact float64 sum's bits, the checks off the
 dependent chain), of kinds 0 and 1 on several columns (the columns' chains
@@ -85,24 +85,21 @@ from typing import Any
 import numpy as np
 
 from fpreduce.base import jit
-from fpreduce.core import _chain, _narrow, _rows64
+from fpreduce.core import _chain, _narrow, _rows64, routes
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
-from fpreduce.core._fastpath import _program, fold_order
+from fpreduce.core._fastpath import _program
 from fpreduce.core._pairwise import pairwise_program
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core.arith import _Arith, _Loader
 from fpreduce.core.rounding import Mode
+from fpreduce.core.routes import Route as R
 from fpreduce.plans import Tree, pairwise
 
-_WIDTH = 2048  # columns per block at least
+_WIDTH = routes.WIDTH  # columns per block at least
 _WIDE = 1 << 18  # and at most (long runs of each row of X keep the prefetcher streaming)
 _BUDGET = 1 << 19  # elements in the live rows of a block, all together (2 MB of float32: L2)
-_MODES = {Mode.NEAREST_EVEN: 0, Mode.TOWARD_ZERO: 1, Mode.UP: 2, Mode.DOWN: 3, Mode.STOCHASTIC: 4}
-_NARROW = 8  # up to this many columns, a left fold keeps each column's sum in a register
-_CHAIN = 16  # and up to this many, sequential and directed pairwise folds run in _chain (not fp64's directed)
 _NO_BITS = np.zeros((0, 0), dtype=np.uint32)
-_MAX_OPS = 1 << 26  # a tree of more leaves than this is not compiled into a program (memory)
 
 
 def _veltkamp(s, sigma):  # type: ignore[no-untyped-def]
@@ -339,78 +336,64 @@ def _compile_helpers() -> None:
         g[name] = numba.njit(cache=True, nogil=True, inline="always" if hot else "never")(g[name])
 
 
-def _kind(ar: _Arith) -> tuple[int, np.ndarray] | None:
-    """The kernel's kind and parameters for the accumulator format and mode."""
-    fa, mode = ar.fa, ar.mode
-    p = fa.precision
-    sigma = 2.0 ** (24 - p) + 1 if p < 24 else 1.0
-    directed = mode in (Mode.TOWARD_ZERO, Mode.UP, Mode.DOWN) and hw.available()
-    prm = np.array([p, fa.emin, fa.max_finite, _MODES[mode], float(fa.has_inf), sigma, 2.0**fa.emin, float(directed)])
-    if directed and hw.native(fa):
-        return 0, prm  # fp32, fp64 in a directed mode: the native additions, the hardware's mode set
-    if mode is Mode.NEAREST_EVEN:
-        if p == 24 or p == 53:
-            return 0, prm
-        if p in (8, 11) and fa.emin == -126:
-            return 1, prm
-        if p <= 11 and fa.emin > -126 and fa.max_finite < 2.0**100:  # (Veltkamp's product stays finite)
-            return 2, prm  # fp16, fp8: float32 normals; below 2**emin sums are exact
-    return (4 if p == 53 else 3), prm
+def _kind(ar: _Arith) -> tuple[int, np.ndarray]:
+    """The kernel's kind and parameters for the accumulator format and mode (:func:`routes.kind_of`)."""
+    return routes.kind_of(ar.fa, ar.mode)
 
 
-def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith, offset: int = 0) -> np.ndarray | None:
-    """Every column of ``A`` folded along the tree ``root`` over its rows, or None.
+def decision(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith) -> routes.Decision | None:
+    """The route of the fold of ``A``'s rows along ``root`` (:func:`fpreduce.core.routes.tree_route`), or None."""
+    case = routes.Case(
+        "plain", root if isinstance(root, str) or root is None else None, A.shape[0], A.shape[1], load.fin, ar.fa,
+        ar.mode, A.dtype, A.flags.c_contiguous, load.premul is not None, jit.enabled() and _COMPILED[0] is not None,
+    )  # fmt: skip
+    return routes.tree_route(case, root, A.shape[0], A.shape[1])
+
+
+def fold_plan(
+    root: Tree | str | None,
+    A: np.ndarray,
+    load: _Loader,
+    ar: _Arith,
+    offset: int = 0,
+    dec: routes.Decision | None = None,
+) -> np.ndarray | None:
+    """Every column of ``A`` folded along the tree ``root`` over its rows by the route ``dec``, or None.
 
     ``root`` None is ``sequential``, ``PAIRWISE`` the tree of ``plans.pairwise``
-    (neither is built as a tree when the kernel runs).
+    (neither is built as a tree when the kernel runs). ``dec``: the decision of
+    :func:`decision` (computed here when not given); None when it is None (no numba in
+    a deterministic mode, a tree too large to compile, rows where numpy is as fast),
+    or when the route refuses the data and its rerun is the engine's blocks.
 
     Column j is element ``offset + j`` (stochastic rounding draws by element, so a
-    vector reduced piece by piece gives the bits of the whole). None when the
-    compiled kernel is off (no numba, ``FPREDUCE_NO_JIT``,
-    :func:`fpreduce.base.jit.disabled`) in a deterministic mode, or for a tree too
-    large to compile into a program: the engine's numpy paths then run (same bits).
-    Stochastic rounding always runs here (compiled, or :func:`_fold_numpy_sr`: same
-    bits). Inputs are loaded once (input format, then accumulator format, as the
-    engine's ``_Loader``), kept in float32 when the accumulator's values fit in it.
+    vector reduced piece by piece gives the bits of the whole). Stochastic rounding
+    always runs here (compiled, or :func:`_fold_numpy_sr`: same bits). Inputs are
+    loaded once (input format, then accumulator format, as the engine's ``_Loader``),
+    kept in float32 when the accumulator's values fit in it.
     """
-    stochastic = ar.mode is Mode.STOCHASTIC
-    compiled = _COMPILED[0] is not None and jit.enabled()
-    if not compiled and not stochastic:
+    dec = decision(root, A, load, ar) if dec is None else dec
+    if dec is None:
         return None
-    kp = _kind(ar)
-    if kp is None:
-        return None
-    kind, prm = kp
-    (n, m), fa = A.shape, ar.fa
-    p = fa.precision
-    if isinstance(root, str) and not compiled:
-        root = pairwise(n).root  # the numpy stochastic fold takes the tree
-    tree = root
-    order = np.zeros(0, dtype=np.int64) if root is None else None if isinstance(root, str) else fold_order(root)
-    # a register per column (_NARROW), or _chain's sequential folds and directed or stochastic pairwise ones
-    # (nearest-even pairwise and fp64's directed folds: the row kernel, vectorized, is as fast)
-    chain = order is not None or (isinstance(root, str) and kind == 3)
-    left = m <= _NARROW or (m <= _CHAIN and kind != 4 and chain)
-    if order is None and n > _MAX_OPS and not (isinstance(root, str) and left):
-        return None  # (pairwise on a few columns builds no program: _chain's blocks)
-    if m > _WIDTH and kind in (0, 4) and p > 24 and order is not None and compiled:
-        res = _rows64.fold_fp64(A, order if order.size else np.arange(n), load, ar, prm, offset)
+    routes.note(dec.route)
+    kind, prm = _kind(ar)
+    n, fa = A.shape[0], ar.fa
+    key = ar.sr_key() if ar.mode is Mode.STOCHASTIC else np.uint64(0)  # the first draw of the seed's generator
+    if dec.route is R.FP64_ROWS:
+        assert dec.order is not None
+        res = _rows64.fold_fp64(A, dec.order if dec.order.size else np.arange(n), load, ar, prm, offset)
         if res is not None:
             return res  # fp64 on wide float32 rows: each added as read, no float64 copy
-    if m > _WIDTH and ((kind == 2 and p == 11 and order is None) or (kind == 0 and p > 24 and prm[3] == 0)):
-        return None  # fp64 nearest even, fp16 in a tree, on wide rows: the engine's numpy fold is as fast
-    key = np.uint64(0)
-    if stochastic:
-        key = ar.sr_key()  # the first draw of the seed's generator
-        if not compiled:
-            assert not isinstance(tree, str)
-            return _fold_numpy_sr(tree, order, _load(A, load, ar)[0], fa, key, offset)
-    narrow = fa.precision <= 24  # accumulator values are float32 values
-    if order is not None and (not left and order.size == 0):
-        order = np.arange(n, dtype=np.int64)  # the row-block kernel indexes through perm
-    if order is not None:
-        perm, ops, base = order, np.zeros((0, 3), dtype=np.int64), 0
-    elif isinstance(root, str) and left:  # few columns: _chain folds blocks of leaves (base -1)
+        return fold_plan(root, A, load, ar, offset, dec.inner) if dec.inner is not None else None
+    if dec.route is R.SR_NUMPY:
+        tree = pairwise(n).root if isinstance(root, str) else root  # the numpy stochastic fold takes the tree
+        return _fold_numpy_sr(tree, dec.order, _load(A, load, ar)[0], fa, key, offset)
+    if dec.route is R.SINGLE:
+        return np.array(_load(A, load, ar)[0][0], dtype=np.float32 if fa.precision <= 24 else np.float64)
+    left = dec.route in (R.CHAIN, R.CHAIN_PAIRWISE, R.COLUMNS)
+    if dec.order is not None:
+        perm, ops, base = dec.order, np.zeros((0, 3), dtype=np.int64), 0
+    elif dec.route is R.CHAIN_PAIRWISE:  # few columns: _chain folds blocks of leaves (base -1)
         perm, ops, base = np.zeros(0, dtype=np.int64), np.zeros((0, 3), dtype=np.int64), -1
     elif isinstance(root, str):
         ops, _, base = pairwise_program(n)  # leaves are rows, the tree never built
@@ -419,36 +402,37 @@ def fold_plan(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith,
         assert root is not None
         prog, _, top = _program(root, n)  # leaves are rows
         perm, ops, base = np.arange(n, dtype=np.int64), np.array(prog, dtype=np.int64), top
-    hws = kind == 3 and p <= 24 and fa.emin > -126 and hw.code(5, prm) != 0  # add_hw's scaled rows (fp16, fp8)
-    wide = not left and order is not None and (kind == 2 or hws)  # _narrow's fold checks fp16 inputs as read
+    hws = kind == 3 and fa.precision <= 24 and fa.emin > -126 and hw.code(5, prm) != 0  # add_hw's scaled rows
+    wide = dec.route is R.WIDE_LEFT and (kind == 2 or hws)  # _narrow's fold checks fp16 inputs as read
     X, low = _load(A, load, ar, lazy=not left and n > 1, lazy16=wide)
-    if n == 1:
-        return np.array(X[0], dtype=np.float32 if narrow else np.float64)
     args = (perm, ops.reshape(-1, 3), base, prm, key, offset)
-    out = _run(X, args, kind, left, low)
+    out = _run(X, args, kind, dec, low)
     if out is None:  # some input needs rounding to the input format: load it, and fold again
-        out = _run(_load(A, load, ar)[0], args, kind, left, 0)
+        out = _run(_load(A, load, ar)[0], args, kind, dec, 0)
     return out
 
 
-def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) -> np.ndarray | None:
-    """The compiled fold of X (None if an input has one of the bits ``low`` set: not in the input format)."""
+def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, dec: routes.Decision, low: int) -> np.ndarray | None:
+    """The compiled fold of X by the route ``dec`` (None if an input has one of the bits ``low`` set: not in
+    the input format). ``kind``: the accumulator's rounding kind; ``dec.kind`` the route's own."""
     perm, ops, base, prm, key, offset = args
     m = X.shape[1]
     out = np.empty(m, dtype=X.dtype)  # X's dtype: one compiled kernel per dtype
     nbuf = max(int(-ops[:, 0].min(initial=0)), 1) + 1  # and a spare row
     width = max(_WIDTH, min(_WIDE, _BUDGET // nbuf))  # long runs of each row (prefetch), the live rows in L2
     bufs = np.empty((nbuf, min(width, max(m, 1))), dtype=X.dtype)
-    wk = _narrow.wide_kind(kind, prm) if X.dtype == np.float32 else -1
     sc = xs = one = np.float32(1.0)
-    if not left and ops.shape[0] == 0 and wk >= 0:
-        got, done = _narrow.fold_left(X, perm, wk, prm, key, offset, low)
+    left = dec.route in (R.CHAIN, R.CHAIN_PAIRWISE, R.COLUMNS)
+    if dec.route is R.WIDE_LEFT:
+        assert dec.kind is not None
+        got, done = _narrow.fold_left(X, perm, dec.kind, prm, key, offset, low)
         if got is None or done:
             return got  # else a sum beyond the kernel's range: the exact scalar path, below
+        routes.note(R.ROW_BLOCKS)
         kind, low = 3, 0
-    elif not left and kind == 3 and X.dtype == np.float32 and _narrow.rows_kind(prm):
+    elif dec.kind == 5 and _narrow.rows_kind(prm):
         kind = 5  # the rows of _narrow (bf16, tf32; directed and stochastic), NaN where it does not answer
-    elif not left and kind == 3 and X.dtype == np.float32 and low == 0 and (sp := _narrow.scaled(prm)) is not None:
+    elif dec.kind == 5 and low == 0 and (sp := _narrow.scaled(prm)) is not None:
         sc = xs = np.float32(sp[0])  # fp16, fp8: the scaled format's rows, inputs scaled as read
         prm, kind = sp[1], 5
     Xb = X.view(np.uint32) if low else _NO_BITS
@@ -464,6 +448,7 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, left: bool, low: int) 
                 Xb = _NO_BITS
             if k not in (1, 5) or hw.code(k, prm) != 0 or not np.isnan(out.max(initial=0.0)):  # (add_hw: every sum)
                 break
+            routes.note(dec.rerun or R.ROW_BLOCKS)
     return np.multiply(out, one / sc) if sc != one else out  # the scaled result scaled back, exactly
 
 

@@ -18,7 +18,6 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -32,16 +31,18 @@ from fpreduce.core._compensated import compensated_plan
 from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders
 from fpreduce.core._pairwise import PAIRWISE
 from fpreduce.core._reference import add_exact, round_float, round_fraction
-from fpreduce.core._segments import fold_chunks, fold_segments, is_left_deep, left_segments
+from fpreduce.core._segments import fold_chunks, fold_segments, is_left_deep
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core._tall import fold_plan
 from fpreduce.core.arith import _Arith, _Loader, _scale
 from fpreduce.core.formats import Format, get_format
 from fpreduce.core.options import Algorithm, Average, get_algorithm, get_average
 from fpreduce.core.rounding import Mode, get_mode, round_to
+from fpreduce.core.routes import Case, Decision, decide, left_segments, note
+from fpreduce.core.routes import Route as R
 from fpreduce.plans import AnyPlan, PerElementPlan, Plan, SegmentedPlan, Tree, fold, pairwise, parse, sequential
 
-__all__ = ["reduce", "reduce_reference"]
+__all__ = ["explain", "reduce", "reduce_reference"]
 
 _BLOCK = 1 << 15  # elements per block: a few rows of this stay in L2 while they are summed
 
@@ -164,13 +165,66 @@ def reduce(
     if counter and (not load.fits or load.premul is not None):
         A = _srload.load(A, load, int(ar.sr_key()), int(offset))  # values of fa now
         load = _Loader(A, fa, fa, m, rng, ar.dtype)
+    dec = decide(_case(alg, p, A, load, m, int(offset), total))
     if alg == "binned" or alg == "exact":
         load.fits = True  # the exact sum of the input values, rounded once
         load.dtype = np.dtype(np.float64) if fin.precision == 53 else np.dtype(np.float32)
-        out = _order_free(A, load, fa, m, rng, alg)
+        out = _order_free(A, load, fa, m, rng, dec)
     else:
-        out = _fold_blocks(p, A, load, ar, alg, int(offset), total)
+        out = _fold_blocks(p, A, load, ar, alg, int(offset), total, dec)
     return _finish(np.asarray(out, dtype=fa.value_dtype), avg == "after", n, fo, ar, counter, int(offset))
+
+
+def _case(
+    alg: Algorithm, p: AnyPlan | str | None, A: np.ndarray, load: _Loader, m: Mode, offset: int, total: int
+) -> Case:
+    """The facts of the route table (:mod:`fpreduce.core.routes`) for the loaded reduction."""
+    return Case(
+        alg, p, A.shape[0], A.shape[1], load.fin, load.fa, m, A.dtype, A.flags.c_contiguous,
+        load.premul is not None, jit.enabled(), offset, total,
+    )  # fmt: skip
+
+
+def explain(X: ArrayLike, plan: AnyPlan | str, **options: object) -> Decision:
+    """The route ``reduce(X, plan, **options)`` takes (:mod:`fpreduce.core.routes`), with its reasons; nothing is
+    summed. ``print()`` it, or ``.to_dict()`` for JSON (``fpreduce sum --explain``).
+
+    >>> import numpy as np
+    >>> print(explain(np.ones((64, 1 << 12), np.float32), "ring", input="bf16", accumulate="bf16").route.value)
+    ring_rows
+    """
+    return decide(case_of(X, plan, **options))  # type: ignore[arg-type]
+
+
+def case_of(
+    X: ArrayLike,
+    plan: AnyPlan | str,
+    *,
+    input: str | Format = "fp32",
+    accumulate: str | Format = "fp32",
+    rounding: str | Mode = "nearest_even",
+    seed: int | np.random.Generator | None = None,
+    algorithm: Algorithm | str = "plain",
+    output: str | Format | None = None,
+    average: Average | str = "none",
+    offset: int = 0,
+    total: int | None = None,
+) -> Case:
+    """The route table's facts for ``reduce(X, plan, ...)`` with the same arguments, without summing."""
+    m, alg, avg = get_mode(rounding), get_algorithm(algorithm), get_average(average)
+    plan_seed = seed if isinstance(seed, int | np.integer) else None
+    A, p = _prepare(X, plan, None if plan_seed is None else int(plan_seed), lazy=alg in ("plain", "binned", "exact"))
+    fin, fa = get_format(input), get_format(accumulate)
+    if output is not None:
+        get_format(output)
+    total = _span(offset, A.shape[1], total)
+    premul = avg in ("premultiply", "predivide", "ddp")
+    dtype, contiguous = A.dtype, A.flags.c_contiguous
+    fits = fin.precision <= fa.precision and fin.emin >= fa.emin and fin.emax <= fa.emax
+    if m is Mode.STOCHASTIC and alg == "plain" and (not fits or premul):  # loaded by element first: fa's values
+        fin, dtype, contiguous, premul = fa, np.dtype(np.float64), True, False
+    n, cols = A.shape
+    return Case(alg, p, n, cols, fin, fa, m, dtype, contiguous, premul, jit.enabled(), int(offset), total)
 
 
 def _finish(res: np.ndarray, after: bool, n: int, fo: Format, ar: _Arith, counter: bool, offset: int) -> np.ndarray:
@@ -231,26 +285,39 @@ class _Block:
 
 
 def _fold_blocks(
-    p: AnyPlan | str | None, A: np.ndarray, load: _Loader, ar: _Arith, algorithm: Algorithm, offset: int, total: int
+    p: AnyPlan | str | None,
+    A: np.ndarray,
+    load: _Loader,
+    ar: _Arith,
+    algorithm: Algorithm,
+    offset: int,
+    total: int,
+    dec: Decision,
 ) -> np.ndarray:
-    """The plain or compensated reduction of every column of ``A``, block by block."""
-    nel = A.shape[1]
-    one = (
-        p.grouping if isinstance(p, SegmentedPlan) and p.grouping is not None and ar.mode is not Mode.STOCHASTIC else p
-    )
-    if algorithm == "plain" and not isinstance(one, SegmentedPlan | PerElementPlan):  # one tree for all: compiled
-        res = fold_plan(one.root if isinstance(one, Plan) else one, A, load, ar, offset)
-        if res is not None:
-            return res
-    if algorithm == "plain" and isinstance(p, SegmentedPlan):  # left folds per segment (rings): compiled
-        segs = left_segments(p, nel, offset, total)  # (else a few wide chunks, each its own tree)
-        res = fold_chunks(p, A, load, ar, offset, total) if segs is None else fold_segments(segs, A, load, ar, offset)
-        if res is not None:
-            return res
-    if (algorithm == "kahan" or algorithm == "neumaier") and isinstance(p, Plan):  # one leaf order: compiled
+    """The plain or compensated reduction of every column of ``A`` by the route ``dec`` (its rerun: the blocks)."""
+    nel, r = A.shape[1], dec.route
+    res = None
+    if r is R.COMPENSATED:
+        note(r)
+        assert isinstance(p, Plan)
         res = compensated_plan(np.array(p.leaves(), dtype=np.int64), A, load, ar, algorithm)
-        if res is not None:
-            return res
+    elif r is R.RING_ROWS or r is R.SEGMENT_FOLDS:
+        note(r)
+        assert isinstance(p, SegmentedPlan)
+        segs = left_segments(p, nel, offset, total)
+        assert segs is not None
+        res = fold_segments(segs, A, load, ar, offset, dec)
+    elif r is R.CHUNK_TREES:
+        note(r)
+        assert isinstance(p, SegmentedPlan)
+        res = fold_chunks(p, A, load, ar, offset, total)
+    elif r is not R.BLOCKS:  # one tree for every element (Rabenseifner's chunks too): compiled
+        one = p.grouping if isinstance(p, SegmentedPlan) else p
+        assert not isinstance(one, SegmentedPlan | PerElementPlan)
+        res = fold_plan(one.root if isinstance(one, Plan) else one, A, load, ar, offset, dec)
+    if res is not None:
+        return res
+    note(R.BLOCKS)
     if p is None or isinstance(p, str):
         p = sequential(A.shape[0]) if p is None else pairwise(A.shape[0])
     if ar.mode is Mode.STOCHASTIC:
@@ -361,6 +428,7 @@ def _evaluate(
         if algorithm == "plain":
             res = _fused_atomic(rows.plan, A, lo, hi, rows.offset, load, ar, dest)
             if res is not None:
+                note(R.FUSED_ATOMIC)
                 return res
         rows = _Orders(rows.plan.orders(rows.offset + lo, rows.offset + hi))
     if isinstance(rows, _Segments) and len(rows.batch) == 1 and not jit.enabled():
@@ -380,6 +448,7 @@ def _evaluate(
     if algorithm == "plain":
         res = _fast_block(shape, A[:, lo:hi] if Y is None else Y, perm, load, ar, dest)
         if res is not None:
+            note(R.NUMPY_FAST)
             return res
     if Y is None:
         assert perm is not None
@@ -404,12 +473,15 @@ def _fold_leaves(
     fold (:func:`fpreduce.core._sr_numpy._fold_numpy_sr`: by element and addition).
     """
     if algorithm == "plain" and ar.mode is Mode.STOCHASTIC and ar.elements is not None:
+        note(R.SR_NUMPY)
         Y = np.stack([np.asarray(leaf(k), dtype=np.float64) for k in range(n)])
         order = np.zeros(0, dtype=np.int64) if shape is None else None
         return _fold_numpy_sr(shape, order, Y, ar.fa, ar.sr_key(), ar.elements)
     if algorithm == "kahan" or algorithm == "neumaier":
+        note(R.NUMPY_COMPENSATED)
         Z = np.stack([np.asarray(leaf(k), dtype=ar.dtype) for k in range(n)])
         return algorithms.compensated(Z, ar.fa, ar.mode, kind=algorithm, rng=ar.rng)
+    note(R.NUMPY_FOLD)
     if shape is None or is_left_deep(shape):
         acc = np.array(leaf(0), dtype=ar.dtype)  # a copy
         scratch = np.empty(width, dtype=np.uint32)
@@ -422,23 +494,20 @@ def _fold_leaves(
 
 
 def _order_free(
-    A: np.ndarray,
-    load: _Loader,
-    fa: Format,
-    mode: Mode,
-    rng: np.random.Generator | None,
-    algorithm: Literal["binned", "exact"],
+    A: np.ndarray, load: _Loader, fa: Format, mode: Mode, rng: np.random.Generator | None, dec: Decision
 ) -> np.ndarray:
-    """``exact`` or ``binned`` of the loaded input. float32 bf16/tf32 inputs go to binned's compiled
-    pass as they are, which checks that they hold such values while it reads them (else: loaded)."""
-    if algorithm == "exact":
+    """``exact`` or ``binned`` of the loaded input by the route ``dec``. ``BINNED_COMPILED``: float32 bf16/tf32
+    inputs go to binned's compiled pass as they are, which checks that they hold such values while it reads
+    them (else: loaded, and the numpy ``BINNED``)."""
+    note(dec.route)
+    if dec.route is R.EXACT:
         return algorithms.exact(load(A), fa, mode, rng)
-    fin = load.fin
-    if A.dtype == np.float32 and load.premul is None and fin.emin == -126 and fin.precision < 24 and rng is None:
+    if dec.route is R.BINNED_COMPILED:
         B, f, m, _ = algorithms._binned_args(A, fa, mode, None)  # raises as binned would
-        out = _binned.binned_checked(B, f, m, (1 << (24 - fin.precision)) - 1)
+        out = _binned.binned_checked(B, f, m, (1 << (24 - load.fin.precision)) - 1)
         if out is not None:
             return out
+        note(R.BINNED)
     return algorithms.binned(load(A), fa, mode, rng=rng)  # stochastic: the seed's generator (once, at the end)
 
 
