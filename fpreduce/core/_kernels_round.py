@@ -99,7 +99,11 @@ def round_bits(s, err, sh, eminb, maxf, big, mode, u):  # type: ignore[no-untype
     point below ``s``: half a quantum below at a normal binade's start), and ``err`` only
     picks among them, so the remainder's latency overlaps the bit work. Branch free
     (``&``, ``|``, selects), so a loop of it vectorizes. The values of a format are
-    multiples of its smallest subnormal, so a nonzero ``s`` keeps ``d <= 52``.
+    multiples of its smallest subnormal ``smin``, so a nonzero ``s`` keeps ``d <= 52``;
+    ``d = 52`` (``smin <= |s| < 2 smin``: a wide addend or a fused product, see
+    :mod:`fpreduce.core._steps`) keeps one bit, the implicit one: the kept significand
+    is odd, and the grid point below ``s = smin`` is 0 (bit arithmetic would give
+    ``smin / 4``).
     """
     b = f64_bits(s)
     neg = b < 0
@@ -114,13 +118,15 @@ def round_bits(s, err, sh, eminb, maxf, big, mode, u):  # type: ignore[no-untype
     inward = (low == 0) & nz & ((err > 0.0) == neg)  # on the grid, the exact sum just below |s|
     first = (mag & _FRAC) == 0  # a binade's first value: one bit below it is worth half a bit here
     half_step = first & (eminb < E)  # and the grid below is finer (normal), or the same (subnormal)
+    top = d == 52  # smin <= |s| < 2 smin: the kept significand is s's implicit bit (1)
     lo = (mag - (step << 1 if (first & (eminb >= E)) else step)) if inward else trunc
+    lo = 0 if (inward & top) else lo  # s = smin, the exact sum below it: 0 lies below
     hi = mag if inward else trunc + step
     inexact = (low != 0) | nz
     k = E - 1075 + d - (1 if (inward & half_step) else 0)  # the quantum 2**k between lo and hi
     if mode == 0:  # the float64 sum double-rounds innocuously (p <= 25)
         lo, hi = trunc, trunc + step
-        away = (low > (step >> 1)) | ((low == (step >> 1)) & ((trunc & step) != 0))
+        away = (low > (step >> 1)) | ((low == (step >> 1)) & (((trunc & step) != 0) | top))
     elif mode == 4:
         sl = -bits_f64(hi) if neg else bits_f64(lo)  # the exact sum rounded down (signed)
         up = u < ((s - sl) + err) * bits_f64((1023 - k) << 52)  # frac of the gap above sl: no division
@@ -155,13 +161,15 @@ def round_bits32(s, err, sh, eminb, maxf, big, mode, u):  # type: ignore[no-unty
     inward = (low == 0) & nz & ((err > 0) == neg)
     first = (mag & 0x7FFFFF) == 0
     half_step = first & (eminb < E)
+    top = d == 23  # as round_bits' d == 52 (a float32 sum of two values of the format is never there inexact)
     lo = (mag - (step << 1 if (first & (eminb >= E) & (E >= 2)) else step)) if inward else trunc
+    lo = 0 if (inward & top) else lo
     hi = mag if inward else trunc + step
     inexact = (low != 0) | nz
     k = E - 150 + d - (1 if (inward & half_step) else 0)
     if mode == 0:
         lo, hi = trunc, trunc + step
-        away = (low > (step >> 1)) | ((low == (step >> 1)) & ((trunc & step) != 0))
+        away = (low > (step >> 1)) | ((low == (step >> 1)) & (((trunc & step) != 0) | top))
     elif mode == 4:
         hv = np.float64(bits_f32(hi)) if hi < 0x7F800000 else np.float64(2.0**128)  # above the top: 2**128, not Inf
         sl = -hv if neg else np.float64(bits_f32(lo))  # (float64: s - sl is exact, as in float32 below the top)
