@@ -263,7 +263,7 @@ def tree_route(c: Case, root: Tree | str | None, n: int, m: int) -> Decision | N
     kind, prm = kind_of(c.fa, c.mode)
     fa, p = c.fa, c.fa.precision
     pairwise = isinstance(root, str)
-    order = np.zeros(0, dtype=np.int64) if root is None else None if pairwise else fold_order(root)
+    order = np.zeros(0, dtype=np.int64) if root is None else None if isinstance(root, str) else fold_order(root)
     chain = order is not None or (pairwise and kind == 3)
     left = m <= NARROW or (m <= CHAIN and kind != 4 and chain)
     shape = "a left-deep tree" if order is not None else "a tree"
@@ -331,7 +331,7 @@ def _segmented(c: Case, p: SegmentedPlan) -> Decision | None:
         wk = _narrow.wide_kind(kind, prm)
         if not c.compiled or c.n < 2 or wk < 0 or c.fa.precision > 24:
             return None
-        why = ("segments that are left folds (a ring's reduce-scatter), each folded from X's rows",)
+        why: tuple[str, ...] = ("segments that are left folds (a ring's reduce-scatter), each folded from X's rows",)
         if segs.rot is not None and c.mode is not Mode.STOCHASTIC:
             why = (*why, f"{c.m} >= {ROT} columns, rotations of one order: row by row")
             return Decision(Route.RING_ROWS, why, wk, Route.BLOCKS)
