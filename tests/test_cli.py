@@ -3,6 +3,7 @@ import json
 import numpy as np
 import pytest
 
+import fpreduce as fr
 from fpreduce.cli import main
 from fpreduce.core.metrics import ulp_steps
 
@@ -60,6 +61,24 @@ def test_sum_reports_distinct_orders(capsys):
     out = capsys.readouterr().out
     assert "exact sum" in out
     assert "distinct results" in out
+
+
+def test_sum_explains_each_plans_route(tmp_path, capsys):
+    """``--explain``: the route each plan takes, as fr.explain decides it, in words and in JSON."""
+    np.save(tmp_path / "g.npy", np.random.default_rng(2).standard_normal((8, 4000)).astype(np.float32))
+    args = ["sum", str(tmp_path / "g.npy"), "--input", "bf16", "--accumulate", "bf16", "--plans", "sequential,ring"]
+    assert main([*args, "--rounding", "up", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "route:   wide_left" in out
+    assert "route:   ring_rows" in out
+    assert "why:" in out
+    assert main([*args, "--explain", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    routes = [p["route"]["route"] for p in doc["plans"]]
+    X = fr.round_to(np.load(tmp_path / "g.npy"), "bf16")
+    assert routes == [fr.explain(X, p, input="bf16", accumulate="bf16").route.value for p in ("sequential", "ring")]
+    assert main([*args]) == 0
+    assert "route:" not in capsys.readouterr().out  # only when asked
 
 
 def test_ulp_distance_exact_across_zero():
