@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fpreduce as fr
+from fpreduce.base import jit
 
 ACC = ["fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e5m2", "fp8_e4m3"]
 MODES = ["nearest_even", "toward_zero", "up", "down"]
@@ -387,3 +388,82 @@ def test_algorithm_and_average_are_parsed_once_with_a_hint():
         fr.reduce(X, "sequential", average="pre-divide")
     with pytest.raises(fr.InvalidArgument, match="did you mean 'after'"):
         fr.reduce_reference(X, "sequential", average="afterwards")
+
+
+def _subnormal_edge(fmt, n, rng):
+    """Columns of ``n`` rows at ``fmt``'s subnormal edge: k smin, 2**emin +- a few smin, their negatives, +-0;
+    first each value alone in row 0 (its scaling seen bare, the other rows +0), with values near max_finite
+    (fp64's remainder of x / N took a NaN there: Veltkamp's split overflows above 2**996), then random mixes
+    of the small ones."""
+    f = fr.get_format(fmt)
+    t, tiny = 2.0 ** (f.emin - f.precision + 1), 2.0**f.emin
+    pos = [k * t for k in range(1, 10)] + [tiny + j * t for j in range(-3, 4)] + [3 * tiny + t, 2.0 * tiny]
+    vals = np.array(pos + [-v for v in pos] + [0.0, -0.0])
+    big = f.max_finite * np.array([1.0, -1.0, 0.75, 2.0**-30, -(2.0**-27)])
+    bare = np.zeros((n, vals.size + big.size))
+    bare[0] = np.concatenate([vals, big])
+    return np.concatenate([bare, rng.choice(vals, (n, 60))], axis=1)
+
+
+@pytest.mark.parametrize("fmt", ["fp64", "fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("average", ["after", "premultiply", "predivide", "ddp"])
+def test_averages_round_once_at_the_subnormal_edge(fmt, average):
+    """x / N and x * round(1/N) rounded once in every mode where the quotient is subnormal or below the
+    smallest subnormal (fp64 has no wider type: its remainder used to underflow, giving the nearest result in
+    the directed modes), signed zeros and values near overflow included: compiled == numpy == the Fraction
+    reference. Stochastic: between the all-down and the all-up results (every step is monotone); compiled ==
+    numpy on the columns of one nonzero value, whose sums are exact (compiled fp64 stochastic addition
+    misjudges a remainder against a subnormal gap: a separate defect of _kernels_round.add_fp64)."""
+    rng = np.random.default_rng(24)
+    for n in (2, 3, 5, 7):
+        X = _subnormal_edge(fmt, n, rng)
+        for plan in ("sequential", "pairwise"):
+            kw = dict(input=fmt, accumulate=fmt, average=average)
+            for mode in MODES:
+                got = fr.reduce(X, plan, rounding=mode, **kw)
+                with jit.disabled():
+                    assert same(got, fr.reduce(X, plan, rounding=mode, **kw)), (n, plan, mode)
+                ref = fr.reduce_reference(X, plan, rounding=mode, **kw)
+                assert same(got, ref), (n, plan, mode, X[:, ~same_each(got, ref)], got, ref)
+            with jit.disabled():
+                got = fr.reduce(X, plan, rounding="stochastic", seed=5, **kw)
+            lo, hi = (fr.reduce_reference(X, plan, rounding=m, **kw).astype(np.float64) for m in ("down", "up"))
+            assert np.all((lo <= got) & (got <= hi)), (n, plan)
+            bare = X[:, : X.shape[1] - 60]
+            compiled = fr.reduce(bare, plan, rounding="stochastic", seed=5, **kw)
+            with jit.disabled():
+                assert same(compiled, fr.reduce(bare, plan, rounding="stochastic", seed=5, **kw)), (n, plan)
+
+
+def same_each(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return (np.isnan(a) & np.isnan(b)) | (a.view(np.uint64) == b.view(np.uint64))
+
+
+@pytest.mark.parametrize("average", ["after", "premultiply", "predivide"])
+@pytest.mark.parametrize("n", [3, 7])
+def test_stochastic_average_of_fp64_subnormals_follows_the_law(average, n):
+    """k 2**-1074 (row 0; the other rows 0: the sum is exact) scaled by 1/n goes up to the next multiple of
+    2**-1074 exactly when its uniform (counter AFTER_T for the sum, SCALE_T for row 0's input) is below the
+    exact fraction; the fraction used to be lost with the underflowing remainder (the nearest result)."""
+    from fractions import Fraction
+
+    from test_tall import splitmix_uniform
+
+    from fpreduce.core import _srload
+
+    t, seed, ks = 2.0**-1074, 11, np.arange(-40, 41)
+    X = np.zeros((n, ks.size))
+    X[0] = ks * t
+    key = int(np.random.default_rng(seed).integers(0, 2**63))
+    c = Fraction(1, n) if average != "premultiply" else Fraction(1.0 / n)
+    counter = _srload.AFTER_T if average == "after" else _srload.SCALE_T
+    want = []
+    for e, k in enumerate(ks):
+        q = int(k) * c
+        lo = q.numerator // q.denominator
+        up = Fraction(splitmix_uniform(key, e, counter)) < q - lo
+        y = np.copysign((lo + up) * t, float(k))  # a zero keeps k's sign (-0 for -1 < q < 0) ...
+        want.append(y if average == "after" else y + 0.0)  # ... but for a scaled input: -0 + (+0) is +0
+    got = fr.reduce(X, "sequential", input="fp64", accumulate="fp64", rounding="stochastic", seed=seed, average=average)
+    assert same(got, want), (ks[~same_each(got, want)], got[~same_each(got, want)] / t)

@@ -20,7 +20,8 @@ a float64 overflow follows :func:`~fpreduce.core.rounding.overflow_value`.
   (nearest even, p <= 24) and on float64 otherwise, with the per-reduction buffers.
 * ``_Loader``: blocks of X made representable in the input format, then in the
   accumulator's (and premultiplied, predivided or scaled as DDP does when averaging).
-* ``_scale``: one IEEE multiply or divide, correctly rounded (averaging).
+* ``_scale``: one IEEE multiply or divide, correctly rounded (averaging); fp64 by ``_scale64``, scaled
+  by 2**±600 first so that no remainder underflows or overflows.
 
 Used by :mod:`fpreduce.core.engine`, its fast path and :mod:`fpreduce.core.algorithms`;
 imports neither, so the three share it without a circle.
@@ -235,8 +236,14 @@ def _two_product(a: NDArray[np.float64], b: float) -> tuple[NDArray[np.float64],
 
 
 def _scale(a: np.ndarray, how: tuple[Average, float], f: Format, mode: Mode, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """One IEEE multiply by round(1/n) (``premultiply``) or divide by n (``predivide``), correctly rounded
-    to f; ``ddp``: torch's ``grad * (1. / n)``, in float32 (float64 for fp64), to nearest even, then to f."""
+    """One IEEE multiply by round(1/n) (``premultiply``) or divide by n (``predivide``, ``after``), correctly
+    rounded to f; ``ddp``: torch's ``grad * (1. / n)``, in float32 (float64 for fp64), to nearest even, then to f.
+
+    To nearest even the float64 product or quotient is IEEE's (fp64) or double-rounds innocuously (p <= 24,
+    53 >= 2p + 2). In the other modes a narrow f takes the float64 result and its remainder (the exact
+    TwoProduct error, or the exact division remainder over n): f's values (>= 2**-149) keep the remainder far
+    above float64's underflow. fp64 has no wider type: :func:`_scale64`.
+    """
     kind, n = how
     x = np.asarray(a, dtype=np.float64)
     if kind == "ddp":
@@ -246,17 +253,88 @@ def _scale(a: np.ndarray, how: tuple[Average, float], f: Format, mode: Mode, rng
             p = x * c  # exact in float64 for f up to fp32 (24 + 24 significant bits), one rounding for fp64
             out = p if wide else round_to(round_to(p, "fp32"), f)
         return np.asarray(out, dtype=f.value_dtype if a.dtype != np.float64 else np.float64)
+    mul = kind == "premultiply"
+    d = float(np.ravel(round_to(np.array([1.0 / n]), f))[0]) if mul else float(n)
     with np.errstate(invalid="ignore", over="ignore"):
-        if kind == "premultiply":
-            c = float(np.ravel(round_to(np.array([1.0 / n]), f))[0])
-            s, err = _two_product(x, c)
-        else:
-            s = x / n
-            ph, pl = _two_product(s, n)
-            err = ((x - ph) - pl) / n
-        err = np.where(np.isfinite(s) & np.isfinite(err), err, 0.0)
         if mode is Mode.NEAREST_EVEN:
+            s = x * d if mul else x / d
             out = s if f.precision == 53 else round_to(s, f)
+        elif f.precision == 53:
+            out = _scale64(x, d, mul, mode, rng)
         else:
+            s, err = _product_or_quotient(x, d, mul)
+            err = np.where(np.isfinite(s) & np.isfinite(err), err, 0.0)
             out = _round_with_remainder(s, err, f, mode, rng)
     return np.asarray(out, dtype=f.value_dtype if a.dtype != np.float64 else np.float64)
+
+
+def _product_or_quotient(
+    x: NDArray[np.float64], d: float, mul: bool
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """``s`` = RN(x * d) or RN(x / d) and ``err``: the exact product error, or the exact remainder x - s*d
+    (representable for a correctly rounded quotient, Sterbenz for ``x - ph``) divided by d, rounded. Exact
+    while nothing over- or underflows (see :func:`_scale64`)."""
+    if mul:
+        return _two_product(x, d)
+    s = x / d
+    ph, pl = _two_product(s, d)
+    return s, ((x - ph) - pl) / d
+
+
+_UP, _DOWN = 2.0**600, 2.0**-600  # the scalings of _scale64
+_QUANTUM = 2.0**-474  # fp64's subnormal quantum 2**-1074, scaled by 2**600
+
+
+def _scale64(x: NDArray[np.float64], d: float, mul: bool, mode: Mode, rng) -> NDArray[np.float64]:  # type: ignore[no-untyped-def]
+    """x * d or x / d (d = round(1/n) or n, n the worker count) rounded once to fp64 in a directed or stochastic
+    mode, subnormal quotients included; float64 has no wider type, and no FMA in numpy.
+
+    Computing the remainder in place fails at both ends: below 2**-1022 the remainder underflows (to 0: the
+    nearest result is taken for the directed one) and the quotient's 53 bits are more than the subnormal grid
+    holds; above 2**996 Veltkamp's split ``(2**27 + 1) * s`` overflows (the remainder is NaN, taken as 0). So
+    each x is first scaled by 2**k, exactly (a power of two, a normal result): k = 600 for |x| < 2**-600,
+    k = -600 for |x| >= 2**600, else 0, so that 2**-474 <= |x 2**k| < 2**600 (for N < 2**64, far beyond any
+    worker count):
+
+    1. s = RN(x' op d) and its remainder are exact: Dekker's TwoProduct needs no overflow in the split
+       (|s|, d < 2**996) and no underflow in its partial products (the exponents of s and d add up to far
+       more than -970); the remainder x' - s*d of a correctly rounded quotient is representable, and
+       ``x' - ph`` is exact by Sterbenz. The remainder over d (rounded) keeps its sign, nonzero or zero.
+    2. The exact scaled value v lies between s and its float64 neighbour on the remainder's side: ``lo``
+       and ``hi`` are v rounded down and up to 53 bits (equal to s when v = s).
+    3. For k = 600 the grid is not the 53-bit one but fp64's scaled: G = the 53-bit floats that are
+       multiples of Q = 2**-474 (2**-1074 scaled). G lies inside the 53-bit floats, so rounding down to G
+       is rounding down to 53 bits, then to G: floor(lo / Q) * Q (division by a power of two, exact; the
+       integer is below 2**52 where it matters, and above 2**-422 every 53-bit float is a multiple of Q
+       already); likewise up with ceil. floor/ceil keep the sign of a zero: -tiny rounds up to -0.
+    4. The mode picks ``lo`` or ``hi`` (toward zero by x's sign; stochastic: ``hi`` iff u < ((s - lo) +
+       err) / (hi - lo), as :func:`~fpreduce.core.rounding._round_with_remainder`, one uniform per element),
+       and 2**-k scales the pick back: a float64 value (|x op d| <= |x| <= max_finite: no overflow, and a
+       multiple of 2**-1074 below 2**-1022), so the multiply is exact.
+
+    ±0 gives ±0 (the remainder is 0, lo = hi = s), ±Inf stays (remainder NaN, taken as 0) and NaN stays.
+    """
+    assert 2.0**-64 < d < 2.0**64, d  # d = N or round(1/N): N < 2**64
+    ax = np.abs(x)
+    small = ax < _DOWN
+    k = np.where(small, _UP, np.where(ax >= _UP, _DOWN, 1.0))
+    s, err = _product_or_quotient(x * k, d, mul)
+    err = np.where(np.isfinite(err), err, 0.0)
+    lo = np.where(err < 0, np.nextafter(s, -np.inf), s)
+    hi = np.where(err > 0, np.nextafter(s, np.inf), s)
+    if np.any(small):
+        lo = np.where(small, np.floor(lo / _QUANTUM) * _QUANTUM, lo)
+        hi = np.where(small, np.ceil(hi / _QUANTUM) * _QUANTUM, hi)
+    if mode is Mode.UP:
+        out = hi
+    elif mode is Mode.DOWN:
+        out = lo
+    elif mode is Mode.TOWARD_ZERO:
+        out = np.where(x < 0, hi, lo)
+    else:
+        gap = hi - lo
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = ((s - lo) + err) / gap
+        u = rng.random(size=s.shape)
+        out = np.where((gap > 0) & np.isfinite(gap) & (u < p), hi, np.where(gap > 0, lo, s))
+    return out * (1.0 / k)
