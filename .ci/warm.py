@@ -1,8 +1,10 @@
 """Compile numba's kernel families into the on-disk cache before the tests (CI runs groups in parallel).
 
-A fresh checkout has no cache: each family costs 5-35 s of CPU to compile, in every test
+A fresh machine has no cache: each family costs 20-70 s of CPU to compile, in every test
 process that needs it first. ``python .ci/warm.py GROUP`` compiles one group's kernels by
-calling ``fr.reduce`` on small arrays of the shapes and dtypes the tests use.
+calling ``fr.reduce`` on small arrays of the shapes and dtypes the tests use, into
+``fpreduce.base.jit.cache_dir()`` (``$NUMBA_CACHE_DIR``, else the user's cache directory),
+where the tests read them.
 """
 
 import sys

@@ -1,4 +1,4 @@
-"""Optional compiled kernels: numba when installed (the ``fast`` extra), else None.
+"""Optional compiled kernels: numba when installed (the ``fast`` extra), else None; the one compile registry.
 
 A few hot loops (the exact oracle's column scan, the runner's per-element metrics)
 need one pass over the data where numpy needs several. They are written for numba
@@ -9,6 +9,14 @@ and tests force the numpy paths with ``with disabled(): ...``. numba is imported
 a kernel compiled (or loaded from numba's on-disk cache: about 0.4 s once per
 process), on a kernel's first call, so importing fpreduce stays fast.
 
+Every kernel is made by :func:`kernel` (or :func:`jit`, its lazy form): nopython, no
+GIL, cached on disk in :func:`cache_dir` (``$NUMBA_CACHE_DIR`` if set, else the user's
+cache directory, never the installed package), and registered under the name of what it
+computes. When a process compiles a kernel the disk cache does not hold (numba's
+``numba:compile`` event fires only then), one line on stderr says so, once per group:
+``fpreduce: compiling kernels for <what> (once, cached in <dir>; ~N s)``. Silent when
+the cache is warm, with ``FPREDUCE_QUIET=1``, or after :func:`quiet`.
+
 >>> jit(lambda x: x) is None or callable(jit(lambda x: x))
 True
 """
@@ -18,11 +26,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["AVAILABLE", "disabled", "enabled", "jit", "numba"]
+__all__ = ["AVAILABLE", "cache_dir", "disabled", "enabled", "jit", "kernel", "numba", "quiet"]
 
 AVAILABLE = not os.environ.get("FPREDUCE_NO_JIT") and importlib.util.find_spec("numba") is not None
 _enabled = AVAILABLE
@@ -50,7 +59,13 @@ def disabled() -> Iterator[None]:
 
 
 def numba() -> Any:
-    """The numba module, imported with fpreduce's one code-generation setting (every kernel compiles through it).
+    """The numba module, imported with fpreduce's cache directory and code-generation setting (every kernel
+    compiles through it).
+
+    numba reads ``NUMBA_CACHE_DIR`` when it is first imported: it is set here first (to
+    :func:`cache_dir`, so processes this one starts cache there too), and numba's own
+    setting follows it if numba was imported before. Every kernel then caches in
+    :func:`cache_dir`, none next to its source (a normal install: site-packages).
 
     On x86-64, LLVM's ``x86-cmov-converter`` is turned off: it rewrites a conditional
     move on a loop's critical path into a branch, which the rounding kernels' sign
@@ -61,29 +76,115 @@ def numba() -> Any:
     how later code is compiled, never what it computes); an LLVM without the option
     ignores it.
     """
+    if not _TUNED:
+        os.environ["NUMBA_CACHE_DIR"] = cache_dir()
     import numba as nb
 
     if not _TUNED:
+        config: Any = nb.config  # (read when a kernel's cache is set up: numba may have been imported before)
+        config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
         if platform.machine().lower() in ("x86_64", "amd64"):
             import llvmlite.binding as llb
 
             llb.set_option("fpreduce", "-x86-cmov-converter=false")
+        _listen(nb)
         _TUNED.append(True)
     return nb
 
 
+def cache_dir() -> str:
+    """Where the compiled kernels are cached: ``$NUMBA_CACHE_DIR`` if set, else ``<user cache dir>/numba``.
+
+    The user cache directory is ``platformdirs.user_cache_dir("fpreduce")`` (Linux:
+    ``$XDG_CACHE_HOME/fpreduce``, by default ``~/.cache/fpreduce``), or that Linux
+    default without platformdirs.
+
+    >>> os.path.basename(cache_dir()) == "numba" or "NUMBA_CACHE_DIR" in os.environ
+    True
+    """
+    given = os.environ.get("NUMBA_CACHE_DIR")
+    if given:
+        return given
+    try:
+        import platformdirs
+
+        base = platformdirs.user_cache_dir("fpreduce")
+    except ImportError:
+        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(home, "fpreduce")
+    return os.path.join(base, "numba")
+
+
+def quiet(on: bool = True) -> None:
+    """Silence (or not) the first-compile notice, in this process and the ones it starts (``FPREDUCE_QUIET``)."""
+    _QUIET[0] = on
+    if on:
+        os.environ["FPREDUCE_QUIET"] = "1"
+    else:
+        os.environ.pop("FPREDUCE_QUIET", None)
+
+
+def kernel(fn: Callable[..., Any], what: str | None = None, seconds: float = 0.0, **options: Any) -> Any:
+    """``fn`` as a numba function (nopython, no GIL, cached in :func:`cache_dir`; compiled per signature on its
+    first call), registered for the first-compile notice under ``what`` (default: its module).
+
+    ``seconds``: the CPU time a first compile of the group takes (a hint in the notice);
+    ``options``: numba's (``inline="always"``, ``pipeline_class=...``).
+    """
+    _GROUPS[fn] = (what or _module_of(fn), seconds)
+    return numba().njit(cache=True, nogil=True, **options)(fn)
+
+
+def _module_of(fn: Callable[..., Any]) -> str:
+    return str(getattr(fn, "__module__", "") or "fpreduce")
+
+
+def _listen(nb: Any) -> None:
+    """Install the first-compile notice on numba's ``numba:compile`` event (a disk-cache miss starting): one line
+    per group, for the outermost of nested compiles (a kernel's callees compile inside it)."""
+    from numba.core import event
+
+    def ours(ev: Any) -> Any:
+        fn = getattr(ev.data.get("dispatcher"), "py_func", None)
+        return fn if str(getattr(fn, "__module__", "")).startswith("fpreduce") else None
+
+    class Notice(event.Listener):  # type: ignore[misc]
+        def on_start(self, ev: Any) -> None:
+            fn = ours(ev)
+            if fn is None:
+                return
+            _DEPTH[0] += 1
+            what, seconds = _GROUPS.get(fn, (_module_of(fn), 0.0))
+            if _DEPTH[0] > 1 or what in _ANNOUNCED or _QUIET[0] or os.environ.get("FPREDUCE_QUIET"):
+                return
+            _ANNOUNCED.add(what)
+            hint = f"; ~{seconds:.0f} s" if seconds >= 1 else ""
+            sys.stderr.write(f"fpreduce: compiling kernels for {what} (once, cached in {cache_dir()}{hint})\n")
+            sys.stderr.flush()
+
+        def on_end(self, ev: Any) -> None:
+            if ours(ev) is not None:
+                _DEPTH[0] -= 1
+
+    event.register("numba:compile", Notice())
+
+
 _TUNED: list[bool] = []
+_QUIET = [False]
+_DEPTH = [0]  # fpreduce compiles under way (nested: a kernel's callees)
+_GROUPS: dict[Callable[..., Any], tuple[str, float]] = {}
+_ANNOUNCED: set[str] = set()
 
 
-def jit(fn: Callable[..., Any]) -> Callable[..., Any] | None:
-    """``fn`` compiled by numba on its first call (nopython, no GIL, cached on disk), or None without numba."""
+def jit(fn: Callable[..., Any], what: str | None = None, seconds: float = 0.0) -> Callable[..., Any] | None:
+    """``fn`` made by :func:`kernel` on its first call (numba imported then), or None without numba."""
     if not AVAILABLE:
         return None
     compiled: list[Callable[..., Any]] = []
 
     def call(*args: Any) -> Any:
         if not compiled:
-            compiled.append(numba().njit(cache=True, nogil=True)(fn))
+            compiled.append(kernel(fn, what, seconds))
         return compiled[0](*args)
 
     call.__name__ = call.__qualname__ = fn.__name__

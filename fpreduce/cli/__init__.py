@@ -15,6 +15,7 @@ import sys
 import warnings
 
 from fpreduce._version import __version__
+from fpreduce.base import jit
 from fpreduce.base.errors import FpreduceWarning, InvalidArgument
 from fpreduce.cli import _experiment, _inspect, _numbers, _replay, _timing
 
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd is None:
         args = ap.parse_args(["run", *(argv or [])])
+    if getattr(args, "quiet", False):
+        jit.quiet()  # (the kernels' first-compile notice, here and in the processes this one starts)
     with warnings.catch_warnings():
         warnings.showwarning = _warn  # one line each, like the errors
         warnings.simplefilter("default", FpreduceWarning)  # shown, whatever filters the caller set

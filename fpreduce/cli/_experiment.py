@@ -265,7 +265,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     )
     r.add_argument("--force", action="store_true", help="replace a run (complete or not) already in --out")
     r.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
-    r.add_argument("--quiet", action="store_true", help="no progress bar (none is drawn when output is not a terminal)")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar (none off a terminal), no compile note")
     r.add_argument(
         "--json", action="store_true", help="print one JSON object (run directory, summary, files) and nothing else"
     )
@@ -312,7 +312,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="mpi: run the points on MPI ranks: `mpirun -np K python -m mpi4py.futures -m fpreduce.cli sweep "
         "CONFIG --executor mpi` (docs/distributed.md)",
     )
-    sw.add_argument("--quiet", action="store_true", help="no line per finished point")
+    sw.add_argument("-q", "--quiet", action="store_true", help="no line per finished point, no compile note")
     sw.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
     sw.set_defaults(func=_cmd_sweep)
     rp = sub.add_parser("report", help="write a run's (or a sweep's) PDF report")

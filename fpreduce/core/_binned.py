@@ -347,7 +347,7 @@ def _binned_kernel(X, Xb, low_bits, p, hi, bits, e, odd, special, width):  # typ
     return 1
 
 
-_KERNEL = jit.jit(_binned_kernel)
+_KERNEL = jit.jit(_binned_kernel, "binned sums", 6.0)
 _HELPERS = ("_split", "_special_column", "_block_range", "_block_low", "_block_grids", "_block_bins", "_block_carry")
 
 
@@ -356,10 +356,8 @@ def _compile_helpers() -> None:
     g = globals()
     if not isinstance(g["_split"], type(_compile_helpers)):
         return
-    numba = jit.numba()
-
     for name in _HELPERS:
-        g[name] = numba.njit(cache=True, nogil=True, inline="always" if name == "_split" else "never")(g[name])
+        g[name] = jit.kernel(g[name], "binned sums", inline="always" if name == "_split" else "never")
 
 
 def sums_compiled(

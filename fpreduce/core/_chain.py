@@ -485,11 +485,9 @@ def kernels() -> tuple[Callable[..., Any], Callable[..., Any]]:
     """(left_columns, pairwise_columns) compiled by numba (the caller checked that it is enabled)."""
     g = globals()
     if isinstance(g["step"], type(kernels)):
-        numba = jit.numba()
-
         kr.compile_all()
         _narrow.compile_all()  # (and _hwround's)
         for name in (*_HELPERS, *_ENTRIES):  # the exact rounder compiled once, not inlined
             once = name in (*_ENTRIES, "slow", "near", "chained", "exact", "hwadd")
-            g[name] = numba.njit(cache=True, nogil=True, inline="never" if once else "always")(g[name])
+            g[name] = jit.kernel(g[name], "column chains", inline="never" if once else "always")
     return g["left_columns"], g["pairwise_columns"]

@@ -66,15 +66,13 @@ def _compensated_kernel(X, perm, out, S, C, sigma, neumaier):  # type: ignore[no
             out[lo + j] = _v(s[j], c[j], sigma) if neumaier else s[j]
 
 
-_KERNEL = jit.jit(_compensated_kernel)
+_KERNEL = jit.jit(_compensated_kernel, "compensated sums")
 
 
 def _compile_helpers() -> None:
     g = globals()
     if isinstance(g["_v"], type(_compile_helpers)):
-        numba = jit.numba()
-
-        g["_v"] = numba.njit(cache=True, nogil=True, inline="always")(g["_v"])
+        g["_v"] = jit.kernel(g["_v"], inline="always")
 
 
 def compensated_plan(perm: np.ndarray, A: np.ndarray, load: _Loader, ar: _Arith, kind: str) -> np.ndarray | None:

@@ -56,7 +56,7 @@ def _scan_kernel(u, x, sign_off, one, top, low, orb, s, ab):  # type: ignore[no-
 _SCAN_BLOCK = 1024
 
 
-_scan_compiled = jit(_scan_kernel)
+_scan_compiled = jit(_scan_kernel, "the exact sums' column scan")
 
 
 def _scan(

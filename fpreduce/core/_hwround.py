@@ -71,7 +71,7 @@ def compile_all() -> None:
     g = globals()
     if not isinstance(g["begin"], type(compile_all)):
         return
-    numba = jit.numba()
+    jit.numba()
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
@@ -98,10 +98,9 @@ def compile_all() -> None:
         if mode != 0:
             set_rounding(np.int64(1))
 
-    hot = numba.njit(cache=True, nogil=True, inline="always")
-    g["code"] = hot(g["code"])
-    g["begin"], g["end"] = hot(begin), hot(end)
-    g["_probe_add"] = numba.njit(cache=True, nogil=True)(g["_probe_add"])
+    g["code"] = jit.kernel(g["code"], inline="always")
+    g["begin"], g["end"] = jit.kernel(begin, inline="always"), jit.kernel(end, inline="always")
+    g["_probe_add"] = jit.kernel(g["_probe_add"], "the processor's rounding modes (a probe)")
 
 
 def _probe_add(x, y, mode):  # type: ignore[no-untyped-def]

@@ -216,73 +216,92 @@ def _row5(o, x, xb, scale, mode, L, step, d, z, t, prm, c16):  # type: ignore[no
 
 
 def _row_kind(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
-    """o <- o + x, one row of the left fold by kind (``_tall``'s 0, 1, 2; 5: :func:`add_narrow`, a loop per mode).
+    """o <- o + x, one row of the left fold by kind (``_tall``'s 0, 1, 2; 5: :func:`add_narrow` in ``mode``).
 
     Rows are slices indexed from 0 (numba then proves the indices nonnegative: no
-    wraparound select, the loop vectorizes). Returns the OR of x's bits ``xb``.
+    wraparound select, the loop vectorizes). Returns (the OR of x's bits ``xb``, max |s|'s
+    pattern: kind 5). Kernels call :func:`_row_of`, which compiles the one loop of their
+    constant kind and mode; this is its plain form, and its fallback for a kind or mode
+    known only at run time (every kind's loop, the mode a variable).
     """
-    seen = np.uint32(0)
-    big = np.uint32(0)
     if kind == 0:
-        for j in range(o.size):
-            o[j] = o[j] + x[j]
-            seen |= xb[j]
-    elif kind == 1:
-        sigma = np.float32(prm[5])
-        for j in range(o.size):
-            s = o[j] + x[j]
-            c = s * sigma
-            o[j] = c - (c - s)
-            seen |= xb[j]
-    elif kind == 2:
-        sigma, tiny, maxf = np.float32(prm[5]), np.float32(prm[6]), np.float32(prm[2])
-        big = np.float32(np.inf) if prm[4] != 0 else np.float32(np.nan)  # overflow: ±Inf, or ±NaN (fp8_e4m3)
-        for j in range(o.size):
-            s = o[j] + x[j]
-            c = s * sigma
-            v = c - (c - s)
-            v = s if abs(s) < tiny else v
-            o[j] = v if abs(v) <= maxf else (s if s != s else (-big if s < 0 else big))
-            seen |= fp16_flags(x[j])  # fp16 inputs are checked as read
-    else:
-        L, step, d, c16 = nprm[0], nprm[1], np.int64(nprm[2]), nprm[4] != 0
-        sc = np.float32(scale)
-        if mode == 1:
-            seen, big = _row5(o, x, xb, sc, 1, L, step, d, z, t, prm, c16)
-        elif mode == 2:
-            seen, big = _row5(o, x, xb, sc, 2, L, step, d, z, t, prm, c16)
-        elif mode == 3:
-            seen, big = _row5(o, x, xb, sc, 3, L, step, d, z, t, prm, c16)
-        elif mode == 4:
-            seen, big = _row5(o, x, xb, sc, 4, L, step, d, z, t, prm, c16)
-        elif mode == 5:
-            seen, big = _row5(o, x, xb, sc, 5, L, step, d, z, t, prm, c16)
-        elif mode == 6:
-            seen, big = _row5(o, x, xb, sc, 6, L, step, d, z, t, prm, c16)
-        else:
-            seen, big = _row5(o, x, xb, sc, 7, L, step, d, z, t, prm, c16)
-    return seen, big
+        return _row_fp32(o, x, xb)
+    if kind == 1:
+        return _row_near(o, x, xb, prm)
+    if kind == 2:
+        return _row_fp16(o, x, xb, prm)
+    return _row_k5(o, x, xb, prm, nprm, scale, mode, z, t)
 
 
-def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0, c0):  # type: ignore[no-untyped-def]
+def _row_of(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
+    """:func:`_row_kind`; compiled (:func:`compile_all`), a constant ``kind`` and ``mode`` pick their one loop
+    when the caller is typed, so a kernel compiles that loop alone (numba inlines a callee's every branch before it
+    prunes them: every kind's and mode's loop inlined is ~90 s of compilation)."""
+    return _row_kind(o, x, xb, kind, prm, nprm, scale, mode, z, t)
+
+
+def _row_fp32(o, x, xb):  # type: ignore[no-untyped-def]
+    """Kind 0: o <- o + x in float32 (or the hardware's mode: :mod:`._hwround`)."""
+    seen = np.uint32(0)
+    for j in range(o.size):
+        o[j] = o[j] + x[j]
+        seen |= xb[j]
+    return seen, np.uint32(0)
+
+
+def _row_near(o, x, xb, prm):  # type: ignore[no-untyped-def]
+    """Kind 1: o <- o + x rounded to nearest even on the format's grid by Veltkamp's split (``prm[5]``: sigma)."""
+    seen = np.uint32(0)
+    sigma = np.float32(prm[5])
+    for j in range(o.size):
+        s = o[j] + x[j]
+        c = s * sigma
+        o[j] = c - (c - s)
+        seen |= xb[j]
+    return seen, np.uint32(0)
+
+
+def _row_fp16(o, x, xb, prm):  # type: ignore[no-untyped-def]
+    """Kind 2: :func:`_row_near` for fp16 and fp8 (their subnormals and overflow); inputs checked by
+    :func:`fp16_flags` as read."""
+    seen = np.uint32(0)
+    sigma, tiny, maxf = np.float32(prm[5]), np.float32(prm[6]), np.float32(prm[2])
+    ovf = np.float32(np.inf) if prm[4] != 0 else np.float32(np.nan)  # overflow: ±Inf, or ±NaN (fp8_e4m3)
+    for j in range(o.size):
+        s = o[j] + x[j]
+        c = s * sigma
+        v = c - (c - s)
+        v = s if abs(s) < tiny else v
+        o[j] = v if abs(v) <= maxf else (s if s != s else (-ovf if s < 0 else ovf))
+        seen |= fp16_flags(x[j])  # fp16 inputs are checked as read
+    return seen, np.uint32(0)
+
+
+def _row_k5(o, x, xb, prm, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
+    """Kind 5: :func:`_row5` in ``mode`` with :func:`params`' ``nprm`` unpacked."""
+    L, step, d, c16 = nprm[0], nprm[1], np.int64(nprm[2]), nprm[4] != 0
+    return _row5(o, x, xb, np.float32(scale), mode, L, step, d, z, t, prm, c16)
+
+
+def left_rows(X, Xb, perm, out, kind, mode, prm, nprm, scale, key, e0, c0):  # type: ignore[no-untyped-def]
     """out <- the left fold of X's columns ``c0 .. c0 + out.size - 1`` in the row order ``perm``, row by row.
 
     Float32 rows, in place in ``out`` (see the module); column ``c0 + j`` is element ``e0 + j``.
 
     ``Xb`` is X viewed as uint32: returns the OR of the bits of every row read
     (``_tall``'s input check, gathered as the rows are added; kind 2, fp16: the OR of
-    :func:`fp16_flags`). Kind 5 works on the
-    scaled format (inputs times ``scale``, the result divided back, exactly);
+    :func:`fp16_flags`). Kind 5 works on the scaled format (inputs times ``scale``, the
+    result divided back, exactly) in the row loops' ``mode`` (:func:`row_mode`);
     stochastic folds go by blocks of ``_BLOCK`` columns (the block's element seeds,
     element ``e0 + j``, computed once), the others by whole rows.
     """
     n, m = X.shape[0], out.size
     c1 = c0 + m  # rows are sliced X[r][c0:c1] (contiguous: the loops vectorize), never X[:, c0:c1]
-    mode, sc, c16 = row_setup(kind, prm, nprm, scale)
+    sc, c16 = row_input(kind, nprm, scale)
     big = np.uint32(0)
     seen = first_row(out, X[perm[0]][c0:c1], Xb[perm[0]][c0:c1], sc, c16)
-    z = np.zeros(_BLOCK if (kind == 5) & (mode == 4) else 0, dtype=np.uint64)
-    if z.size > 0:
+    if kind == 5 and mode == 4:  # (constants in a kernel of :func:`_segs_kernel`: one branch is compiled)
+        z = np.zeros(_BLOCK, dtype=np.uint64)
         for lo in range(0, m, _BLOCK):
             hi = min(lo + _BLOCK, m)
             for j in range(hi - lo):
@@ -290,26 +309,32 @@ def left_rows(X, Xb, perm, out, kind, prm, nprm, scale, key, e0, c0):  # type: i
             for k in range(1, n):
                 r = perm[k]
                 x, xb = X[r][c0 + lo : c0 + hi], Xb[r][c0 + lo : c0 + hi]
-                bits, mag = _row_kind(out[lo:hi], x, xb, 5, prm, nprm, scale, 4, z, k - 1)
+                bits, mag = _row_of(out[lo:hi], x, xb, 5, prm, nprm, scale, 4, z, k - 1)
                 seen, big = seen | bits, max(big, mag)
     else:  # whole rows
+        z = np.zeros(0, dtype=np.uint64)
         for k in range(1, n):
             r = perm[k]
-            bits, mag = _row_kind(out, X[r][c0:c1], Xb[r][c0:c1], kind, prm, nprm, scale, mode, z, k - 1)
+            bits, mag = _row_of(out, X[r][c0:c1], Xb[r][c0:c1], kind, prm, nprm, scale, mode, z, k - 1)
             seen, big = seen | bits, max(big, mag)
     scale_back(out, sc, scale)
     return seen, big
 
 
-def row_setup(kind, prm, nprm, scale):  # type: ignore[no-untyped-def]
-    """(the row loops' mode: ``prm[3]``, or 5..7 for :func:`add_hw` under the hardware's mode; the inputs'
-    scale, float32; whether the inputs are checked by :func:`fp16_flags` rather than their raw bits)."""
-    mode = int(prm[3]) + (4 if kind == 5 and hw.code(kind, prm) != 0 else 0)
-    return mode, np.float32(scale if kind == 5 else 1.0), kind == 2 or nprm[4] != 0
+def row_mode(kind: int, prm: np.ndarray) -> int:
+    """The row loops' mode (plain Python: it picks a kernel): kind 5's ``prm[3]``, or 5..7 for :func:`add_hw`
+    under the hardware's mode; 0 for the other kinds, whose row loops have no mode."""
+    code = getattr(hw.code, "py_func", hw.code)  # (the plain function, compiled or not)
+    return int(prm[3]) + (4 if code(kind, prm) != 0 else 0) if kind == 5 else 0
+
+
+def row_input(kind, nprm, scale):  # type: ignore[no-untyped-def]
+    """(the inputs' scale, float32; whether the inputs are checked by :func:`fp16_flags` rather than their raw bits)."""
+    return np.float32(scale if kind == 5 else 1.0), kind == 2 or nprm[4] != 0
 
 
 def first_row(o, x, xb, sc, c16):  # type: ignore[no-untyped-def]
-    """o <- x * sc, a left fold's first row; the OR of its inputs' check (:func:`row_setup`'s ``c16``)."""
+    """o <- x * sc, a left fold's first row; the OR of its inputs' check (:func:`row_input`'s ``c16``)."""
     seen = np.uint32(0)
     for j in range(o.size):
         o[j] = x[j] * sc
@@ -388,23 +413,46 @@ def scaled(prm: np.ndarray) -> tuple[float, np.ndarray] | None:
     return scale, out
 
 
-def left_segs(X, Xb, perms, los, his, out, kind, prm, nprm, scale, key, e0):  # type: ignore[no-untyped-def]
+def left_segs(X, Xb, perms, los, his, out, kind, mode, prm, nprm, scale, key, e0):  # type: ignore[no-untyped-def]
     """:func:`left_rows` of each segment ``s``: columns ``los[s] .. his[s] - 1`` in the row order ``perms[s]``."""
     seen = np.uint32(0)
     big = np.uint32(0)
-    mode = hw.code(kind, prm)
-    hw.begin(mode)  # kinds 0 and 5 in a directed mode: the hardware rounds (the additions and exact scalings only)
+    hwm = hw.code(kind, prm)
+    hw.begin(hwm)  # kinds 0 and 5 in a directed mode: the hardware rounds (the additions and exact scalings only)
     for s in range(los.size):
         a, b = los[s], his[s]
-        bits, mag = left_rows(X, Xb, perms[s], out[a:b], kind, prm, nprm, scale, key, e0 + a, a)
+        bits, mag = left_rows(X, Xb, perms[s], out[a:b], kind, mode, prm, nprm, scale, key, e0 + a, a)
         seen, big = seen | bits, max(big, mag)
-    hw.end(mode)
+    hw.end(hwm)
     return seen, big
+
+
+_KINDS = {0: "fp32", 1: "bf16/tf32 to nearest", 2: "fp16/fp8 to nearest", 5: "narrow formats"}
+_MODES = ("", "toward zero", "up", "down", "stochastic", "toward zero (hardware)", "up (hardware)", "down (hardware)")
+_SEGS: dict[tuple[int, int], Any] = {}
+
+
+def _segs_kernel(kind: int, mode: int) -> Any:
+    """:func:`left_segs` compiled for one ``kind`` and row ``mode`` (closure constants, by which numba prunes
+    every other kind's and mode's loops before typing: a first use compiles its own loops, ~2 s, not all ~90 s)."""
+    if (kind, mode) not in _SEGS:
+
+        def left_segs_of(X, Xb, perms, los, his, out, prm, nprm, scale, key, e0):  # type: ignore[no-untyped-def]
+            return left_segs(X, Xb, perms, los, his, out, kind, mode, prm, nprm, scale, key, e0)
+
+        _SEGS[kind, mode] = jit.kernel(left_segs_of, f"left folds of wide rows ({describe(kind, mode)})", 2.0)
+    return _SEGS[kind, mode]
+
+
+def describe(kind: int, mode: int) -> str:
+    """A kind and row mode in words (the first-compile notice)."""
+    return _KINDS[kind] + (f", {_MODES[mode]}" if mode else "")
 
 
 _NAMES = (
     *("fp16_flags", "grid_flags", "add_narrow", "hw_top", "add_hw", "_row5", "_row_kind", "left_rows", "left_segs"),
-    *("row_setup", "first_row", "scale_back"),
+    *("_row_fp32", "_row_near", "_row_fp16", "_row_k5"),
+    *("row_input", "first_row", "scale_back"),
     *("_rows5_m", "rows5"),
 )
 _COMPILED: list[Any] = []
@@ -424,9 +472,10 @@ def compile_all() -> None:
     """Make this module's functions numba functions (compiled on first call), the bit casts LLVM bitcasts; once."""
     if _COMPILED:
         return
-    numba = jit.numba()
+    jit.numba()
     from llvmlite import ir
     from numba import types as nt
+    from numba.extending import overload
 
     kr.compile_all()
     hw.compile_all()
@@ -436,9 +485,28 @@ def compile_all() -> None:
     g["f2i"] = cast(nt.float32, nt.int32, ir.IntType(32))
     g["u2f"] = cast(nt.uint32, nt.float32, ir.FloatType())
     for name in _NAMES:
-        entry = name in ("left_rows", "rows5")
-        g[name] = numba.njit(cache=True, nogil=True, inline="never" if entry else "always")(g[name])
-    _COMPILED.append(g["left_rows"])
+        entry = name == "rows5"  # (left_segs: compiled per kind and mode by _segs_kernel)
+        what = "rows of narrow formats" if entry else None
+        g[name] = jit.kernel(g[name], what, inline="never" if entry else "always")
+    overload(_row_of, prefer_literal=True)(_pick_row)
+    _COMPILED.append(g["left_segs"])
+
+
+def _pick_row(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
+    """:func:`_row_of`'s implementation for numba's argument types: the one loop of a literal kind (and mode),
+    else :func:`_row_kind`'s every loop."""
+    g = globals()
+    k, m = getattr(kind, "literal_value", None), getattr(mode, "literal_value", None)
+    if k in (0, 1, 2):
+        row = g[("_row_fp32", "_row_near", "_row_fp16")[k]]
+        if k == 0:
+            return lambda o, x, xb, kind, prm, nprm, scale, mode, z, t: row(o, x, xb)
+        return lambda o, x, xb, kind, prm, nprm, scale, mode, z, t: row(o, x, xb, prm)
+    if k == 5 and m is not None:
+        k5 = g["_row_k5"]
+        return lambda o, x, xb, kind, prm, nprm, scale, mode, z, t: k5(o, x, xb, prm, nprm, scale, m, z, t)
+    rows = g["_row_kind"]
+    return lambda o, x, xb, kind, prm, nprm, scale, mode, z, t: rows(o, x, xb, kind, prm, nprm, scale, mode, z, t)
 
 
 def wide_kind(kind: int, prm: np.ndarray) -> int:
@@ -479,8 +547,9 @@ def fold_left(
     los, his = (np.zeros(1, dtype=np.int64), np.full(1, m, dtype=np.int64)) if cols is None else cols
     perms = np.asarray(perms, dtype=np.int64).reshape(los.size, -1)
     out = np.empty(m, dtype=np.float32)
+    fold = _segs_kernel(kind, row_mode(kind, prm))
     with np.errstate(over="ignore", invalid="ignore"):
-        seen, big = globals()["left_segs"](X, X.view(np.uint32), perms, los, his, out, kind, prm, nprm, scale, key, e0)
+        seen, big = fold(X, X.view(np.uint32), perms, los, his, out, prm, nprm, scale, key, e0)
     return answer(out, seen, big, kind, nprm, low)
 
 

@@ -18,7 +18,7 @@ additions as ``left_segs``' (the same bits); only the order in which different
 segments' additions are made changes, and those are independent. Adjacent segments
 with the same action at a row are one contiguous run (a ring's offsets rise with the
 columns: each row of a pass is two or three runs), each run one call of
-``_narrow._row_kind``, the loop of the wide left fold.
+``_narrow._row_of``, the loop of the wide left fold (compiled per kind and mode).
 
 Nearest even and the directed modes only: stochastic rounding numbers each addition
 within its segment's fold (``t``), which differs between the segments of a run.
@@ -61,12 +61,13 @@ def _action(p, q, o):  # type: ignore[no-untyped-def]
     return 2 if q < o else 0
 
 
-def left_rot(X, Xb, B, offs, los, his, out, kind, prm, nprm, scale):  # type: ignore[no-untyped-def]
+def left_rot(X, Xb, B, offs, los, his, out, kind, mode, prm, nprm, scale):  # type: ignore[no-untyped-def]
     """out <- every segment ``[los[s], his[s])`` of X's columns folded left in the rows ``B`` rotated by
-    ``offs[s]``, row by row (module docstring); (the OR of the inputs' check, max |s|) as ``left_segs``."""
+    ``offs[s]``, row by row (module docstring); (the OR of the inputs' check, max |s|) as ``left_segs``.
+    ``mode``: the row loops' (``_narrow.row_mode``); compiled per kind and mode by :func:`_rot_kernel`."""
     n = B.size
     hwm = hw.code(kind, prm)
-    mode, sc, c16 = _narrow.row_setup(kind, prm, nprm, scale)  # (as left_rows)
+    sc, c16 = _narrow.row_input(kind, nprm, scale)  # (as left_rows)
     z = np.zeros(0, dtype=np.uint64)
     seen = np.uint32(0)
     big = np.uint32(0)
@@ -85,7 +86,7 @@ def left_rot(X, Xb, B, offs, los, his, out, kind, prm, nprm, scale):  # type: ig
                 if act == 1:
                     seen |= _narrow.first_row(o, x, xb, sc, c16)
                 elif act == 2:
-                    bits, mag = _narrow._row_kind(o, x, xb, kind, prm, nprm, scale, mode, z, 0)
+                    bits, mag = _narrow._row_of(o, x, xb, kind, prm, nprm, scale, mode, z, 0)
                     seen, big = seen | bits, max(big, mag)
                 s = e
     hw.end(hwm)
@@ -106,19 +107,32 @@ def fold_rot(
     compile_all()
     scale, nprm = _narrow.row_params(kind, prm, low)
     out = np.empty(X.shape[1], dtype=np.float32)
+    fold = _rot_kernel(kind, _narrow.row_mode(kind, prm))
     with np.errstate(over="ignore", invalid="ignore"):
-        seen, big = left_rot(X, X.view(np.uint32), rot[0], rot[1], cols[0], cols[1], out, kind, prm, nprm, scale)
+        seen, big = fold(X, X.view(np.uint32), rot[0], rot[1], cols[0], cols[1], out, prm, nprm, scale)
     return _narrow.answer(out, seen, big, kind, nprm, low)
 
 
+_ROT: dict[tuple[int, int], Any] = {}
+
+
+def _rot_kernel(kind: int, mode: int) -> Any:
+    """:func:`left_rot` compiled for one kind and row mode (closure constants, as ``_narrow``'s left folds)."""
+    if (kind, mode) not in _ROT:
+
+        def left_rot_of(X, Xb, B, offs, los, his, out, prm, nprm, scale):  # type: ignore[no-untyped-def]
+            return left_rot(X, Xb, B, offs, los, his, out, kind, mode, prm, nprm, scale)
+
+        _ROT[kind, mode] = jit.kernel(left_rot_of, f"rings row by row ({_narrow.describe(kind, mode)})", 2.0)
+    return _ROT[kind, mode]
+
+
 def compile_all() -> None:
-    """Make this module's loop a numba function (compiled on first call, cached on disk), once."""
+    """Make this module's loop a numba function (inlined in the kernels of :func:`_rot_kernel`), once."""
     if _COMPILED:
         return
-    numba = jit.numba()
-
     _narrow.compile_all()
     g = globals()
-    g["_action"] = numba.njit(cache=True, nogil=True, inline="always")(g["_action"])
-    g["left_rot"] = numba.njit(cache=True, nogil=True)(g["left_rot"])
+    g["_action"] = jit.kernel(g["_action"], inline="always")
+    g["left_rot"] = jit.kernel(g["left_rot"], inline="always")
     _COMPILED.append(g["left_rot"])

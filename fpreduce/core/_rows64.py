@@ -98,10 +98,8 @@ def compile_all() -> None:
     """Make this module's loops numba functions (compiled on first call, cached on disk), once."""
     if _COMPILED:
         return
-    numba = jit.numba()
-
     _narrow.compile_all()
     g = globals()
     for name in ("_rows64", "left_rows64"):
-        g[name] = numba.njit(cache=True, nogil=True, inline="never")(g[name])
+        g[name] = jit.kernel(g[name], "fp64 sums of float32 rows", inline="never")
     _COMPILED.append(g["left_rows64"])

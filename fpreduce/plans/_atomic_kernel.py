@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fpreduce.base.jit import jit
+from fpreduce.base.jit import jit, kernel
 from fpreduce.base.jit import numba as jit_numba
 
 __all__ = ["HAVE_KERNEL", "atomic_kernel", "kernel_width", "run"]
@@ -276,7 +276,7 @@ def _jit_noalias(fn):  # type: ignore[no-untyped-def]
 
     def call(*args):  # type: ignore[no-untyped-def]
         if not compiled:
-            numba = jit_numba()
+            jit_numba()  # (the cache directory, before numba.core)
             from numba.core.compiler import CompilerBase, DefaultPassBuilder
 
             class NoAlias(CompilerBase):
@@ -285,7 +285,7 @@ def _jit_noalias(fn):  # type: ignore[no-untyped-def]
                     return [DefaultPassBuilder.define_nopython_pipeline(self.state)]
 
             def njit(f):  # type: ignore[no-untyped-def]
-                return numba.njit(cache=True, nogil=True, pipeline_class=NoAlias)(f)
+                return kernel(f, "atomic orders", pipeline_class=NoAlias)
 
             # the kernel's globals, resolved when numba compiles it: numba functions from here on
             names = globals()

@@ -68,7 +68,7 @@ def _select_kernel(u, k1, k2):  # type: ignore[no-untyped-def]
     return True, np.uint32((t1 << 16) | s1), np.uint32((t2 << 16) | s2)
 
 
-_select_compiled = jit(_select_kernel)
+_select_compiled = jit(_select_kernel, "the runner's medians")
 
 
 def median32(rels: list[NDArray[np.float32]]) -> float:

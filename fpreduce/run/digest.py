@@ -45,7 +45,7 @@ def _digest_kernel(bits, offset, nan_bits):  # type: ignore[no-untyped-def]
 
 
 _INF_BITS = np.float64(np.inf).view(np.uint64)
-_digest_compiled = jit(_digest_kernel)
+_digest_compiled = jit(_digest_kernel, "the runner's digests")
 
 
 def digest(y: np.ndarray, offset: int = 0) -> int:

@@ -189,8 +189,8 @@ def _compare_kernel(a, b, qtab, invtab, bins, big, delta, d, hist):  # type: ign
     return k, d_max
 
 
-_error_compiled = jit(_error_kernel)
-_compare_compiled = jit(_compare_kernel)
+_error_compiled = jit(_error_kernel, "the runner's metrics")
+_compare_compiled = jit(_compare_kernel, "the runner's metrics")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 

@@ -1,0 +1,68 @@
+"""The compiled kernels' disk cache and first-compile notice (fpreduce.base.jit).
+
+Each check runs a small ``fr.reduce`` in a fresh process with ``NUMBA_CACHE_DIR`` pointed
+at a temporary directory: the first process compiles (one notice line per group of
+kernels, however often they are called), a second finds everything cached (no notice),
+and no kernel file lands next to fpreduce's sources.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fpreduce
+from fpreduce.base import jit
+
+needs_jit = pytest.mark.skipif(not jit.AVAILABLE, reason="numba not installed (or FPREDUCE_NO_JIT)")
+NOTICE = "fpreduce: compiling kernels for "
+SCRIPT = """
+import numpy as np
+import fpreduce as fr
+X = np.arange(4 * 300, dtype=np.float32).reshape(4, 300)
+for _ in range(2):
+    fr.reduce(X, "sequential", input="bf16", accumulate="fp32")
+"""
+
+
+def reduce_in_process(cache: Path, **env: str) -> list[str]:
+    """The notice lines of a new process running SCRIPT with its kernels cached in ``cache``."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("FPREDUCE_QUIET", "FPREDUCE_NO_JIT")}
+    environ.update(NUMBA_CACHE_DIR=str(cache), **env)
+    done = subprocess.run([sys.executable, "-c", SCRIPT], env=environ, capture_output=True, text=True, check=True)
+    return [line for line in done.stderr.splitlines() if line.startswith(NOTICE)]
+
+
+def kernel_files(root: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in root.rglob("*.nb[ic]")}
+
+
+@needs_jit
+def test_first_compile_says_so_once_then_the_cache_is_silent(tmp_path):
+    package = Path(fpreduce.__file__).parent
+    before = kernel_files(package)
+    cold = reduce_in_process(tmp_path)
+    assert cold, "a cold cache compiles with a notice"
+    assert len(cold) == len(set(cold)), "one line per group of kernels, though they ran twice"
+    assert all(f"(once, cached in {tmp_path}" in line for line in cold)
+    assert any(tmp_path.rglob("*.nbi")), "the kernels are cached where NUMBA_CACHE_DIR says"
+    assert reduce_in_process(tmp_path) == [], "a warm cache compiles nothing: no notice"
+    assert kernel_files(package) == before, "no kernel file written next to the sources"
+
+
+@needs_jit
+def test_quiet_silences_the_notice(tmp_path):
+    assert reduce_in_process(tmp_path, FPREDUCE_QUIET="1") == []
+    assert any(tmp_path.rglob("*.nbi")), "compiled and cached all the same"
+
+
+def test_cache_dir_is_the_users_unless_numba_cache_dir_says(monkeypatch, tmp_path):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    assert jit.cache_dir() == str(tmp_path)
+    monkeypatch.delenv("NUMBA_CACHE_DIR")
+    where = Path(jit.cache_dir())
+    assert where.name == "numba"
+    assert where.parent.name.lower() in ("fpreduce", "cache")  # platformdirs: .../fpreduce (Windows: ...\Cache)
+    assert Path(fpreduce.__file__).parent not in where.parents
