@@ -66,7 +66,8 @@ def _edges(fmt: str, n: int, kind: str) -> np.ndarray:
         [tiny_normal - s, s, -s, s, tiny_normal],
     ]
     if kind == "finite":
-        cols += [[top / 4, top / 4, -top / 8, s, -s], [-1.0, u, -u / 2, u / 2, s]] * 2
+        cols += [[top / 4, top / 4, -top / 8, s, -s], [-1.0, u, -u / 2, u / 2, s]]
+        cols += [[3 * tiny_normal, -s, -s, s, -s], [-3 * tiny_normal, s, -s, 2 * s, s]]  # inexact, gap 2 smin
     elif kind == "overflow":
         cols += [[top, top, -top, top, -top], [top, half_top, half_top, -top, s]]
         cols += [[-top, -half_top, -s, s, 0.0], [top, -top, top, top, -top]]

@@ -228,9 +228,9 @@ def add_fp64(x, y, maxf, mode, u):  # type: ignore[no-untyped-def]
     outward = (err > 0.0) != neg  # the remainder points away from zero
     other = bits_f64(b + 1 if outward else b - 1)  # the neighbour on the remainder's side
     nz = err != 0.0
-    gap = f64_bits(abs(other - s))  # a power of two (or Inf)
-    inv = 0.0 if gap >= 0x7FF0000000000000 else bits_f64(0x7FE0000000000000 - gap)  # 1 / gap
-    step_sr = nz & (u < abs(err) * inv)
+    # |err| over the gap to that neighbour (a power of two, Inf beyond the top): one IEEE division, as the numpy
+    # twin's (a reciprocal from the exponent bits was wrong for a subnormal gap, sums below 2**-1020)
+    step_sr = nz & (u < abs(err) / abs(other - s))
     step = step_sr if mode == 4 else (err > 0.0 if mode == 2 else (err < 0.0 if mode == 3 else nz & (not outward)))
     r = other if step else s
     r = signed_zero(x, y, mode) if s == 0.0 else r
