@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["AVAILABLE", "cache_dir", "disabled", "enabled", "jit", "kernel", "numba", "quiet"]
+__all__ = ["AVAILABLE", "cache_dir", "disabled", "enabled", "jit", "jitable", "kernel", "numba", "quiet"]
 
 AVAILABLE = not os.environ.get("FPREDUCE_NO_JIT") and importlib.util.find_spec("numba") is not None
 _enabled = AVAILABLE
@@ -89,6 +89,8 @@ def numba() -> Any:
             llb.set_option("fpreduce", "-x86-cmov-converter=false")
         _listen(nb)
         _TUNED.append(True)
+        for fn in _JITABLE:
+            _register(fn)
     return nb
 
 
@@ -135,6 +137,21 @@ def kernel(fn: Callable[..., Any], what: str | None = None, seconds: float = 0.0
     return numba().njit(cache=True, nogil=True, **options)(fn)
 
 
+def jitable(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Let kernels call ``fn`` (numba's ``register_jitable``, inlined where called), once numba is imported;
+    ``fn`` itself is returned unchanged: plain Python when Python calls it, and no numba import here."""
+    _JITABLE.append(fn)
+    if _TUNED:
+        _register(fn)
+    return fn
+
+
+def _register(fn: Callable[..., Any]) -> None:
+    from numba.extending import register_jitable
+
+    register_jitable(inline="always")(fn)
+
+
 def _module_of(fn: Callable[..., Any]) -> str:
     return str(getattr(fn, "__module__", "") or "fpreduce")
 
@@ -174,6 +191,7 @@ _QUIET = [False]
 _DEPTH = [0]  # fpreduce compiles under way (nested: a kernel's callees)
 _GROUPS: dict[Callable[..., Any], tuple[str, float]] = {}
 _ANNOUNCED: set[str] = set()
+_JITABLE: list[Callable[..., Any]] = []
 
 
 def jit(fn: Callable[..., Any], what: str | None = None, seconds: float = 0.0) -> Callable[..., Any] | None:

@@ -65,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from fpreduce.base import jit
+from fpreduce.base import counter, jit
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
 from fpreduce.core import _narrow
@@ -87,9 +87,8 @@ def consts(prm):  # type: ignore[no-untyped-def]
 
 
 def draw(z1, t):  # type: ignore[no-untyped-def]
-    """The 53 random bits of addition ``t`` of the element of seed ``z1`` (``kr.uniform`` times 2**53)."""
-    z = kr.mix(np.uint64(z1) + (np.uint64(t) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15))
-    return np.int64(z >> np.uint64(11))
+    """The 53 random bits of addition ``t`` of the element of seed ``z1`` (``counter.uniform`` times 2**53)."""
+    return np.int64(counter.draw(z1, t) >> np.uint64(11))
 
 
 def slow(s, x, mode, c, U):  # type: ignore[no-untyped-def]

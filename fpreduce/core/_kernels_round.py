@@ -44,11 +44,10 @@ from typing import Any
 
 import numpy as np
 
-from fpreduce.base import jit
+from fpreduce.base import counter, jit
 
 _ABS = 0x7FFFFFFFFFFFFFFF
 _FRAC = (1 << 52) - 1
-_GOLD = 0x9E3779B97F4A7C15
 
 
 def f32_bits(x):  # type: ignore[no-untyped-def]
@@ -71,22 +70,9 @@ def bits_f64(b):  # type: ignore[no-untyped-def]
     return struct.unpack("<d", struct.pack("<q", b))[0]
 
 
-def mix(z):  # type: ignore[no-untyped-def]
-    """The splitmix64 finalizer (Steele, Lea & Flood 2014): a bijection of uint64 with full avalanche."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def element_seed(key, e):  # type: ignore[no-untyped-def]
-    """splitmix64(key + (e + 1) G): the first half of element ``e``'s draws."""
-    return mix(key + (np.uint64(e) + np.uint64(1)) * np.uint64(_GOLD))
-
-
-def uniform(z1, t):  # type: ignore[no-untyped-def]
-    """The uniform number of addition ``t`` of the element of seed ``z1``: 53 bits of splitmix64 over 2**53."""
-    z = mix(np.uint64(z1) + (np.uint64(t) + np.uint64(1)) * np.uint64(_GOLD))
-    return np.float64(z >> np.uint64(11)) * 2.0**-53
+# the generator (fpreduce.base.counter: plain Python, and inlined where a kernel calls it)
+element_seed = counter.draw  # splitmix64(key + (e + 1) G): the first half of element ``e``'s draws
+uniform = counter.uniform  # the uniform of addition ``t`` of the element of seed ``z1``: 53 bits over 2**53
 
 
 def round_bits(s, err, sh, eminb, maxf, big, mode, u):  # type: ignore[no-untyped-def]
@@ -341,9 +327,6 @@ def left_any(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
 
 
 _NAMES = (
-    "mix",
-    "element_seed",
-    "uniform",
     "round_bits",
     "round_bits32",
     "add_round32",
@@ -369,6 +352,7 @@ def plain() -> dict[str, Any]:
     ns = dict(globals())
     for name, fn in _PLAIN.items():
         ns[name] = types.FunctionType(fn.__code__, ns, name)
+    ns["element_seed"], ns["uniform"] = counter.draw, counter.uniform  # (plain Python already)
     return ns
 
 
@@ -423,3 +407,5 @@ def compile_all() -> None:
     for name in _NAMES:  # the row loops are called, the scalar functions inlined into them
         entry = name.startswith(("rows", "left")) and not name.endswith("_m")
         g[name] = numba.njit(cache=True, nogil=True, inline="never" if entry else "always")(g[name])
+    g["element_seed"] = jit.kernel(counter.draw, inline="always")  # (numba functions, as the rest of the module)
+    g["uniform"] = jit.kernel(counter.uniform, inline="always")

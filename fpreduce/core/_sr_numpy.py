@@ -10,23 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from fpreduce.base import counter
 from fpreduce.core._fastpath import _program
 from fpreduce.core.formats import Format
 from fpreduce.plans import Tree
 
 
 def _uniform_numpy(key: np.uint64, e: np.ndarray, t: int) -> np.ndarray:
-    """:func:`_uniform` for an array of elements ``e`` (uint64), in numpy (uint64 products wrap as in numba)."""
-    g = np.uint64(0x9E3779B97F4A7C15)
-
-    def mix(z: np.ndarray) -> np.ndarray:
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-
-    z = mix(key + (e + np.uint64(1)) * g)
-    z = mix(z + np.uint64(t + 1) * g)
-    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    """The uniform of addition ``t`` of elements ``e`` (uint64) under ``key``, in numpy (``fpreduce.base.counter``)."""
+    return counter.uniform_numpy(counter.draw_numpy(key, e), t)
 
 
 def _add_sr_numpy(x: np.ndarray, y: np.ndarray, fa: Format, key: np.uint64, t: int, e: np.ndarray) -> np.ndarray:

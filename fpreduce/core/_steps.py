@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from fpreduce.base import jit
+from fpreduce.base import counter, jit
 from fpreduce.core import _kernels_round as kr
 from fpreduce.core import _tall
 from fpreduce.core._sr_numpy import _add_sr_numpy
@@ -290,20 +290,9 @@ def fold_rows(
     return out
 
 
-def _mix_numpy(z: np.ndarray) -> np.ndarray:
-    """The splitmix64 finalizer over a uint64 array (products wrap, as in the kernel's ``_mix``)."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
 def uniforms(key: int, e: np.ndarray, t: np.ndarray) -> np.ndarray:
     """The kernel's uniform of counter ``t`` of element ``e`` (uint64 arrays that broadcast), in numpy."""
-    g = np.uint64(0x9E3779B97F4A7C15)
-    with np.errstate(over="ignore"):
-        z = _mix_numpy(np.uint64(key) + (e.astype(np.uint64) + np.uint64(1)) * g)
-        z = _mix_numpy(z + (t.astype(np.uint64) + np.uint64(1)) * g)
-    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return counter.uniform_numpy(counter.draw_numpy(np.uint64(key), e), t)
 
 
 def round_with_uniforms(x: np.ndarray, f: Format, u: np.ndarray) -> np.ndarray:

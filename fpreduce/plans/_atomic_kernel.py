@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fpreduce.base import counter
 from fpreduce.base.jit import jit, kernel
 from fpreduce.base.jit import numba as jit_numba
 
@@ -25,9 +26,7 @@ def kernel_width(n: int) -> int:
     return min(1 << 12, max(64, (1 << 14) // max(1, n)))
 
 
-_GOLD = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's constants, as in per_element (numpy)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(counter.GOLD)  # splitmix64's increment (fpreduce.base.counter), as in per_element (numpy)
 _REDRAW = np.uint64(0xD1B54A32D192ED03)
 _M32 = np.uint64(0xFFFFFFFF)
 
@@ -101,17 +100,10 @@ def atomic_kernel(
     return 0
 
 
-def _splitmix(z):  # type: ignore[no-untyped-def]
-    """The splitmix64 finalizer on a uint64 (wraps mod 2^64)."""
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
-
-
 def _seed_block(key, e, w, h, redraws):  # type: ignore[no-untyped-def]
     """``h[j]``: the 64-bit seed of element e + j (splitmix64 of its counter); no redraws yet."""
     for j in range(w):
-        h[j] = _splitmix(np.uint64(e + j + 1) * _GOLD + key)
+        h[j] = counter.mix(np.uint64(e + j + 1) * _GOLD + key)
         redraws[j] = 0
 
 
@@ -124,7 +116,7 @@ def _draw_block(n, ub, sh, gstart, gthr, w, h, hi32, rest, redraws, idx):  # typ
         if g % 2 == 0:  # one 64-bit word: the low half is group g's draw, the high half group g + 1's
             c = np.uint64(g // 2 + 1) * _GOLD
             for j in range(w):
-                z = _splitmix(h[j] + c)
+                z = counter.mix(h[j] + c)
                 hi32[j] = z >> np.uint64(32)
                 rest[j] = (z & _M32) >> sh
         else:
@@ -152,7 +144,7 @@ def _redraw_group(n, ub, sh, k0, k1, thr, w, h, rest, redraws, idx):  # type: ig
             continue
         while True:
             redraws[j] += np.uint64(1)
-            z = _splitmix((h[j] ^ _REDRAW) + redraws[j] * _GOLD)
+            z = counter.mix((h[j] ^ _REDRAW) + redraws[j] * _GOLD)
             x = (z & _M32) >> sh
             for k in range(k0, k1):
                 m = x * np.uint64(n - k)
@@ -219,7 +211,7 @@ def _fold_block(A, perm, c0, w, sigma, velt, acc, out, o0):  # type: ignore[no-u
 
 
 #: The kernel's helpers: module globals replaced by numba functions before numba compiles the kernel.
-_HELPERS = ("_splitmix", "_seed_block", "_draw_block", "_redraw_group", "_shuffle_block", "_or_inputs", "_fold_block")
+_HELPERS = ("_seed_block", "_draw_block", "_redraw_group", "_shuffle_block", "_or_inputs", "_fold_block")
 
 
 def _prefetch(a: np.ndarray, i: int, j: int) -> None:

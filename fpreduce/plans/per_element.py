@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from fpreduce.base import jit
+from fpreduce.base import counter, jit
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.plans import _atomic_kernel as _kernel
 from fpreduce.plans._checks import check_n, check_perm
@@ -34,9 +34,7 @@ __all__ = [
 
 
 _M64 = (1 << 64) - 1
-_GOLD = 0x9E3779B97F4A7C15
-_MIX1 = 0xBF58476D1CE4E5B9
-_MIX2 = 0x94D049BB133111EB
+_GOLD = counter.GOLD  # splitmix64 (fpreduce.base.counter): the state's increment
 _REDRAW = 0xD1B54A32D192ED03  # separates an element's redraw stream from its main one
 _U64 = np.uint64
 _DRAW_BITS = 32  # bits per draw; tests narrow these two (n <= 2^bits) to force the rejection path
@@ -49,29 +47,19 @@ def _order_dtype(n: int) -> np.dtype:
     return np.dtype(f"u{size}")
 
 
-def _mix_int(z: int) -> int:
-    """The splitmix64 finalizer on a Python int (mod 2^64)."""
-    z &= _M64
-    z = ((z ^ (z >> 30)) * _MIX1) & _M64
-    z = ((z ^ (z >> 27)) * _MIX2) & _M64
-    return z ^ (z >> 31)
-
-
 def atomic_key(seed: int) -> int:
     """The 64-bit key of the atomic plan's orders for ``seed`` (any integer >= 0, 64 bits at a time)."""
     s, k = int(seed), 0
     while True:
-        k = _mix_int((k ^ (s & _M64)) + _GOLD)
+        k = counter.mix_int((k ^ (s & _M64)) + _GOLD)
         s >>= 64
         if not s:
             return k
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
-    """The splitmix64 finalizer on a uint64 array (wraps mod 2^64)."""
-    z = (z ^ (z >> _U64(30))) * _U64(_MIX1)
-    z = (z ^ (z >> _U64(27))) * _U64(_MIX2)
-    return z ^ (z >> _U64(31))
+    """The splitmix64 finalizer on a uint64 array (:func:`fpreduce.base.counter.mix_numpy`)."""
+    return counter.mix_numpy(z)
 
 
 def _check_bits(n: int, bits: int) -> None:

@@ -8,8 +8,8 @@ elements keyed by position, a run split over element ranges merges it exactly.
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import NDArray
 
+from fpreduce.base import counter
 from fpreduce.base.jit import enabled as kernels_enabled
 from fpreduce.base.jit import jit
 
@@ -20,13 +20,6 @@ _SIGN_OFF = np.uint64(0x7FFFFFFFFFFFFFFF)
 DIGEST_BITS = 52
 
 
-def _mix(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    """splitmix64's finaliser (Steele, Lea & Flood 2014), elementwise, modulo 2**64."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
 def _digest_kernel(bits, offset, nan_bits):  # type: ignore[no-untyped-def]
     """The compiled twin of :func:`digest`'s numpy code (the same uint64 operations, wrapping)."""
     total = np.uint64(0)
@@ -34,13 +27,7 @@ def _digest_kernel(bits, offset, nan_bits):  # type: ignore[no-untyped-def]
         b = bits[k]
         if (b & _SIGN_OFF) > _INF_BITS:  # a NaN: one pattern for all
             b = nan_bits
-        z = np.uint64(offset + k)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = (z ^ (z >> np.uint64(31))) ^ b
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        total += z ^ (z >> np.uint64(31))
+        total += counter.mix(counter.mix(np.uint64(offset + k)) ^ b)
     return total
 
 
@@ -53,7 +40,7 @@ def digest(y: np.ndarray, offset: int = 0) -> int:
 
     ``bits64`` is the value's float64 bit pattern (every format's values are exact in
     float64; -0.0 and +0.0 differ, every NaN counts as one); ``mix`` is splitmix64's
-    finaliser. ``i`` counts from ``offset`` (the position of ``y[0]`` in the whole
+    finaliser (:mod:`fpreduce.base.counter`). ``i`` counts from ``offset`` (the position of ``y[0]`` in the whole
     vector), so the digests of consecutive slices add up (mod 2**52) to the whole
     vector's: a run split over element ranges merges exactly. Equal results have equal
     digests; results that differ anywhere collide with chance ~2**-52.
@@ -65,5 +52,5 @@ def digest(y: np.ndarray, offset: int = 0) -> int:
         bits = np.where(np.isnan(v), np.float64(np.nan), v).view(np.uint64)
         idx = np.arange(offset, offset + bits.size, dtype=np.uint64)
         with np.errstate(over="ignore"):
-            total = int(np.sum(_mix(_mix(idx) ^ bits), dtype=np.uint64))
+            total = int(np.sum(counter.mix_numpy(counter.mix_numpy(idx) ^ bits), dtype=np.uint64))
     return total & ((1 << DIGEST_BITS) - 1)
