@@ -235,7 +235,7 @@ def decide(c: Case) -> Decision:
     nearest = c.mode is Mode.NEAREST_EVEN and c.n >= 2
     if c.algorithm in ("kahan", "neumaier") and isinstance(p, Plan) and c.compiled and veltkamp and nearest:
         why = (f"{c.algorithm} along one leaf order, nearest even, {fa.name} accumulator",)
-        return Decision(Route.COMPENSATED, why, rerun=Route.NUMPY_COMPENSATED)
+        return Decision(Route.COMPENSATED, why, rerun=Route.BLOCKS)  # (compensated in numpy there)
     return _blocks(c)
 
 
@@ -314,13 +314,21 @@ def _after_rows64_decision(  # type: ignore[no-untyped-def]
         order = np.arange(n, dtype=np.int64) if order.size == 0 else order
         if wk >= 0:
             why = [*why, f"{m} > {CHAIN} columns, a left fold: rows added in place"]
-            return Decision(Route.WIDE_LEFT, tuple(why), wk, Route.ROW_BLOCKS, order=order)
+            rerun = Route.ROW_BLOCKS if _may_refuse(wk, prm) else None
+            return Decision(Route.WIDE_LEFT, tuple(why), wk, rerun, order=order)
     k = kind
     if kind == 3 and narrow and (_narrow.rows_kind(prm) or _narrow.scaled(prm) is not None):
         k = 5
-    rerun = Route.ROW_BLOCKS if k in (1, 5) else None
+    rerun = Route.ROW_BLOCKS if _may_refuse(k, prm) else None
     why = [*why, f"{m} > {CHAIN} columns: rows folded by blocks of columns"]
     return Decision(Route.ROW_BLOCKS, tuple(why), k, rerun, order=order)
+
+
+def _may_refuse(kind: int, prm: np.ndarray) -> bool:
+    """Whether a fast kernel of this kind can refuse a sum (beyond Veltkamp's range, near the top, Inf or NaN)
+    and leave it to a rerun: kinds 1 and 5, but for kind 5 under the processor's rounding mode (``add_hw``
+    answers every sum). Kinds 0 and 2 answer every sum (IEEE's own overflow, the format's clamp)."""
+    return kind == 1 or (kind == 5 and hw.code(5, prm) == 0)
 
 
 def _segmented(c: Case, p: SegmentedPlan) -> Decision | None:
@@ -334,8 +342,8 @@ def _segmented(c: Case, p: SegmentedPlan) -> Decision | None:
         why: tuple[str, ...] = ("segments that are left folds (a ring's reduce-scatter), each folded from X's rows",)
         if segs.rot is not None and c.mode is not Mode.STOCHASTIC:
             why = (*why, f"{c.m} >= {ROT} columns, rotations of one order: row by row")
-            return Decision(Route.RING_ROWS, why, wk, Route.BLOCKS)
-        return Decision(Route.SEGMENT_FOLDS, why, wk, Route.BLOCKS)
+            return Decision(Route.RING_ROWS, why, wk, Route.BLOCKS if _may_refuse(wk, prm) else None)
+        return Decision(Route.SEGMENT_FOLDS, why, wk, Route.BLOCKS if _may_refuse(wk, prm) else None)
     b = np.clip(p.bounds(total) - c.offset, 0, c.m)
     width = np.diff(b)
     if p.chunk_orders is not None or not c.compiled or width[width > 0].min(initial=ROT) < ROT:
