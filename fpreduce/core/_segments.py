@@ -6,11 +6,11 @@ path gathers the segments' columns, each in its leaf order, into a buffer and fo
 that; here every segment is folded straight from X's rows by
 :func:`fpreduce.core._narrow.left_rows` (the rows of segment ``[lo, hi)`` are
 ``X[r][lo:hi]``, contiguous), no gather, no copy, for the accumulators and modes that
-kernel folds; with ``_ROT`` columns or more, and outside stochastic rounding, a ring's
+kernel folds; with ``routes.ROT`` columns or more, and outside stochastic rounding, a ring's
 segments (rotations of one order) fold row by row instead (:mod:`fpreduce.core._rotated`).
 Segments are found once per plan object and column span (:func:`left_segments`).
 :func:`fold_chunks` takes plans whose chunks are other trees (NCCL's double binary tree,
-Horovod's hierarchy): each chunk of ``_ROT`` columns or more by ``_tall.fold_plan`` with
+Horovod's hierarchy): each chunk of ``routes.ROT`` columns or more by ``_tall.fold_plan`` with
 its own tree. Anything else (narrower chunks, a sum beyond the kernel's range, no numba)
 returns None: the engine's path runs, with the same bits.
 """
@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from fpreduce.base import jit
 from fpreduce.core import _narrow, _rotated, _tall, routes
 from fpreduce.core.arith import _Arith, _Loader
 from fpreduce.core.rounding import Mode
 from fpreduce.core.routes import Segments
 from fpreduce.plans import SegmentedPlan, Tree
-
-_ROT = routes.ROT  # columns at least for a ring's segments to fold row by row (_rotated); fewer: segment by segment
 
 
 def is_left_deep(shape: Tree) -> bool:
@@ -69,15 +66,14 @@ def fold_segments(
 def fold_chunks(
     p: SegmentedPlan, A: np.ndarray, load: _Loader, ar: _Arith, offset: int, total: int
 ) -> np.ndarray | None:
-    """Each chunk of ``_ROT`` columns or more folded by the compiled fold of its own tree (NCCL's double binary
-    trees, Horovod's hierarchy: a few wide chunks), on a contiguous copy of its columns; else None.
+    """Each chunk (of ``routes.ROT`` columns or more: the route ``CHUNK_TREES``) folded by the compiled fold of its own
+    tree (NCCL's double binary trees, Horovod's hierarchy: a few wide chunks), on a contiguous copy of its
+    columns; None when a chunk's route refuses its data (the engine's blocks then run).
 
     The chunk of columns ``[lo, hi)`` is elements ``offset + lo ..``: the stochastic draws are the engine's.
     """
     b = np.clip(p.bounds(total) - offset, 0, A.shape[1])
     width = np.diff(b)
-    if p.chunk_orders is not None or not jit.enabled() or width[width > 0].min(initial=_ROT) < _ROT:
-        return None
     out = np.empty(A.shape[1], dtype=ar.dtype)
     flat = np.empty(A.shape[0] * int(width.max()), dtype=A.dtype)  # every chunk copied here: one set of pages
     for c in np.flatnonzero(width):

@@ -343,11 +343,7 @@ def _kind(ar: _Arith) -> tuple[int, np.ndarray]:
 
 def decision(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith) -> routes.Decision | None:
     """The route of the fold of ``A``'s rows along ``root`` (:func:`fpreduce.core.routes.tree_route`), or None."""
-    case = routes.Case(
-        "plain", root if isinstance(root, str) or root is None else None, A.shape[0], A.shape[1], load.fin, ar.fa,
-        ar.mode, A.dtype, A.flags.c_contiguous, load.premul is not None, jit.enabled() and _COMPILED[0] is not None,
-    )  # fmt: skip
-    return routes.tree_route(case, root, A.shape[0], A.shape[1])
+    return routes.tree_route(routes.Case.of("plain", None, A, load), root, A.shape[0], A.shape[1])
 
 
 def fold_plan(

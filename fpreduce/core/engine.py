@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -165,7 +165,7 @@ def reduce(
     if counter and (not load.fits or load.premul is not None):
         A = _srload.load(A, load, int(ar.sr_key()), int(offset))  # values of fa now
         load = _Loader(A, fa, fa, m, rng, ar.dtype)
-    dec = decide(_case(alg, p, A, load, m, int(offset), total))
+    dec = decide(Case.of(alg, p, A, load, int(offset), total))
     if alg == "binned" or alg == "exact":
         load.fits = True  # the exact sum of the input values, rounded once
         load.dtype = np.dtype(np.float64) if fin.precision == 53 else np.dtype(np.float32)
@@ -173,16 +173,6 @@ def reduce(
     else:
         out = _fold_blocks(p, A, load, ar, alg, int(offset), total, dec)
     return _finish(np.asarray(out, dtype=fa.value_dtype), avg == "after", n, fo, ar, counter, int(offset))
-
-
-def _case(
-    alg: Algorithm, p: AnyPlan | str | None, A: np.ndarray, load: _Loader, m: Mode, offset: int, total: int
-) -> Case:
-    """The facts of the route table (:mod:`fpreduce.core.routes`) for the loaded reduction."""
-    return Case(
-        alg, p, A.shape[0], A.shape[1], load.fin, load.fa, m, A.dtype, A.flags.c_contiguous,
-        load.premul is not None, jit.enabled(), offset, total,
-    )  # fmt: skip
 
 
 def explain(X: ArrayLike, plan: AnyPlan | str, **options: object) -> Decision:
@@ -219,12 +209,11 @@ def case_of(
         get_format(output)
     total = _span(offset, A.shape[1], total)
     premul = avg in ("premultiply", "predivide", "ddp")
-    dtype, contiguous = A.dtype, A.flags.c_contiguous
-    fits = fin.precision <= fa.precision and fin.emin >= fa.emin and fin.emax <= fa.emax
-    if m is Mode.STOCHASTIC and alg == "plain" and (not fits or premul):  # loaded by element first: fa's values
-        fin, dtype, contiguous, premul = fa, np.dtype(np.float64), True, False
     n, cols = A.shape
-    return Case(alg, p, n, cols, fin, fa, m, dtype, contiguous, premul, jit.enabled(), int(offset), total)
+    case = Case(alg, p, n, cols, fin, fa, m, A.dtype, A.flags.c_contiguous, premul, jit.enabled(), int(offset), total)
+    if m is Mode.STOCHASTIC and alg == "plain" and (not case.fits or premul):  # loaded by element first: fa's values
+        case = replace(case, fin=fa, dtype=np.dtype(np.float64), contiguous=True, premul=False)
+    return case
 
 
 def _finish(res: np.ndarray, after: bool, n: int, fo: Format, ar: _Arith, counter: bool, offset: int) -> np.ndarray:

@@ -139,6 +139,15 @@ class Case:
     offset: int = 0
     total: int | None = None
 
+    @classmethod
+    def of(cls, algorithm: str, plan, A: np.ndarray, load, offset: int = 0, total: int | None = None) -> Case:  # type: ignore[no-untyped-def]
+        """The facts of ``A`` (n, m) loaded by ``load`` (the engine's loader: its ``fin``, ``fa``, ``mode``,
+        ``premul``)."""
+        n, m = A.shape
+        premul = load.premul is not None
+        return cls(algorithm, plan, n, m, load.fin, load.fa, load.mode, A.dtype, A.flags.c_contiguous, premul,
+                   jit.enabled(), offset, total)  # fmt: skip
+
     @property
     def fits(self) -> bool:
         fin, fa = self.fin, self.fa
@@ -271,10 +280,12 @@ def tree_route(c: Case, root: Tree | str | None, n: int, m: int) -> Decision | N
     why = [f"plain sum, one tree for every element ({shape}), {n} x {m}", f"{fa.name} accumulator, {c.mode.value}"]
     if order is None and n > MAX_OPS and not (pairwise and left):
         return None
+    rest = _fold_route(c, root, n, m, kind, prm, order, left, why)
     if m > WIDTH and kind in (0, 4) and p > 24 and order is not None and c.compiled and _rows64_ok(c, n):
-        rest = _after_rows64(c, root, n, m, kind, order, left, why)
-        return Decision(Route.FP64_ROWS, (*why, f"{c.fin.name} float32 rows into fp64 sums"), kind, rest, None, order)
-    return _after_rows64_decision(c, root, n, m, kind, prm, order, left, why)
+        why = [*why, f"{c.fin.name} float32 rows into fp64 sums"]  # rerun: the rest, when an input needs rounding
+        rerun = Route.BLOCKS if rest is None else rest.route
+        return Decision(Route.FP64_ROWS, tuple(why), kind, rerun, rest, order)
+    return rest
 
 
 def _rows64_ok(c: Case, n: int) -> bool:
@@ -285,14 +296,10 @@ def _rows64_ok(c: Case, n: int) -> bool:
     return c.contiguous and n >= 2 and (fp16 or fin.emin == -126 or fin.precision >= 24)
 
 
-def _after_rows64(c, root, n, m, kind, order, left, why) -> Route:  # type: ignore[no-untyped-def]
-    d = _after_rows64_decision(c, root, n, m, kind, kind_of(c.fa, c.mode)[1], order, left, list(why))
-    return Route.BLOCKS if d is None else d.route
-
-
-def _after_rows64_decision(  # type: ignore[no-untyped-def]
+def _fold_route(  # type: ignore[no-untyped-def]
     c: Case, root, n: int, m: int, kind: int, prm, order, left: bool, why: list[str]
 ) -> Decision | None:
+    """:func:`tree_route` but for the fp64 rows: the kernel by the columns, the tree and the kind."""
     p, pairwise = c.fa.precision, isinstance(root, str)
     if m > WIDTH and ((kind == 2 and p == 11 and order is None) or (kind == 0 and p > 24 and prm[3] == 0)):
         return None  # fp64 nearest even, fp16 in a tree, on wide rows: the engine's numpy fold is as fast
