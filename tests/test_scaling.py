@@ -43,7 +43,7 @@ def test_example_reproduces_eight_and_ten() -> None:
     assert hier[64] > ring[64]
     table = format_table(rows)
     assert table.count("\n") == len(rows) + 1
-    assert rows_as_dicts(rows[:1])[0]["busbw"] is None  # N = 1: no communication
+    assert rows_as_dicts(rows[:1])[0]["busbw"] == float("inf")  # N = 1: no communication
 
 
 @pytest.mark.parametrize(
@@ -113,7 +113,7 @@ def test_a_foreign_directory_is_never_written(tmp_path: Path) -> None:
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
-    with pytest.raises(fr.InvalidArgument, match="holds other files"):
+    with pytest.raises(fr.InvalidArgument, match="not a fpreduce scale study directory"):
         rundir.write_study(foreign, "scale", {"rows": []})
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
     rundir.write_study(tmp_path / "s", "scale", {"rows": [1]})

@@ -89,10 +89,12 @@ def scaling(
         profile: the cluster.
 
     Raises:
-        InvalidArgument: non-positive compute time, negative size, N < 1, an unknown plan.
+        InvalidArgument: non-positive compute time, a negative or infinite size, N < 1, an unknown plan.
     """
     if isinstance(compute, bool) or not isinstance(compute, int | float) or not compute > 0 or math.isinf(compute):
         raise InvalidArgument(f"compute must be a positive number of seconds, got {compute!r}")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int | float) or not 0 <= nbytes < math.inf:
+        raise InvalidArgument(f"bytes (elements x bytes_per_element) must be a finite number >= 0, got {nbytes!r}")
     if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in workers):
         raise InvalidArgument(f"workers must be integers >= 1, got {list(workers)!r}")
     for p in plans:
@@ -188,5 +190,5 @@ def format_table(rows: Sequence[ScaleRow]) -> str:
 
 
 def rows_as_dicts(rows: Sequence[ScaleRow]) -> list[dict[str, Any]]:
-    """JSON-ready rows (infinite bandwidths as None)."""
-    return [{k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in asdict(r).items()} for r in rows]
+    """The rows as dicts (an infinite bandwidth stays ``inf``; :mod:`fpreduce.base.jsonfile` writes null + why)."""
+    return [asdict(r) for r in rows]

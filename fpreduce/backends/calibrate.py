@@ -36,7 +36,7 @@ from fpreduce.backends._common import BackendError, new_workdir, run_group
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.core.timing import Profile, terms
 
-__all__ = ["PLANS", "AlgorithmFit", "Calibration", "calibrate", "fit"]
+__all__ = ["PLANS", "AlgorithmFit", "Calibration", "calibrate", "fit", "is_calibration"]
 
 #: Open MPI algorithm -> the plan whose closed form models its time
 PLANS = {"basic_linear": "linear", "recursive_doubling": "rd", "ring": "ring", "rabenseifner": "rabenseifner"}
@@ -80,7 +80,7 @@ class Calibration:
         """The profile as a ``[cluster]`` table (with the prediction errors as comments)."""
         p = self.profile
         lines = [
-            f"# fpreduce calibrate --backend mpi --np {self.np}: Open MPI over shared memory on one machine",
+            f"{_HEADER} --backend mpi --np {self.np}: Open MPI over shared memory on one machine",
             *(f"# {f.algorithm}: median prediction error {f.error:.1%} (own fit {f.own_error:.1%})" for f in self.fits),
             "[cluster]",
             f"name = {json.dumps(p.name)}",
@@ -88,6 +88,19 @@ class Calibration:
         lines += [f"{k} = {float(getattr(p, k))!r}" for k in ("alpha", "beta", "gamma", "alpha_intra", "beta_intra")]
         lines.append(f"gpus_per_node = {p.gpus_per_node}")
         return "\n".join(lines) + "\n"
+
+
+#: the first line of a profile written by :meth:`Calibration.to_toml`
+_HEADER = "# fpreduce calibrate"
+
+
+def is_calibration(path: Path) -> bool:
+    """Whether ``path`` is a profile written by ``fpreduce calibrate`` (one ``calibrate --out`` may replace)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(_HEADER)) == _HEADER.encode()
+    except OSError:
+        return False
 
 
 def _nnls(A: NDArray[np.float64], y: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fpreduce._version import __version__
+from fpreduce.base import jsonfile
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.cli._progress import Bar
 
@@ -77,13 +77,13 @@ def _run_config(args: argparse.Namespace) -> Config:
     is stored in it): ``fpreduce run --out RUN --resume`` is the whole command.
     """
     from fpreduce.run.config import default_config, load_config, with_steps
-    from fpreduce.run.rundir import CONFIG_TOML, inspect_run_dir
+    from fpreduce.run.rundir import CONFIG_TOML, inspect_run_dir, out_dir
 
     if args.resume and args.force:
         raise InvalidArgument("--resume continues the run in --out and --force replaces it: give one of them")
     path = args.config
     if args.resume and path is None:
-        d = Path(args.out) if args.out else Path("runs") / default_config().experiment.name
+        d = out_dir(args.out, default_config().experiment.name, "experiment.name")
         path = d / CONFIG_TOML
         if not path.is_file():
             inspect_run_dir(d)  # a foreign directory says so
@@ -99,7 +99,7 @@ def _run_config(args: argparse.Namespace) -> Config:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from fpreduce.run.rundir import SUMMARY_JSON, lock
+    from fpreduce.run.rundir import SUMMARY_JSON, lock, out_dir
     from fpreduce.run.runner import run_experiment
 
     cfg = _run_config(args)
@@ -126,7 +126,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         dr = DistributedRun(cfg)
         runner, root = dr.run, dr.root  # type: ignore[assignment]
     e = cfg.experiment
-    out = Path(args.out) if args.out else Path("runs") / e.name
+    out = out_dir(args.out, e.name, "experiment.name")
     if root and not args.json:
         print(
             f"fpreduce {__version__}: experiment {e.name!r}: {len(cfg.arms)} arms, {e.workers} workers, "
@@ -158,7 +158,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         files = [] if args.no_report else _artifacts(out)
     written = [out / n for n in ("config.toml", "metrics.csv", "summary.json")] + files
     if args.json:
-        print(json.dumps({"run": str(out), "summary": res.summary, "files": [str(p) for p in written]}))
+        print(jsonfile.dumps({"run": str(out), "summary": res.summary, "files": [str(p) for p in written]}))
     else:
         print(f"wrote {out}/config.toml, metrics.csv, summary.json" + "".join(f", {p.relative_to(out)}" for p in files))
     return 0

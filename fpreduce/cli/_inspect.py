@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fpreduce.base import jsonfile
 from fpreduce.base.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     with lock(d, shared=True):
         res = load_run(d)
     if args.json:
-        print(json.dumps(res.summary))
+        print(jsonfile.dumps(res.summary))
         return 0
     e = res.summary
     done, steps = e.get("steps_done"), e.get("steps")
@@ -80,7 +80,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise InvalidArgument(f"{ra} and {rb} have no arm in common")
     same = all(r["identical"] for r in doc["arms"])
     if args.json:
-        print(json.dumps({**doc, "identical": same}))
+        print(jsonfile.dumps({**doc, "identical": same}))
         return 0 if same else 1
     print(f"{'arm':<14} {'steps':>5}  {'bits':<10} {'first differing step':>20} {'steps differing':>16}")
     for r in doc["arms"]:
@@ -119,7 +119,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
             for f in FORMATS.values()
         ]
         if args.json:
-            print(json.dumps(rows))
+            print(jsonfile.dumps(rows))
             return 0
         print(f"{'name':<10} {'bits':>4} {'p':>3} {'e':>3} {'u':>10} {'max':>10} {'min normal':>11}  also written")
         for r in rows:
@@ -132,7 +132,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print("numpy, ml_dtypes and torch dtypes are accepted too (np.float16, ml_dtypes.bfloat16, torch.bfloat16)")
         return 0
     if args.json:
-        print(json.dumps(DESCRIPTIONS))
+        print(jsonfile.dumps(DESCRIPTIONS))
         return 0
     for text in DESCRIPTIONS.values():
         syntax, _, what = text.partition(": ")

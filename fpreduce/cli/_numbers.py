@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import zipfile
 from typing import Any
 
 import numpy as np
 
+from fpreduce.base import jsonfile
 from fpreduce.base.errors import InvalidArgument
 
 
@@ -120,7 +120,7 @@ def _cmd_sum(args: argparse.Namespace) -> int:
             "counts": [int(c) for c in oc.counts],
         }
     if args.json:
-        print(json.dumps(doc))
+        print(jsonfile.dumps(doc))
     else:
         print(_sum_text(doc))
         if oc is not None:
@@ -171,7 +171,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         from dataclasses import asdict
 
-        print(json.dumps({**asdict(r), "ok": r.ok}))
+        print(jsonfile.dumps({**asdict(r), "ok": r.ok}))
     else:
         print(r.summary())
     return 0 if r.ok else 1

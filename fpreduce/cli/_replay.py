@@ -4,9 +4,10 @@ then the A/B analysis of its real gradients into a run directory with a per-para
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
+
+from fpreduce.base import jsonfile
 
 
 def _say(text: str, quiet: bool) -> None:
@@ -45,7 +46,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from fpreduce.backends.replay import VARIANTS, layer_rows, open_recording, replay, run_config
     from fpreduce.report import layers, plots, report
     from fpreduce.run.config import from_dict
-    from fpreduce.run.rundir import lock, write_replay
+    from fpreduce.run.rundir import claim, out_dir, write_replay
     from fpreduce.run.runner import run_experiment
 
     rec = open_recording(args.recording)
@@ -54,18 +55,18 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     quiet = args.json
     for line in _step_lines(res):
         _say(line, quiet)
-    out = Path(args.out) if args.out else Path("runs") / cfg.experiment.name
+    out = out_dir(args.out, cfg.experiment.name, "experiment.name")
     _say(f"A/B analysis of the recorded gradients ({len(cfg.arms)} arms) -> {out}", quiet)
-    results = run_experiment(cfg, out, force=args.force)
-    rows = layer_rows(rec, args.plan, seed=args.seed)
-    write_replay(out, {**res, "variants": VARIANTS, "rows": rows})
     files: list[Path] = []
-    if not args.no_report:
-        with lock(out, shared=True):
+    with claim(out, "run", force=args.force):  # one process's run, replay.json and report: two replays never mix
+        results = run_experiment(cfg, out, force=args.force)
+        rows = layer_rows(rec, args.plan, seed=args.seed)
+        write_replay(out, {**res, "variants": VARIANTS, "rows": rows})
+        if not args.no_report:
             files = [p for p in [*plots.plot_run(out), *layers.plot_layers(out)] if p.suffix == ".png"]
             files.append(report.write_report(out))
     if args.json:
-        print(json.dumps({**res, "run": str(out), "variants": VARIANTS, "layers": rows}, allow_nan=False))
+        print(jsonfile.dumps({**res, "run": str(out), "variants": VARIANTS, "layers": rows}))
     else:
         from fpreduce.report.tables import summary_table
 

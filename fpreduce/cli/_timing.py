@@ -3,37 +3,52 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import contextlib
+
+from fpreduce.base import jsonfile
+from fpreduce.base.errors import InvalidArgument
+
+
+def _int(text: str, option: str) -> int:
+    """``text`` as an integer; a one-line error naming ``option`` otherwise."""
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidArgument(f"{option}: {text.strip()!r} is not an integer") from None
 
 
 def _cmd_scale(args: argparse.Namespace) -> int:
-    import json
     from dataclasses import asdict
 
     from fpreduce.analysis.scaling import ScaleConfig, format_table, load_scale_config, rows_as_dicts, scaling
     from fpreduce.run import rundir
 
     cfg = load_scale_config(args.config) if args.config else ScaleConfig()
-    rows = scaling(cfg.workers, cfg.plans, compute=cfg.compute, nbytes=cfg.nbytes, profile=cfg.profile)
-    doc = {"name": cfg.name, "compute_s": cfg.compute, "nbytes": cfg.nbytes, "profile": asdict(cfg.profile)}
-    doc["rows"] = rows_as_dicts(rows)
-    print(json.dumps(doc) if args.json else format_table(rows))
-    if not args.no_report:
-        from fpreduce.report.scaling import write_scale_report
+    out = rundir.out_dir(args.out, cfg.name, "scale.name")
+    with contextlib.nullcontext() if args.no_report else rundir.claim(out, "scale", force=args.force):
+        rows = scaling(cfg.workers, cfg.plans, compute=cfg.compute, nbytes=cfg.nbytes, profile=cfg.profile)
+        doc = {"name": cfg.name, "compute_s": cfg.compute, "nbytes": cfg.nbytes, "profile": asdict(cfg.profile)}
+        doc["rows"] = rows_as_dicts(rows)
+        if not args.no_report:
+            from fpreduce.report.scaling import write_scale_report
 
-        out = Path(args.out) if args.out else Path("runs") / cfg.name
-        files = [rundir.write_study(out, "scale", doc), *write_scale_report(out)]
-        if not args.json:
+            files = [rundir.write_study(out, "scale", doc), *write_scale_report(out)]
+        print(jsonfile.dumps(doc) if args.json else format_table(rows))
+        if not (args.no_report or args.json):
             print("wrote " + ", ".join(str(f) for f in files if f.suffix != ".pdf" or f.name == "report.pdf"))
     return 0
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from fpreduce.backends.calibrate import PLANS, calibrate
-    from fpreduce.run.rundir import atomic_write
+    from fpreduce.backends.calibrate import PLANS, calibrate, is_calibration
+    from fpreduce.run.rundir import atomic_write, file_target
 
     algorithms = tuple(a.strip() for a in args.algorithms.split(",")) if args.algorithms else tuple(PLANS)
-    sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else tuple(4**k for k in range(12))
+    sizes = tuple(_int(s, "--sizes") for s in args.sizes.split(",")) if args.sizes else tuple(4**k for k in range(12))
+    if args.reps < 1:
+        raise InvalidArgument(f"--reps must be >= 1, got {args.reps}")
+    if args.out:  # before the minutes of timing
+        file_target(args.out, "calibration", "--out", is_calibration, "cluster.toml")
     cal = calibrate(args.np, algorithms=algorithms, sizes=sizes, reps=args.reps)
     for f in cal.fits:
         print(
@@ -42,7 +57,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         )
     text = cal.to_toml()
     if args.out:
-        atomic_write(Path(args.out), text)
+        atomic_write(file_target(args.out, "calibration", "--out", is_calibration, "cluster.toml"), text)
         print(f"wrote {args.out}")
     else:
         print(text, end="")
@@ -50,27 +65,28 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_price(args: argparse.Namespace) -> int:
-    import json
 
+    from fpreduce.run import rundir
     from fpreduce.run.price import PriceConfig, load_price_config, price, save_price
 
     cfg = load_price_config(args.config) if args.config else PriceConfig()
-    out = Path(args.out) if args.out else Path("runs") / cfg.spec.name
-    doc = save_price(out, cfg, *price(cfg))
-    from fpreduce.report.price import findings, table, write_price_report
+    out = rundir.out_dir(args.out, cfg.spec.name, "price.name")
+    with rundir.claim(out, "price", force=args.force):
+        doc = save_price(out, cfg, *price(cfg))
+        from fpreduce.report.price import findings, table, write_price_report
 
-    if args.json:
-        print(json.dumps({"name": cfg.spec.name, "target_loss": doc["target_loss"], "rows": doc["rows"]}))
-    else:
-        print(table(doc["rows"]))
-        print("\n".join(findings(doc["rows"], doc["target_loss"])))
-    if not args.no_report:
-        files = write_price_report(out)
-        if not args.json:
-            print(
-                f"wrote {out / 'price.json'}, "
-                + ", ".join(str(f) for f in files if f.suffix == ".png" or f.name == "report.pdf")
-            )
+        if args.json:
+            print(jsonfile.dumps({"name": cfg.spec.name, "target_loss": doc["target_loss"], "rows": doc["rows"]}))
+        else:
+            print(table(doc["rows"]))
+            print("\n".join(findings(doc["rows"], doc["target_loss"])))
+        if not args.no_report:
+            files = write_price_report(out)
+            if not args.json:
+                print(
+                    f"wrote {out / 'price.json'}, "
+                    + ", ".join(str(f) for f in files if f.suffix == ".png" or f.name == "report.pdf")
+                )
     return 0
 
 
@@ -81,12 +97,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     sc.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     sc.add_argument("--out", default=None, help="directory for scale.json, figures and report.pdf (runs/<name>)")
     sc.add_argument("--no-report", action="store_true", help="print only; write no files")
+    sc.add_argument("--force", action="store_true", help="replace a scale study already in --out")
     sc.set_defaults(func=_cmd_scale)
     pr = sub.add_parser("price", help="the price of determinism: sync vs arrival-order vs async training on one clock")
     pr.add_argument("config", nargs="?", default=None, help="TOML with [price], [source], [compute], [cluster]")
     pr.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     pr.add_argument("--out", default=None, help="directory for price.json, figures and report.pdf (runs/<name>)")
     pr.add_argument("--no-report", action="store_true", help="write price.json only: no figures, no PDF")
+    pr.add_argument("--force", action="store_true", help="replace a price study already in --out")
     pr.set_defaults(func=_cmd_price)
     ca = sub.add_parser("calibrate", help="time Open MPI's allreduce algorithms and fit alpha, beta, gamma")
     ca.add_argument("--backend", choices=("mpi",), default="mpi", help="only mpi: Open MPI through mpirun")
@@ -94,5 +112,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     ca.add_argument("--algorithms", default=None, help="comma-separated: ring,recursive_doubling,rabenseifner,...")
     ca.add_argument("--sizes", default=None, help="comma-separated element counts (default 1, 4, ..., 4^11)")
     ca.add_argument("--reps", type=int, default=5, help="timed repetitions per size (median)")
-    ca.add_argument("--out", default=None, help="write the [cluster] profile here (TOML)")
+    ca.add_argument(
+        "--out",
+        default=None,
+        help="write the [cluster] profile here (TOML; its directory must exist; replaces only an earlier calibration)",
+    )
     ca.set_defaults(func=_cmd_calibrate)

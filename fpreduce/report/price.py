@@ -35,6 +35,11 @@ def _reach(r: Row) -> str:
 def findings(rows: Sequence[Row], target: float) -> list[str]:
     """Sentences comparing each mode with the reference (the first row), computed from the rows."""
     ref, out = rows[0], []
+    if not math.isfinite(target):
+        out.append(
+            f"{ref['mode']} (the reference) ends with loss {ref['final_loss']:.3g}: training diverged, so there is "
+            "no target loss to reach (lower source.lr, or give price.target_loss)."
+        )
     out.append(
         f"{ref['mode']} (the reference) takes {ref['step_s'] * 1e3:.1f} ms per step and reaches loss {target:.3g} "
         f"after {_secs(ref['time_to_target_s'])}; relaunched with other timings it gives "

@@ -8,7 +8,9 @@
   same directory stops with a one-line error instead of mixing its files with the
   first's; ``plot`` and ``report`` hold it shared while they read a run and write into
   it. The kernel releases it when its process dies, so a killed run never leaves a
-  stale lock behind (``--resume`` works at once).
+  stale lock behind (``--resume`` works at once). A process takes it once: inside a
+  command that holds it, every writer's own ``DirLock`` of that directory is a no-op
+  (:func:`held`), so a command can hold it across all of its writes.
 * :func:`remove_leftovers`: the temporary files a killed writer left; :func:`entries`
   and :func:`check_only`: what a directory holds, and a refusal if it is not ours.
 * :func:`read_csv`: the one CSV parser; :func:`check_report_target`: a report never
@@ -45,6 +47,8 @@ __all__ = [
     "check_report_target",
     "clear_figures",
     "entries",
+    "file_target",
+    "held",
     "is_report",
     "named",
     "read_csv",
@@ -60,6 +64,8 @@ T = TypeVar("T")
 _TMP_SUFFIX = ".tmp"
 # errors that mean "this file system cannot lock": then the directory is used unlocked
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+#: the directories whose lock this process holds (their real paths), and how many DirLocks hold each
+_HELD: dict[str, int] = {}
 
 
 def named(e: OSError, path: Path) -> OSError:
@@ -78,7 +84,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     """
     raw = data.encode() if isinstance(data, str) else data
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
     except OSError as e:
         raise named(e, path) from None
@@ -92,6 +98,22 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def make_dirs(d: Path) -> bool:
+    """Create directory ``d`` and its missing parents; whether it was created.
+
+    Raises:
+        OSError: as :meth:`Path.mkdir` (naming ``d``), and for a path too deep to create
+            (``--out`` thousands of directories deep: Python's recursion limit).
+    """
+    if d.is_dir():
+        return False
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except RecursionError:
+        raise OSError(errno.ENAMETOOLONG, "too many missing parent directories to create", str(d)) from None
+    return True
 
 
 def _write(fd: int, raw: bytes) -> None:
@@ -171,18 +193,34 @@ def is_report(path: Path) -> bool:
     return data.startswith(b"%PDF-") and b"/Creator (fpreduce " in data
 
 
-def check_report_target(path: str | Path) -> Path:
-    """``path`` as a Path, if a report may be written there: a new file or an earlier fpreduce report.
+def held(d: Path) -> bool:
+    """Whether this process holds ``d``'s lock (a :class:`DirLock` of it is open)."""
+    return os.path.realpath(d) in _HELD
+
+
+def file_target(path: str | Path, what: str, option: str, ours: Callable[[Path], bool], example: str) -> Path:
+    """``path`` as a Path, if a command may write its one ``what`` file there (``report -o``, ``calibrate --out``).
+
+    Its directory must exist (a file output never creates directories) and the file be new
+    or an earlier fpreduce ``what`` (``ours(path)``), which it replaces.
 
     Raises:
-        InvalidArgument: ``path`` is a directory, or a file that is not a fpreduce report.
+        InvalidArgument: ``path`` is a directory, in a missing directory, or a file that is not ours.
     """
     p = Path(path)
     if p.is_dir():
-        raise InvalidArgument(f"{p} is a directory; give the report a file name, e.g. {p / REPORT_PDF}")
-    if p.exists() and not is_report(p):
-        raise InvalidArgument(f"{p} exists and is not a fpreduce report; not overwriting it (choose another -o)")
+        raise InvalidArgument(f"{p} is a directory; give the {what} a file name, e.g. {p / example}")
+    if not p.parent.is_dir():
+        raise InvalidArgument(f"{p.parent} is not a directory: create it first, or choose another {option}")
+    if p.exists() and not ours(p):
+        raise InvalidArgument(f"{p} exists and is not a fpreduce {what}; not overwriting it (choose another {option})")
     return p
+
+
+def check_report_target(path: str | Path) -> Path:
+    """``path`` as a Path, if a report may be written there: a new file or an earlier fpreduce report
+    in an existing directory (:func:`file_target`)."""
+    return file_target(path, "report", "-o", is_report, REPORT_PDF)
 
 
 def require(path: Path, what: str) -> None:
@@ -232,22 +270,29 @@ class DirLock:
     Exclusive by default (a run); ``shared=True`` for readers that write beside the
     run's files (figures, report). Never waits: a lock held by another process is an
     InvalidArgument saying so. A shared lock on a directory where the lock file cannot
-    be created (read-only) is skipped: nobody can be writing there either.
+    be created (read-only) is skipped: nobody can be writing there either. Inside a
+    DirLock of the same directory in this process (either kind) it is a no-op: the
+    outer one holds the directory.
     """
 
     def __init__(self, d: Path, *, shared: bool = False) -> None:
         self.dir, self.shared = Path(d), shared
         self._fd: int | None = None
+        self._key: str | None = None
         self.created = False  #: the directory did not exist before (so a failed start may remove it)
 
     def __enter__(self) -> DirLock:
-        d = self.dir
+        d, key = self.dir, os.path.realpath(self.dir)
+        if key in _HELD:  # this process holds it already
+            _HELD[key] += 1
+            self._key = key
+            return self
         if self.shared and not d.is_dir():
             return self  # nothing to read: the reader's own error says so
         try:
-            if not d.exists():
-                d.mkdir(parents=True)
-                self.created = True
+            if d.exists() and not d.is_dir():
+                raise OSError(errno.ENOTDIR, "exists and is not a directory")
+            self.created = make_dirs(d)
             fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
             if self.shared and e.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
@@ -270,10 +315,16 @@ class DirLock:
         if not self.shared:  # who holds it, for the message of the next one
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
+        self._fd, self._key = fd, key
+        _HELD[key] = 1
         return self
 
     def __exit__(self, typ: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        if self._key is not None:
+            _HELD[self._key] -= 1
+            if not _HELD[self._key]:
+                del _HELD[self._key]
+            self._key = None
         if self._fd is None:
             return
         if typ is not None and self.created and [p.name for p in self.dir.iterdir()] == [LOCK_FILE]:
@@ -289,7 +340,7 @@ def check_free(d: Path) -> None:
     Lets a run about to start say "in use" rather than judge a directory another run is changing.
     """
     path = d / LOCK_FILE
-    if fcntl is None or not path.is_file():
+    if fcntl is None or not path.is_file() or held(d):
         return
     try:
         fd = os.open(path, os.O_RDONLY)

@@ -1,6 +1,7 @@
 """Documents beside a run's own files: ``real.csv`` (``--backend mpi``), ``replay.json``
-(``fpreduce replay``: the recorded all-reduce's emulation and the per-parameter table) and the study
-directories of ``fpreduce price`` and ``fpreduce scale`` (one JSON document each).
+(``fpreduce replay``: the recorded all-reduce's emulation and the per-parameter table) and the reader
+of the study directories of ``fpreduce price`` and ``fpreduce scale`` (one JSON document each,
+written by :func:`fpreduce.run.rundir.write_study`).
 
 Part of :mod:`fpreduce.run.rundir`, which re-exports these names: the only reader and
 writer of what fpreduce leaves on disk.
@@ -10,14 +11,14 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fpreduce.base import jsonfile
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.run import _files
-from fpreduce.run._files import atomic_write
+from fpreduce.run._files import DirLock, atomic_write
 
 __all__ = [
     "REAL_COLUMNS",
@@ -29,7 +30,6 @@ __all__ = [
     "read_study",
     "write_real",
     "write_replay",
-    "write_study",
 ]
 
 REAL_CSV = "real.csv"
@@ -37,26 +37,6 @@ REAL_COLUMNS = ("step", "arm", "real_agree", "ranks_agree")
 
 REPLAY_JSON = "replay.json"
 STUDIES = ("price", "scale")  # studies without steps or arms: one JSON document each
-
-
-def write_study(out_dir: Path, kind: str, doc: dict[str, Any]) -> Path:
-    """Write a study's document ``<kind>.json`` (``price``: fpreduce price, ``scale``: fpreduce scale).
-
-    A study directory is missing, empty or a study of that kind (rewritten: the same config
-    gives the same document); a directory holding anything else is refused.
-    """
-    if kind not in STUDIES:
-        raise InvalidArgument(f"unknown study kind {kind!r} (choices: {', '.join(STUDIES)})")
-    mine = {f"{kind}.json", "figures", "report.pdf", ".DS_Store", "Thumbs.db", "desktop.ini"}
-    if (
-        out_dir.is_dir()
-        and not (out_dir / f"{kind}.json").is_file()
-        and any(p.name not in mine for p in out_dir.iterdir())
-    ):
-        raise InvalidArgument(f"{out_dir} holds other files and no {kind}.json: choose another --out")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(out_dir / f"{kind}.json", json.dumps(doc, indent=1, allow_nan=False) + "\n")
-    return out_dir / f"{kind}.json"
 
 
 def read_study(study_dir: str | Path, kind: str) -> dict[str, Any]:
@@ -73,8 +53,8 @@ def read_study(study_dir: str | Path, kind: str) -> dict[str, Any]:
 def _read_rows_doc(path: Path, what: str) -> dict[str, Any]:
     """A JSON object with a list ``rows``; InvalidArgument naming ``path`` and ``what`` otherwise."""
     try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        doc = jsonfile.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
         raise InvalidArgument(f"{path}: not a readable {what} ({e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
         raise InvalidArgument(f"{path}: not a {what} (an object with 'rows' expected)")
@@ -88,7 +68,8 @@ def write_real(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
     w.writerow(REAL_COLUMNS)
     for r in rows:
         w.writerow([r["step"], r["arm"], repr(float(r["real_agree"])), repr(float(r["ranks_agree"]))])
-    atomic_write(run_dir / REAL_CSV, buf.getvalue())
+    with DirLock(run_dir):  # the run's (a no-op), or its own
+        atomic_write(run_dir / REAL_CSV, buf.getvalue())
 
 
 def read_real(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -111,10 +92,13 @@ def read_real(run_dir: str | Path) -> list[dict[str, Any]]:
 
 def write_replay(run_dir: Path, doc: dict[str, Any]) -> Path:
     """Write ``RUN/replay.json``: a replay's document (``rows``: one per parameter; see
-    :mod:`fpreduce.backends.replay`) beside the run of the recording's gradients."""
+    :mod:`fpreduce.backends.replay`) beside the run of the recording's gradients, under the
+    run directory's lock (held by ``fpreduce replay`` across the run and this document, so two
+    replays into one directory never mix)."""
     if not isinstance(doc.get("rows"), list):
         raise InvalidArgument("a replay document needs 'rows' (one per parameter)")
-    atomic_write(run_dir / REPLAY_JSON, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    with DirLock(run_dir):
+        atomic_write(run_dir / REPLAY_JSON, jsonfile.dumps(doc, indent=1) + "\n")
     return run_dir / REPLAY_JSON
 
 

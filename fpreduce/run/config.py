@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import tomllib
-import unicodedata
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -25,6 +24,7 @@ from fpreduce.core.options import ALGORITHMS, AVERAGES
 from fpreduce.core.rounding import MODES
 from fpreduce.plans import parse
 from fpreduce.run._tables import build
+from fpreduce.run.rundir import check_name
 from fpreduce.run.sources import SourceSpec, file_shape, spec_from_dict
 
 __all__ = [
@@ -86,34 +86,6 @@ class OrderPolicy:
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.plan}" if self.plan else self.kind
-
-
-def check_name(key: str, name: object) -> None:
-    """Refuse a name that is not a plain name (InvalidArgument naming ``key``).
-
-    A name is used as a directory (``runs/<experiment.name>``) and printed in tables,
-    CSV rows and legends: it must be a non-empty string of at most 100 characters,
-    not ``.`` or ``..``, without a path separator (``/``, ``\\``) or a control,
-    format or line-separator character (Unicode categories Cc, Cf, Zl, Zp).
-    """
-    if not isinstance(name, str):
-        why = "not a string"
-    elif not name:
-        why = "empty"
-    elif name.strip() in (".", ".."):
-        why = "a directory reference"
-    elif len(name) > 100:
-        why = f"{len(name)} characters long (at most 100)"
-    elif (c := next((c for c in name if c in "/\\" or unicodedata.category(c) in _NOT_IN_NAMES), None)) is not None:
-        why = f"it contains {c!r}"
-    else:
-        return
-    raise InvalidArgument(
-        f"{key} must be a plain name (no path separator, control character, '.' or '..'), got {name!r}: {why}"
-    )
-
-
-_NOT_IN_NAMES = ("Cc", "Cf", "Zl", "Zp", "Cs")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ Every key is optional (``examples/price.toml``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,7 +184,7 @@ def price(cfg: PriceConfig) -> tuple[list[PriceRow], dict[str, Trace]]:
                 _first_below(tr, target),
                 tr.loss[-1],
                 _bits_differ(tr.params, ref.params),
-                float(np.linalg.norm(w - w_ref)) / max(float(np.linalg.norm(w_ref)), 1e-300),
+                _distance(w, w_ref),
                 _bits_differ(tr.params, reruns[m].params),
                 float(np.mean(tr.staleness)) if tr.staleness else 0.0,
                 int(max(tr.staleness, default=0)),
@@ -194,13 +193,15 @@ def price(cfg: PriceConfig) -> tuple[list[PriceRow], dict[str, Trace]]:
     return rows, traces
 
 
+def _distance(w: np.ndarray, w_ref: np.ndarray) -> float:
+    """||w - w_ref|| / ||w_ref||; NaN when a run diverged (weights not finite), said by the report."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return float(np.linalg.norm(w - w_ref)) / max(float(np.linalg.norm(w_ref)), 1e-300)
+
+
 def target_of(cfg: PriceConfig, traces: dict[str, Trace]) -> float:
     """The target loss used: the config's, else 1.2 x the reference mode's final loss."""
     return cfg.spec.target_loss or 1.2 * traces[cfg.spec.modes[0]].loss[-1]
-
-
-def _plain(v: object) -> object:
-    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 def save_price(out: Path, cfg: PriceConfig, rows: list[PriceRow], traces: dict[str, Trace]) -> dict[str, Any]:
@@ -214,7 +215,7 @@ def save_price(out: Path, cfg: PriceConfig, rows: list[PriceRow], traces: dict[s
             "cluster": asdict(cfg.profile),
         },
         "target_loss": target_of(cfg, traces),
-        "rows": [{k: _plain(v) for k, v in asdict(r).items()} for r in rows],
+        "rows": [asdict(r) for r in rows],
         "traces": {m: {"time": tr.time, "loss": tr.loss, "staleness": tr.staleness} for m, tr in traces.items()},
     }
     rundir.write_study(out, "price", doc)

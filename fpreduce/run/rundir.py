@@ -18,22 +18,32 @@ InvalidArgument naming the file and line.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
-import json
+import unicodedata
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 from numpy.typing import NDArray
 
+from fpreduce.base import jsonfile
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.formats import get_format
 from fpreduce.run import _files
-from fpreduce.run._files import FIGURES_DIR, REPORT_PDF, DirLock, atomic_write, check_report_target, is_report
+from fpreduce.run._files import (
+    FIGURES_DIR,
+    REPORT_PDF,
+    DirLock,
+    atomic_write,
+    check_report_target,
+    file_target,
+    is_report,
+)
 from fpreduce.run._studies import (
     REAL_COLUMNS,
     REAL_CSV,
@@ -44,7 +54,6 @@ from fpreduce.run._studies import (
     read_study,
     write_real,
     write_replay,
-    write_study,
 )
 
 __all__ = [
@@ -64,17 +73,23 @@ __all__ = [
     "SWEEP_COLUMNS",
     "SWEEP_MEASURES",
     "DirState",
+    "Kind",
     "Results",
     "atomic_write",
+    "check_name",
     "check_report_target",
+    "claim",
     "clear_run",
     "clear_sweep",
+    "file_target",
+    "holds",
     "inspect_run_dir",
     "inspect_sweep_dir",
     "is_report",
     "is_sweep_dir",
     "load_run",
     "lock",
+    "out_dir",
     "point_dir",
     "point_dirs",
     "read_config",
@@ -162,9 +177,15 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
+def _write(d: Path, name: str, data: str | bytes) -> None:
+    """``atomic_write(d / name)`` under ``d``'s lock: the command's (:func:`claim`, :func:`lock`), or its own."""
+    with lock(d):
+        atomic_write(d / name, data)
+
+
 def write_config(run_dir: Path, text: str) -> None:
     """Write the resolved ``config.toml`` (``fpreduce.run.config.to_toml``)."""
-    atomic_write(run_dir / CONFIG_TOML, text)
+    _write(run_dir, CONFIG_TOML, text)
 
 
 def write_metrics(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
@@ -174,25 +195,120 @@ def write_metrics(run_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
     w.writerow(COLUMNS)
     for r in rows:
         w.writerow([_fmt(r.get(c, float("nan"))) for c in COLUMNS])
-    atomic_write(run_dir / METRICS_CSV, buf.getvalue())
+    _write(run_dir, METRICS_CSV, buf.getvalue())
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    """Write ``summary.json`` (indented by 2, a final newline)."""
-    atomic_write(run_dir / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
+    """Write ``summary.json`` (indented by 2, a final newline; standard JSON: :mod:`fpreduce.base.jsonfile`)."""
+    _write(run_dir, SUMMARY_JSON, jsonfile.dumps(summary, indent=2) + "\n")
 
 
 def write_state(run_dir: Path, arrays: dict[str, NDArray[Any]]) -> None:
     """Write ``state.npz``, the resume checkpoint (its arrays: :mod:`fpreduce.run.resume`)."""
     buf = io.BytesIO()
     np.savez(buf, **arrays)  # type: ignore[arg-type]
-    atomic_write(run_dir / STATE_NPZ, buf.getvalue())
+    _write(run_dir, STATE_NPZ, buf.getvalue())
 
 
-# ----------------------------------------------------------------------------- the directory
+# ----------------------------------------------------------------------------- the directory a command writes
 
 #: everything a run writes into its directory (a directory holding anything else is not a run's)
 RUN_FILES = (CONFIG_TOML, METRICS_CSV, SUMMARY_JSON, STATE_NPZ, REAL_CSV, REPLAY_JSON, REPORT_PDF, FIGURES_DIR)
+#: what a command leaves in its directory: a run (run, replay), a sweep, a study (price, scale)
+Kind = Literal["run", "sweep", "price", "scale"]
+#: per kind: the names its directory may hold, and those of which one says a directory is of that kind
+KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "run": (RUN_FILES, (CONFIG_TOML, SUMMARY_JSON)),
+    "sweep": ((SWEEP_CSV, POINTS_DIR, REPORT_PDF, FIGURES_DIR), (SWEEP_CSV, POINTS_DIR)),
+    **{k: ((f"{k}.json", REPORT_PDF, FIGURES_DIR), (f"{k}.json",)) for k in STUDIES},
+}
+#: a kind in words
+WHAT = {"run": "run", "sweep": "sweep", "price": "price study", "scale": "scale study"}
+assert set(KINDS) == set(WHAT) == set(get_args(Kind))
+
+
+def check_name(key: str, name: object) -> None:
+    """Refuse a name that is not a plain name (InvalidArgument naming ``key``).
+
+    A name is used as a directory (``runs/<name>``: :func:`out_dir`) and printed in tables,
+    CSV rows and legends: it must be a non-empty string of at most 100 characters,
+    not ``.`` or ``..``, without a path separator (``/``, ``\\``) or a control,
+    format or line-separator character (Unicode categories Cc, Cf, Zl, Zp).
+    """
+    if not isinstance(name, str):
+        why = "not a string"
+    elif not name:
+        why = "empty"
+    elif name.strip() in (".", ".."):
+        why = "a directory reference"
+    elif len(name) > 100:
+        why = f"{len(name)} characters long (at most 100)"
+    elif (c := next((c for c in name if c in "/\\" or unicodedata.category(c) in _NOT_IN_NAMES), None)) is not None:
+        why = f"it contains {c!r}"
+    else:
+        return
+    raise InvalidArgument(
+        f"{key} must be a plain name (no path separator, control character, '.' or '..'), got {name!r}: {why}"
+    )
+
+
+_NOT_IN_NAMES = ("Cc", "Cf", "Zl", "Zp", "Cs")
+
+
+def out_dir(out: str | Path | None, name: object, key: str) -> Path:
+    """The directory a command writes: ``--out`` as given, else ``runs/<name>``.
+
+    Raises:
+        InvalidArgument: ``name`` (the config's ``key``) is not a plain name (:func:`check_name`).
+    """
+    check_name(key, name)
+    return Path(out) if out is not None else Path("runs") / str(name)
+
+
+def holds(d: Path, kind: Kind) -> bool:
+    """Whether ``d`` holds a fpreduce ``kind`` (False: missing or empty); reads, never writes.
+
+    Raises:
+        InvalidArgument: ``d`` is a file, another kind's directory, or holds anything that
+            is not a ``kind``'s (a lone report.pdf included: nothing says fpreduce wrote it).
+    """
+    names = _files.entries(d)
+    if not names:
+        return False
+    allowed, marks = KINDS[kind]
+    if not set(marks) & set(names):
+        for other, (_, theirs) in KINDS.items():
+            if set(theirs) & set(names):
+                raise InvalidArgument(
+                    f"{d} is a fpreduce {WHAT[other]} directory, not a {WHAT[kind]}'s; choose another --out"
+                )
+        allowed = ()  # nothing says it is ours: every name is foreign
+    _files.check_only(d, names, allowed, WHAT[kind])
+    return True
+
+
+@contextlib.contextmanager
+def claim(d: Path, kind: Kind, *, force: bool = False, resume: bool = False) -> Iterator[Path]:
+    """``with claim(d, kind, force=...):`` ``d`` checked (:func:`holds`) and locked for a command writing a ``kind``.
+
+    Checked before the directory is created and again under its exclusive lock (no other
+    fpreduce process changes it then); an earlier ``kind`` there (for a run: one with
+    steps done) is refused unless ``force`` (the command replaces it) or ``resume`` (the
+    command continues it). A command that fails leaves no directory it created. Every
+    write of the command happens inside (the writers' own locks are then no-ops).
+    """
+
+    def check() -> None:
+        earlier = inspect_run_dir(d).steps_done > 0 if kind == "run" else holds(d, kind)
+        if earlier and not (force or resume):
+            verb = "continue it with --resume, replace it" if kind == "sweep" else "replace it"
+            raise InvalidArgument(f"{d} holds a {WHAT[kind]}: {verb} with --force, or choose another --out")
+
+    _files.check_free(d)
+    check()
+    with lock(d):
+        check()
+        yield d
 
 
 @dataclass(frozen=True)
@@ -216,14 +332,9 @@ def inspect_run_dir(d: Path) -> DirState:
         InvalidArgument: ``d`` is a file, a sweep directory, holds files that are not a
             run's, or a summary.json that is unreadable or not a run's (names it).
     """
-    names = _files.entries(d)
-    if not names:
+    if not holds(d, "run"):
         return DirState("nothing")
-    if SWEEP_CSV in names or POINTS_DIR in names:
-        raise InvalidArgument(f"{d} is a fpreduce sweep directory, not a run's; choose another --out")
-    allowed = RUN_FILES if {CONFIG_TOML, SUMMARY_JSON} & set(names) else ()  # else nothing is a run's
-    _files.check_only(d, names, allowed, "run")
-    if SUMMARY_JSON not in names:
+    if not (d / SUMMARY_JSON).exists():
         return DirState("started")
     try:
         s = read_summary(d)
@@ -252,13 +363,31 @@ def lock(d: str | Path, *, shared: bool = False) -> DirLock:
     return DirLock(Path(d), shared=shared)
 
 
+def write_study(out_dir: Path, kind: Literal["price", "scale"], doc: dict[str, Any]) -> Path:
+    """Write a study's document ``<kind>.json`` (``price``: fpreduce price, ``scale``: fpreduce scale); its path.
+
+    ``out_dir`` is missing, empty or a study of that kind (:func:`holds`), whose figures and
+    report (drawn from the document replaced) go first; it is written under the
+    directory's lock (the command's, from :func:`claim`, or its own).
+    """
+    if kind not in STUDIES:
+        raise InvalidArgument(f"unknown study kind {kind!r} (choices: {', '.join(STUDIES)})")
+    holds(out_dir, kind)  # a foreign directory: refused before anything is written
+    with lock(out_dir):
+        holds(out_dir, kind)
+        (out_dir / REPORT_PDF).unlink(missing_ok=True)
+        _files.clear_figures(out_dir)
+        atomic_write(out_dir / f"{kind}.json", jsonfile.dumps(doc, indent=1) + "\n")
+    return out_dir / f"{kind}.json"
+
+
 def write_sweep(sweep_dir: Path, rows: Sequence[dict[str, Any]]) -> Path:
     """Write ``sweep.csv`` (:data:`SWEEP_COLUMNS`; floats by ``repr``, None as an empty field); its path."""
     buf = io.StringIO()
     wr = csv.DictWriter(buf, fieldnames=SWEEP_COLUMNS, lineterminator="\n")
     wr.writeheader()
     wr.writerows({k: (repr(v) if isinstance(v, float) else v) for k, v in r.items()} for r in rows)
-    atomic_write(sweep_dir / SWEEP_CSV, buf.getvalue())
+    _write(sweep_dir, SWEEP_CSV, buf.getvalue())
     return sweep_dir / SWEEP_CSV
 
 
@@ -324,8 +453,8 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / SUMMARY_JSON
     _files.require(path, "run")
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
+        summary = jsonfile.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # (json.JSONDecodeError, or nested too deeply)
         raise InvalidArgument(f"{path}: not a readable JSON file (not valid JSON: {e})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise InvalidArgument(f"{path}: not a readable JSON file ({e})") from None
@@ -418,14 +547,12 @@ def is_sweep_dir(d: str | Path) -> bool:
 
 
 def inspect_sweep_dir(d: Path) -> bool:
-    """True if ``d`` holds a sweep (sweep.csv or points/), False if it is missing or empty.
+    """True if ``d`` holds a sweep (sweep.csv or points/), False if it is missing or empty (:func:`holds`).
 
     Raises:
         InvalidArgument: ``d`` is a file or holds anything else (a run included).
     """
-    names = _files.entries(d)
-    _files.check_only(d, names, (SWEEP_CSV, POINTS_DIR, REPORT_PDF, FIGURES_DIR), "sweep")
-    return bool(names)
+    return holds(d, "sweep")
 
 
 def clear_sweep(d: Path) -> None:

@@ -164,7 +164,7 @@ def run_experiment(
     """
     cfg = config if isinstance(config, Config) else load_config(config)
     e = cfg.experiment
-    d = Path(out) if out is not None else Path("runs") / e.name
+    d = rundir.out_dir(out, e.name, "experiment.name")
     source = check_run(cfg, share)
     resume_.plan(d, cfg, resume=resume, force=force)  # refuse before the directory is touched
     with rundir.lock(d):

@@ -133,8 +133,8 @@ def _rows(cfg: Config, summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def sweep_dir(base: Config, out: str | Path | None) -> Path:
-    """The sweep's directory: ``out``, or ``runs/<experiment.name>`` of the sweep file."""
-    return Path(out) if out is not None else Path("runs") / base.experiment.name
+    """The sweep's directory: ``out``, or ``runs/<experiment.name>`` of the sweep file (:func:`rundir.out_dir`)."""
+    return rundir.out_dir(out, base.experiment.name, "experiment.name")
 
 
 def run_sweep(
@@ -166,12 +166,8 @@ def run_sweep(
     d = sweep_dir(base, out)
     for c in points:
         check_run(c)
-    if rundir.inspect_sweep_dir(d) and not (force or resume):
-        raise InvalidArgument(
-            f"{d} holds a sweep: continue it with --resume, replace it with --force, or choose another --out"
-        )
-    with rundir.lock(d):
-        if rundir.inspect_sweep_dir(d) and force:
+    with rundir.claim(d, "sweep", force=force, resume=resume):
+        if rundir.holds(d, "sweep") and force:
             _clear(d, points)
         work = [(c, str(rundir.point_dir(d, c.experiment.name)), force, resume) for c in points]
         own = executor is None and jobs > 1
