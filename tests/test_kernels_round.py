@@ -18,10 +18,12 @@ from fpreduce.base import jit
 from fpreduce.core import _kernels_round as kr
 from fpreduce.core._reference import add_exact
 from fpreduce.core.formats import get_format
+from fpreduce.core.grid import MODE_CODES, grid_of
 
 PY = kr.plain()  # the plain-Python functions, whatever compiled state the module is in
 FORMATS = ["bf16", "fp16", "tf32", "fp32", "fp8_e4m3", "fp8_e5m2"]
 MODES = ["nearest_even", "toward_zero", "up", "down"]
+CODE_MODES = {code: mode for mode, code in MODE_CODES.items()}
 
 
 def bits(v):
@@ -157,10 +159,10 @@ def test_compiled_rows_equal_the_references(fmt):
     key = np.uint64(99)
     z = np.array([kr.element_seed(key, e) for e in range(A.shape[1])], dtype=np.uint64)
     for mode in range(5) if fmt != "fp64" else range(1, 5):
-        prm = np.array([f.precision, f.emin, f.max_finite, mode, float(f.has_inf), 1.0, 2.0**f.emin])
+        grid = grid_of(f, CODE_MODES[mode])
         D = np.empty_like(A)
         with np.errstate(invalid="ignore", over="ignore"):
-            kr.rows_any(D[0], A[0], B[0], prm, z, 7)  # by dtype, as the kernels call it: rows_wide for fp64
+            kr.rows_any(D[0], A[0], B[0], grid, z, 7)  # by dtype, as the kernels call it: rows_wide for fp64
         for j in range(A.shape[1]):
             x, y = float(A[0, j]), float(B[0, j])
             if mode < 4:
@@ -173,5 +175,5 @@ def test_compiled_rows_equal_the_references(fmt):
             assert same(float(D[0, j]), want), (fmt, mode, x, y, D[0, j], want)
             if mode < 4:  # the scalar left fold of the two rows: one addition, the same rounding
                 with np.errstate(invalid="ignore", over="ignore"):
-                    left = kr.left_any(np.vstack([A, B]), np.zeros(0, dtype=np.int64), j, prm, z[j])
+                    left = kr.left_any(np.vstack([A, B]), np.zeros(0, dtype=np.int64), j, grid, z[j])
                 assert same(float(left), want), (fmt, mode, x, y, left, want)

@@ -75,15 +75,15 @@ _U53 = (1 << 53) - 1
 _BLOCK = 32  # leaves per block of the pairwise fold at least (and fewer than twice as many)
 
 
-def consts(prm):  # type: ignore[no-untyped-def]
-    """(d, low, 2**emin's bits, max_finite's bits, and add_round's sh, eminb, maxf, big, has_inf) of ``prm``."""
-    p = int(prm[0])
+def consts(grid):  # type: ignore[no-untyped-def]
+    """(d, low, 2**emin's bits, max_finite's bits, and add_round's sh, eminb, maxf, big, has_inf) of ``grid``."""
+    p = grid.p
     d = 53 - p
-    has_inf = prm[4] != 0
+    has_inf = grid.has_inf
     big = np.inf if has_inf else np.nan
-    tinyb = kr.f64_bits(np.float64(prm[6]))
-    maxb = kr.f64_bits(np.float64(prm[2]))
-    return (d, (1 << d) - 1, tinyb, maxb, 53 - p, int(prm[1]) + 1023, prm[2], big, has_inf)
+    tinyb = kr.f64_bits(np.float64(grid.tiny))
+    maxb = kr.f64_bits(np.float64(grid.maxf))
+    return (d, (1 << d) - 1, tinyb, maxb, 53 - p, grid.emin + 1023, grid.maxf, big, has_inf)
 
 
 def draw(z1, t):  # type: ignore[no-untyped-def]
@@ -140,7 +140,7 @@ def _left_m(X, perm, j, mode, c, z1):  # type: ignore[no-untyped-def]
     return s
 
 
-def _many_m(X, perm, out, add, kind, mode, prm, c, Z, S):  # type: ignore[no-untyped-def]
+def _many_m(X, perm, out, add, kind, mode, grid, c, Z, S):  # type: ignore[no-untyped-def]
     """Every column's chain at once, interleaved (row by row: independent additions overlap)."""
     ident = perm.size == 0
     for g in range(X.shape[1]):
@@ -149,7 +149,7 @@ def _many_m(X, perm, out, add, kind, mode, prm, c, Z, S):  # type: ignore[no-unt
         row = k if ident else perm[k]
         for g in range(X.shape[1]):
             U = draw(Z[g], k - 1) if mode == 4 else np.int64(0)
-            S[g] = add(S[g], X[row, g], kind, mode, prm, c, U)
+            S[g] = add(S[g], X[row, g], kind, mode, grid, c, U)
     for g in range(X.shape[1]):
         out[g] = S[g]
 
@@ -176,13 +176,13 @@ def _hw_m(X, perm, out, mode, L, sc, S, top, over):  # type: ignore[no-untyped-d
         out[g] = S[g] * inv
 
 
-def _hw_columns(X, perm, out, prm):  # type: ignore[no-untyped-def]
+def _hw_columns(X, perm, out, grid):  # type: ignore[no-untyped-def]
     """Several columns of a format of p <= 24 bits, emin >= -126 in a directed mode, the hardware's
-    mode set (``_narrow``'s kind 5, ``prm[7]``): every sum answered, overflow included."""
-    mode = hw.code(5, prm)
-    sc = np.float32(2.0 ** (-126 - int(prm[1])))  # the format on float32's grid (_narrow's scaling)
-    L = np.uint32((1 << (24 - int(prm[0]))) - 1)
-    top, over = _narrow.hw_top(prm, sc)
+    mode set (``_narrow``'s kind 5, ``grid.hw``): every sum answered, overflow included."""
+    mode = hw.code(5, grid)
+    sc = np.float32(2.0 ** (-126 - grid.emin))  # the format on float32's grid (_narrow's scaling)
+    L = np.uint32((1 << (24 - grid.p)) - 1)
+    top, over = _narrow.hw_top(grid, sc)
     S = np.empty(X.shape[1], dtype=np.float32)
     hw.begin(mode)  # only additions and exact scalings until end
     if mode == 1:
@@ -213,7 +213,7 @@ def fast(s, x, mode, c, U):  # type: ignore[no-untyped-def]
     return (s if stays else kr.bits_f64((b + A) & ~low)), ok | stays
 
 
-def _rows_m(X, perm, out, mode, prm, c, Z, S, OK):  # type: ignore[no-untyped-def]
+def _rows_m(X, perm, out, mode, grid, c, Z, S, OK):  # type: ignore[no-untyped-def]
     """Every column's chain at once, a row at a time by :func:`fast` (vectorized across the columns);
     a row where some column's sum is not fast takes :func:`step` for those columns."""
     ident = perm.size == 0
@@ -233,12 +233,12 @@ def _rows_m(X, perm, out, mode, prm, c, Z, S, OK):  # type: ignore[no-untyped-de
             for g in range(X.shape[1]):
                 if not OK[g]:
                     U = draw(Z[g], k - 1) if mode == 4 else np.int64(0)
-                    S[g] = exact(S[g], np.float64(X[row, g]), 3, mode, prm, c, U)  # a call: compiled once
+                    S[g] = exact(S[g], np.float64(X[row, g]), 3, mode, grid, c, U)  # a call: compiled once
     for g in range(X.shape[1]):
         out[g] = S[g]
 
 
-def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-def]
+def left_columns(X, perm, out, kind, grid, key, e0):  # type: ignore[no-untyped-def]
     """out[j] <- the left fold of column j of X (rows in the order ``perm``, empty: in order).
 
     One column (kinds 2, 3: fp16 nearest even and every format of p <= 52 bits in any
@@ -248,12 +248,12 @@ def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-d
     vector). One loop per kind and mode (a constant mode keeps the chain short);
     ``key``, ``e0``: the stochastic generator's key and the element of column 0.
     """
-    c = consts(prm)
-    mode = int(prm[3]) if kind == 3 else 0
-    hwm = hw.code(kind, prm)
-    narrow = kind == 3 and prm[0] <= 24 and prm[1] >= -126
-    if narrow and hw.code(5, prm) != 0:
-        _hw_columns(X, perm, out, prm)
+    c = consts(grid)
+    mode = grid.mode if kind == 3 else 0
+    hwm = hw.code(kind, grid)
+    narrow = kind == 3 and grid.p <= 24 and grid.emin >= -126
+    if narrow and hw.code(5, grid) != 0:
+        _hw_columns(X, perm, out, grid)
         return
     hw.begin(hwm)  # kind 0 in a directed mode: the native additions in the hardware's mode
     if X.shape[1] > 1:
@@ -265,32 +265,32 @@ def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-d
         OK = np.empty(X.shape[1], dtype=np.bool_)
         if kind < 3:
             if kind == 0:
-                _many_m(X, perm, out, near, 0, 0, prm, c, Z, S)
+                _many_m(X, perm, out, near, 0, 0, grid, c, Z, S)
             elif kind == 1:
-                _many_m(X, perm, out, near, 1, 0, prm, c, Z, S)
+                _many_m(X, perm, out, near, 1, 0, grid, c, Z, S)
             else:
-                _many_m(X, perm, out, near, 2, 0, prm, c, Z, S)
+                _many_m(X, perm, out, near, 2, 0, grid, c, Z, S)
         elif X.shape[1] >= 8:  # a vector of columns (fewer: the scalar chains, their checks predicted)
             if mode == 0:
-                _rows_m(X, perm, out, 0, prm, c, Z, S64, OK)
+                _rows_m(X, perm, out, 0, grid, c, Z, S64, OK)
             elif mode == 1:
-                _rows_m(X, perm, out, 1, prm, c, Z, S64, OK)
+                _rows_m(X, perm, out, 1, grid, c, Z, S64, OK)
             elif mode == 2:
-                _rows_m(X, perm, out, 2, prm, c, Z, S64, OK)
+                _rows_m(X, perm, out, 2, grid, c, Z, S64, OK)
             elif mode == 3:
-                _rows_m(X, perm, out, 3, prm, c, Z, S64, OK)
+                _rows_m(X, perm, out, 3, grid, c, Z, S64, OK)
             else:
-                _rows_m(X, perm, out, 4, prm, c, Z, S64, OK)
+                _rows_m(X, perm, out, 4, grid, c, Z, S64, OK)
         elif mode == 0:
-            _many_m(X, perm, out, chained, 3, 0, prm, c, Z, S64)
+            _many_m(X, perm, out, chained, 3, 0, grid, c, Z, S64)
         elif mode == 1:
-            _many_m(X, perm, out, chained, 3, 1, prm, c, Z, S64)
+            _many_m(X, perm, out, chained, 3, 1, grid, c, Z, S64)
         elif mode == 2:
-            _many_m(X, perm, out, chained, 3, 2, prm, c, Z, S64)
+            _many_m(X, perm, out, chained, 3, 2, grid, c, Z, S64)
         elif mode == 3:
-            _many_m(X, perm, out, chained, 3, 3, prm, c, Z, S64)
+            _many_m(X, perm, out, chained, 3, 3, grid, c, Z, S64)
         else:
-            _many_m(X, perm, out, chained, 3, 4, prm, c, Z, S64)
+            _many_m(X, perm, out, chained, 3, 4, grid, c, Z, S64)
         hw.end(hwm)
         return
     z1 = kr.element_seed(key, e0)
@@ -307,37 +307,37 @@ def left_columns(X, perm, out, kind, prm, key, e0):  # type: ignore[no-untyped-d
     hw.end(hwm)
 
 
-def chained(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
+def chained(x, y, kind, mode, grid, c, U):  # type: ignore[no-untyped-def]
     """:func:`step` on a chain (x the running sum), as :func:`near`'s signature."""
     return step(np.float64(x), np.float64(y), mode, c, U, True)
 
 
-def near(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
+def near(x, y, kind, mode, grid, c, U):  # type: ignore[no-untyped-def]
     """One nearest-even addition of kind 0..2 (``_tall._add1``'s: x, y in X's dtype; kind 2: fp16, fp8)."""
     if kind == 0:
         return x + y
     r = x + y  # float32
-    cc = r * np.float32(prm[5])
+    cc = r * np.float32(grid.sigma)
     v = cc - (cc - r)  # (kind 2 below 2**emin: r, a multiple of the quantum under 2**(p-1) of them, has < p bits)
-    if kind == 2 and not abs(v) <= np.float32(prm[2]):
+    if kind == 2 and not abs(v) <= np.float32(grid.maxf):
         v = r if r != r else np.float32(-c[7] if r < 0 else c[7])  # ±Inf, ±NaN (fp8_e4m3): consts' big
     return v
 
 
-def hwadd(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
+def hwadd(x, y, kind, mode, grid, c, U):  # type: ignore[no-untyped-def]
     """One addition of bf16 or tf32 (float32 values) in ``mode`` 1..3, the hardware's mode set (``_narrow.add_hw``)."""
-    L = np.uint32((1 << (24 - int(prm[0]))) - 1)
+    L = np.uint32((1 << (24 - grid.p)) - 1)
     return _narrow.add_hw(np.float32(x), np.float32(y), mode, L, L, L, False)
 
 
-def exact(x, y, kind, mode, prm, c, U):  # type: ignore[no-untyped-def]
+def exact(x, y, kind, mode, grid, c, U):  # type: ignore[no-untyped-def]
     """One addition of kind 3 (:func:`step`) or 4 (fp64: ``kr.add_fp64``); ``U`` its 53 random bits."""
     if kind == 3:
         return step(np.float64(x), np.float64(y), mode, c, U, False)
-    return kr.add_fp64(np.float64(x), np.float64(y), prm[2], mode, np.float64(U) * 2.0**-53)
+    return kr.add_fp64(np.float64(x), np.float64(y), grid.maxf, mode, np.float64(U) * 2.0**-53)
 
 
-def _pairwise_m(X, j, bounds, progs, add, kind, mode, prm, c, z1, W, stack, D):  # type: ignore[no-untyped-def]
+def _pairwise_m(X, j, bounds, progs, add, kind, mode, grid, c, z1, W, stack, D):  # type: ignore[no-untyped-def]
     """The pairwise fold of column j (see the module): blocks ``bounds``, their programs ``progs`` by size.
 
     A block's ops run level by level (independent additions side by side), each into its
@@ -357,13 +357,13 @@ def _pairwise_m(X, j, bounds, progs, add, kind, mode, prm, c, z1, W, stack, D): 
         P = progs[n - c0]
         for e in range(n - 1):
             q = P[e, 2]
-            W[n + q] = add(W[P[e, 0]], W[P[e, 1]], kind, mode, prm, c, D[q])
+            W[n + q] = add(W[P[e, 0]], W[P[e, 1]], kind, mode, grid, c, D[q])
         t += n - 1
         v = W[2 * n - 2]
         r = i + 1
         while r % 2 == 0:  # the merges whose right subtree ends with block i
             sp -= 1
-            v = add(stack[sp], v, kind, mode, prm, c, draw(z1, t) if mode == 4 else np.int64(0))
+            v = add(stack[sp], v, kind, mode, grid, c, draw(z1, t) if mode == 4 else np.int64(0))
             t += 1
             r //= 2
         stack[sp] = v
@@ -371,45 +371,45 @@ def _pairwise_m(X, j, bounds, progs, add, kind, mode, prm, c, z1, W, stack, D): 
     return stack[0]
 
 
-def pairwise_columns(X, out, kind, prm, key, e0, bounds, progs):  # type: ignore[no-untyped-def]
-    """out[j] <- the pairwise fold of column j of X (kind, prm: ``_tall._kind``'s), one loop per mode."""
-    c = consts(prm)
-    mode = int(prm[3])
+def pairwise_columns(X, out, kind, grid, key, e0, bounds, progs):  # type: ignore[no-untyped-def]
+    """out[j] <- the pairwise fold of column j of X (kind, grid: ``_tall._kind``'s), one loop per mode."""
+    c = consts(grid)
+    mode = grid.mode
     W = np.empty(2 * progs.shape[1] + 2, dtype=X.dtype)  # nearest even kinds 0..2 add in X's dtype
     stack = np.empty(64, dtype=X.dtype)
     W64 = np.empty(W.size, dtype=np.float64)  # kinds 3 and 4 in float64 (no conversion per addition)
     stack64 = np.empty(64, dtype=np.float64)
     D = np.zeros(progs.shape[1], dtype=np.int64)  # a block's stochastic draws
-    hwm = hw.code(kind, prm)
-    if kind == 3 and prm[0] <= 24 and prm[1] == -126:  # (X is float32: the accumulator's values fit)
-        hwm = hw.code(5, prm)  # bf16, tf32 in a directed mode: float32 additions in the hardware's mode
+    hwm = hw.code(kind, grid)
+    if kind == 3 and grid.p <= 24 and grid.emin == -126:  # (X is float32: the accumulator's values fit)
+        hwm = hw.code(5, grid)  # bf16, tf32 in a directed mode: float32 additions in the hardware's mode
     hw.begin(hwm)
     for j in range(X.shape[1]):
         z1 = kr.element_seed(key, e0 + j)
         if kind == 3 and hwm == 1:
-            out[j] = _pairwise_m(X, j, bounds, progs, hwadd, 5, 1, prm, c, z1, W, stack, D)
+            out[j] = _pairwise_m(X, j, bounds, progs, hwadd, 5, 1, grid, c, z1, W, stack, D)
         elif kind == 3 and hwm == 2:
-            out[j] = _pairwise_m(X, j, bounds, progs, hwadd, 5, 2, prm, c, z1, W, stack, D)
+            out[j] = _pairwise_m(X, j, bounds, progs, hwadd, 5, 2, grid, c, z1, W, stack, D)
         elif kind == 3 and hwm == 3:
-            out[j] = _pairwise_m(X, j, bounds, progs, hwadd, 5, 3, prm, c, z1, W, stack, D)
+            out[j] = _pairwise_m(X, j, bounds, progs, hwadd, 5, 3, grid, c, z1, W, stack, D)
         elif kind == 0:
-            out[j] = _pairwise_m(X, j, bounds, progs, near, 0, 0, prm, c, z1, W, stack, D)
+            out[j] = _pairwise_m(X, j, bounds, progs, near, 0, 0, grid, c, z1, W, stack, D)
         elif kind == 1:
-            out[j] = _pairwise_m(X, j, bounds, progs, near, 1, 0, prm, c, z1, W, stack, D)
+            out[j] = _pairwise_m(X, j, bounds, progs, near, 1, 0, grid, c, z1, W, stack, D)
         elif kind == 2:
-            out[j] = _pairwise_m(X, j, bounds, progs, near, 2, 0, prm, c, z1, W, stack, D)
+            out[j] = _pairwise_m(X, j, bounds, progs, near, 2, 0, grid, c, z1, W, stack, D)
         elif kind == 4:  # fp64: the mode left a variable (less to compile)
-            out[j] = _pairwise_m(X, j, bounds, progs, exact, 4, mode, prm, c, z1, W64, stack64, D)
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 4, mode, grid, c, z1, W64, stack64, D)
         elif mode == 0:
-            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 0, prm, c, z1, W64, stack64, D)
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 0, grid, c, z1, W64, stack64, D)
         elif mode == 1:
-            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 1, prm, c, z1, W64, stack64, D)
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 1, grid, c, z1, W64, stack64, D)
         elif mode == 2:
-            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 2, prm, c, z1, W64, stack64, D)
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 2, grid, c, z1, W64, stack64, D)
         elif mode == 3:
-            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 3, prm, c, z1, W64, stack64, D)
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 3, grid, c, z1, W64, stack64, D)
         else:
-            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 4, prm, c, z1, W64, stack64, D)
+            out[j] = _pairwise_m(X, j, bounds, progs, exact, 3, 4, grid, c, z1, W64, stack64, D)
     hw.end(hwm)
 
 

@@ -50,10 +50,11 @@ def end(mode):  # type: ignore[no-untyped-def]
     return None
 
 
-def code(kind, prm):  # type: ignore[no-untyped-def]
-    """The mode a kernel of ``kind`` (``_tall``'s) sets: prm[3] for kinds 0 and 5 when prm[7] says so, else 0."""
-    mode = int(prm[3])
-    use = (kind == 0 or kind == 5) and prm.size > 7 and prm[7] != 0.0 and mode >= 1 and mode <= 3
+def code(kind, grid):  # type: ignore[no-untyped-def]
+    """The mode a kernel of ``kind`` sets (:class:`fpreduce.core.grid.Kind` NATIVE or LANES with ``grid.hw``: the
+    grid's directed mode), else 0."""
+    mode = grid.mode
+    use = (kind == 0 or kind == 5) and grid.hw and mode >= 1 and mode <= 3
     return mode if use else 0
 
 

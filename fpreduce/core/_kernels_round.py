@@ -235,14 +235,14 @@ def add_any(x, y, how, c, mode, u):  # type: ignore[no-untyped-def]
     return add_round32(np.float32(x), np.float32(y), sh - 29, eminb - 896, maxf, big, has_inf, mode, u)
 
 
-def _consts(prm):  # type: ignore[no-untyped-def]
-    """(how, (53 - p, emin + 1023, max_finite, the overflow value, has Inf), mode) from ``_tall._kind``'s ``prm``.
+def _consts(grid):  # type: ignore[no-untyped-def]
+    """(how, (53 - p, emin + 1023, max_finite, the overflow value, has Inf), mode) from ``_tall._kind``'s ``grid``.
 
     ``how``: 0 for the formats of p <= 23 bits (float32 arithmetic), 1 for fp32, 2 for fp64.
     """
-    has_inf = prm[4] != 0
-    c = (53 - int(prm[0]), int(prm[1]) + 1023, prm[2], np.inf if has_inf else np.nan, has_inf)
-    return (2 if prm[0] == 53 else 1 if prm[0] == 24 else 0), c, int(prm[3])
+    has_inf = grid.has_inf
+    c = (53 - grid.p, grid.emin + 1023, grid.maxf, np.inf if has_inf else np.nan, has_inf)
+    return (2 if grid.p == 53 else 1 if grid.p == 24 else 0), c, grid.mode
 
 
 def _rows_m(D, A, B, how, c, mode, z, t):  # type: ignore[no-untyped-def]
@@ -251,14 +251,14 @@ def _rows_m(D, A, B, how, c, mode, z, t):  # type: ignore[no-untyped-def]
         D[j] = add_any(A[j], B[j], how, c, mode, u)
 
 
-def rows_round(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
-    """D[j] <- A[j] + B[j] (rows) by :func:`add_any`; ``prm`` as ``_tall._kind``'s.
+def rows_round(D, A, B, grid, z, t):  # type: ignore[no-untyped-def]
+    """D[j] <- A[j] + B[j] (rows) by :func:`add_any`; ``grid`` as ``_tall._kind``'s.
 
     Stochastic: addition ``t``, element seeds ``z[j]``. One loop per mode for the formats
     of p <= 23 bits, the mode a constant in each (numba folds the other modes' selects
     away and vectorizes it), one loop each for fp32 and fp64.
     """
-    how, c, mode = _consts(prm)
+    how, c, mode = _consts(grid)
     if how > 0:  # fp32, fp64: the mode left a variable (less to compile)
         _rows_m(D, A, B, how, c, mode, z, t)
     elif mode == 0:
@@ -282,14 +282,14 @@ def _left_m(X, perm, j, how, c, mode, z1):  # type: ignore[no-untyped-def]
     return s
 
 
-def left_round(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
+def left_round(X, perm, j, grid, z1):  # type: ignore[no-untyped-def]
     """The left fold of column j of X, rows in the order ``perm`` (empty: in order), element seed ``z1``.
 
     One loop per mode for p <= 23 bits (a constant mode shortens each addition's latency),
     in float64 (:func:`add_round`: a shorter chain than float32's, whose lanes a single
     column does not use).
     """
-    how, c, mode = _consts(prm)
+    how, c, mode = _consts(grid)
     if how > 0:  # fp32, fp64: the mode left a variable (less to compile)
         return _left_m(X, perm, j, how, c, mode, z1)
     if mode == 0:
@@ -303,27 +303,27 @@ def left_round(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
     return _left_m(X, perm, j, 1, c, 4, z1)
 
 
-def rows_wide(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
+def rows_wide(D, A, B, grid, z, t):  # type: ignore[no-untyped-def]
     """:func:`rows_round` for the fp64 accumulator alone (float64 rows)."""
-    how, c, mode = _consts(prm)
+    how, c, mode = _consts(grid)
     _rows_m(D, A, B, 2, c, mode, z, t)
 
 
-def left_wide(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
+def left_wide(X, perm, j, grid, z1):  # type: ignore[no-untyped-def]
     """:func:`left_round` for the fp64 accumulator alone (float64 rows)."""
-    how, c, mode = _consts(prm)
+    how, c, mode = _consts(grid)
     return _left_m(X, perm, j, 2, c, mode, z1)
 
 
-def rows_any(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
+def rows_any(D, A, B, grid, z, t):  # type: ignore[no-untyped-def]
     """:func:`rows_round` for float32 rows, :func:`rows_wide` for float64 ones: chosen by the compiler from
     the dtype (:func:`compile_all`), so a kernel compiles the loops of its own dtype only."""
-    (rows_wide if D.dtype == np.float64 else rows_round)(D, A, B, prm, z, t)
+    (rows_wide if D.dtype == np.float64 else rows_round)(D, A, B, grid, z, t)
 
 
-def left_any(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
+def left_any(X, perm, j, grid, z1):  # type: ignore[no-untyped-def]
     """:func:`left_round` or :func:`left_wide` by X's dtype, as :func:`rows_any`."""
-    return (left_wide if X.dtype == np.float64 else left_round)(X, perm, j, prm, z1)
+    return (left_wide if X.dtype == np.float64 else left_round)(X, perm, j, grid, z1)
 
 
 _NAMES = (
@@ -390,13 +390,13 @@ def compile_all() -> None:
 
         return intrinsic(typer)
 
-    def rows_by_dtype(D, A, B, prm, z, t):  # type: ignore[no-untyped-def]
+    def rows_by_dtype(D, A, B, grid, z, t):  # type: ignore[no-untyped-def]
         fn = g["rows_wide"] if D.dtype == types.float64 else g["rows_round"]
-        return lambda D, A, B, prm, z, t: fn(D, A, B, prm, z, t)
+        return lambda D, A, B, grid, z, t: fn(D, A, B, grid, z, t)
 
-    def left_by_dtype(X, perm, j, prm, z1):  # type: ignore[no-untyped-def]
+    def left_by_dtype(X, perm, j, grid, z1):  # type: ignore[no-untyped-def]
         fn = g["left_wide"] if X.dtype == types.float64 else g["left_round"]
-        return lambda X, perm, j, prm, z1: fn(X, perm, j, prm, z1)
+        return lambda X, perm, j, grid, z1: fn(X, perm, j, grid, z1)
 
     g["f64_bits"] = cast(types.float64, types.int64, ir.IntType(64))
     g["bits_f64"] = cast(types.int64, types.float64, ir.DoubleType())

@@ -36,7 +36,7 @@ and this module's kind 5, with the input check of ``_tall`` (an OR of the rows' 
 done as each row is read. Stochastic folds go by blocks of columns (the element
 seeds of a block computed once).
 
-With the processor's rounding mode set (:mod:`fpreduce.core._hwround`, ``prm[7]``), the
+With the processor's rounding mode set (:mod:`fpreduce.core._hwround`, ``grid.hw``), the
 directed modes take :func:`add_hw` instead: the float32 sum is already rounded in the mode,
 and one rounding of its pattern in the same direction gives the format's (modes 5..7 of
 the row loops). Measured on 64 x 2^20 bf16 (AVX-512, 2 cores shared): nearest even
@@ -61,6 +61,7 @@ import numpy as np
 from fpreduce.base import jit
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
+from fpreduce.core.grid import Grid, Kind
 
 _SIGN = 0x80000000
 _ABS32 = 0x7FFFFFFF
@@ -149,9 +150,9 @@ def add_narrow(a, b, mode, L, step, d, u):  # type: ignore[no-untyped-def]
     return u2f(r), sb & np.uint32(_ABS32)
 
 
-def hw_top(prm, scale):  # type: ignore[no-untyped-def]
+def hw_top(grid, scale):  # type: ignore[no-untyped-def]
     """(the scaled largest finite value's pattern, the overflow pattern: Inf, or NaN without Inf) for :func:`add_hw`."""
-    return f2u(np.float32(prm[2]) * np.float32(scale)), np.uint32(_INF if prm[4] != 0 else _QNAN)
+    return f2u(np.float32(grid.maxf) * np.float32(scale)), np.uint32(_INF if grid.has_inf else _QNAN)
 
 
 def add_hw(a, b, mode, L, top, big, clamp):  # type: ignore[no-untyped-def]
@@ -180,19 +181,19 @@ def add_hw(a, b, mode, L, top, big, clamp):  # type: ignore[no-untyped-def]
     return u2f(((r & np.uint32(_SIGN)) | (big if away else top)) if over else r)
 
 
-def _row5(o, x, xb, scale, mode, L, step, d, z, t, prm, c16):  # type: ignore[no-untyped-def]
+def _row5(o, x, xb, scale, mode, L, step, d, z, t, grid, c16):  # type: ignore[no-untyped-def]
     """o[j] <- o[j] + x[j] * scale by :func:`add_narrow` in ``mode`` (rows; 5..7: :func:`add_hw` in
     mode - 4, the hardware's mode set); (the OR of x's bits, or with ``c16`` (modes 5..7 of a scaled
     format) of :func:`fp16_flags` of x: fp16 inputs checked as read; max |s|)."""
     seen = np.uint32(0)
     big = np.uint32(0)
-    if mode > 4 and prm[1] > -126 and c16:  # every sum answered: no max (scaled formats clamp at their top)
-        top, over = hw_top(prm, scale)
+    if mode > 4 and grid.emin > -126 and c16:  # every sum answered: no max (scaled formats clamp at their top)
+        top, over = hw_top(grid, scale)
         for j in range(o.size):
             o[j] = add_hw(o[j], x[j] * scale, mode - 4, L, top, over, True)
             seen |= fp16_flags(x[j])
-    elif mode > 4 and prm[1] > -126:
-        top, over = hw_top(prm, scale)
+    elif mode > 4 and grid.emin > -126:
+        top, over = hw_top(grid, scale)
         for j in range(o.size):
             o[j] = add_hw(o[j], x[j] * scale, mode - 4, L, top, over, True)
             seen |= xb[j]
@@ -215,7 +216,7 @@ def _row5(o, x, xb, scale, mode, L, step, d, z, t, prm, c16):  # type: ignore[no
     return seen, big
 
 
-def _row_kind(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
+def _row_kind(o, x, xb, kind, grid, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
     """o <- o + x, one row of the left fold by kind (``_tall``'s 0, 1, 2; 5: :func:`add_narrow` in ``mode``).
 
     Rows are slices indexed from 0 (numba then proves the indices nonnegative: no
@@ -227,17 +228,17 @@ def _row_kind(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-
     if kind == 0:
         return _row_fp32(o, x, xb)
     if kind == 1:
-        return _row_near(o, x, xb, prm)
+        return _row_near(o, x, xb, grid)
     if kind == 2:
-        return _row_fp16(o, x, xb, prm)
-    return _row_k5(o, x, xb, prm, nprm, scale, mode, z, t)
+        return _row_fp16(o, x, xb, grid)
+    return _row_k5(o, x, xb, grid, nprm, scale, mode, z, t)
 
 
-def _row_of(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
+def _row_of(o, x, xb, kind, grid, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
     """:func:`_row_kind`; compiled (:func:`compile_all`), a constant ``kind`` and ``mode`` pick their one loop
     when the caller is typed, so a kernel compiles that loop alone (numba inlines a callee's every branch before it
     prunes them: every kind's and mode's loop inlined is ~90 s of compilation)."""
-    return _row_kind(o, x, xb, kind, prm, nprm, scale, mode, z, t)
+    return _row_kind(o, x, xb, kind, grid, nprm, scale, mode, z, t)
 
 
 def _row_fp32(o, x, xb):  # type: ignore[no-untyped-def]
@@ -249,10 +250,10 @@ def _row_fp32(o, x, xb):  # type: ignore[no-untyped-def]
     return seen, np.uint32(0)
 
 
-def _row_near(o, x, xb, prm):  # type: ignore[no-untyped-def]
-    """Kind 1: o <- o + x rounded to nearest even on the format's grid by Veltkamp's split (``prm[5]``: sigma)."""
+def _row_near(o, x, xb, grid):  # type: ignore[no-untyped-def]
+    """Kind 1: o <- o + x rounded to nearest even on the format's grid by Veltkamp's split (``grid.sigma``: sigma)."""
     seen = np.uint32(0)
-    sigma = np.float32(prm[5])
+    sigma = np.float32(grid.sigma)
     for j in range(o.size):
         s = o[j] + x[j]
         c = s * sigma
@@ -261,12 +262,12 @@ def _row_near(o, x, xb, prm):  # type: ignore[no-untyped-def]
     return seen, np.uint32(0)
 
 
-def _row_fp16(o, x, xb, prm):  # type: ignore[no-untyped-def]
+def _row_fp16(o, x, xb, grid):  # type: ignore[no-untyped-def]
     """Kind 2: :func:`_row_near` for fp16 and fp8 (their subnormals and overflow); inputs checked by
     :func:`fp16_flags` as read."""
     seen = np.uint32(0)
-    sigma, tiny, maxf = np.float32(prm[5]), np.float32(prm[6]), np.float32(prm[2])
-    ovf = np.float32(np.inf) if prm[4] != 0 else np.float32(np.nan)  # overflow: ±Inf, or ±NaN (fp8_e4m3)
+    sigma, tiny, maxf = np.float32(grid.sigma), np.float32(grid.tiny), np.float32(grid.maxf)
+    ovf = np.float32(np.inf) if grid.has_inf else np.float32(np.nan)  # overflow: ±Inf, or ±NaN (fp8_e4m3)
     for j in range(o.size):
         s = o[j] + x[j]
         c = s * sigma
@@ -277,13 +278,13 @@ def _row_fp16(o, x, xb, prm):  # type: ignore[no-untyped-def]
     return seen, np.uint32(0)
 
 
-def _row_k5(o, x, xb, prm, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
+def _row_k5(o, x, xb, grid, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
     """Kind 5: :func:`_row5` in ``mode`` with :func:`params`' ``nprm`` unpacked."""
     L, step, d, c16 = nprm[0], nprm[1], np.int64(nprm[2]), nprm[4] != 0
-    return _row5(o, x, xb, np.float32(scale), mode, L, step, d, z, t, prm, c16)
+    return _row5(o, x, xb, np.float32(scale), mode, L, step, d, z, t, grid, c16)
 
 
-def left_rows(X, Xb, perm, out, kind, mode, prm, nprm, scale, key, e0, c0):  # type: ignore[no-untyped-def]
+def left_rows(X, Xb, perm, out, kind, mode, grid, nprm, scale, key, e0, c0):  # type: ignore[no-untyped-def]
     """out <- the left fold of X's columns ``c0 .. c0 + out.size - 1`` in the row order ``perm``, row by row.
 
     Float32 rows, in place in ``out`` (see the module); column ``c0 + j`` is element ``e0 + j``.
@@ -309,23 +310,23 @@ def left_rows(X, Xb, perm, out, kind, mode, prm, nprm, scale, key, e0, c0):  # t
             for k in range(1, n):
                 r = perm[k]
                 x, xb = X[r][c0 + lo : c0 + hi], Xb[r][c0 + lo : c0 + hi]
-                bits, mag = _row_of(out[lo:hi], x, xb, 5, prm, nprm, scale, 4, z, k - 1)
+                bits, mag = _row_of(out[lo:hi], x, xb, 5, grid, nprm, scale, 4, z, k - 1)
                 seen, big = seen | bits, max(big, mag)
     else:  # whole rows
         z = np.zeros(0, dtype=np.uint64)
         for k in range(1, n):
             r = perm[k]
-            bits, mag = _row_of(out, X[r][c0:c1], Xb[r][c0:c1], kind, prm, nprm, scale, mode, z, k - 1)
+            bits, mag = _row_of(out, X[r][c0:c1], Xb[r][c0:c1], kind, grid, nprm, scale, mode, z, k - 1)
             seen, big = seen | bits, max(big, mag)
     scale_back(out, sc, scale)
     return seen, big
 
 
-def row_mode(kind: int, prm: np.ndarray) -> int:
-    """The row loops' mode (plain Python: it picks a kernel): kind 5's ``prm[3]``, or 5..7 for :func:`add_hw`
+def row_mode(kind: int, grid: Grid) -> int:
+    """The row loops' mode (plain Python: it picks a kernel): kind 5's ``grid.mode``, or 5..7 for :func:`add_hw`
     under the hardware's mode; 0 for the other kinds, whose row loops have no mode."""
     code = getattr(hw.code, "py_func", hw.code)  # (the plain function, compiled or not)
-    return int(prm[3]) + (4 if code(kind, prm) != 0 else 0) if kind == 5 else 0
+    return grid.mode + (4 if code(int(kind), grid) != 0 else 0) if kind == Kind.LANES else 0
 
 
 def row_input(kind, nprm, scale):  # type: ignore[no-untyped-def]
@@ -350,8 +351,8 @@ def scale_back(o, sc, scale):  # type: ignore[no-untyped-def]
             o[j] = o[j] * inv
 
 
-def _rows5_m(D, A, B, mode, L, step, d, limit, z, t, prm, sa, sb):  # type: ignore[no-untyped-def]
-    top, over = hw_top(prm, 1.0)
+def _rows5_m(D, A, B, mode, L, step, d, limit, z, t, grid, sa, sb):  # type: ignore[no-untyped-def]
+    top, over = hw_top(grid, 1.0)
     clamp = top != np.uint32(0x7F7FFFFF) & ~L  # a scaled format's own top (bf16, tf32: float32's)
     for j in range(D.size):
         if mode > 4:  # every sum answered
@@ -361,42 +362,42 @@ def _rows5_m(D, A, B, mode, L, step, d, limit, z, t, prm, sa, sb):  # type: igno
             D[j] = v if mag <= limit else np.float32(np.nan)
 
 
-def rows5(D, A, B, prm, z, t, sa, sb):  # type: ignore[no-untyped-def]
-    """D[j] <- A[j] * sa + B[j] * sb by :func:`add_narrow` (``prm`` as ``_tall``'s: fp32, bf16, tf32, or the scaled
+def rows5(D, A, B, grid, z, t, sa, sb):  # type: ignore[no-untyped-def]
+    """D[j] <- A[j] * sa + B[j] * sb by :func:`add_narrow` (``grid`` as ``_tall``'s: fp32, bf16, tf32, or the scaled
     fp16 and fp8 of :func:`scaled`, whose X rows are read times their scale: ``sa``, ``sb`` exact powers of two).
 
     A sum the kernel does not answer (module docstring) gives NaN, which reaches the
     fold's result: ``_tall`` folds again by the exact scalar path. One loop per mode.
     Stochastic: addition ``t``, element seeds ``z[j]``. With the hardware's mode set by the
-    caller (``prm[7]``, :mod:`._hwround`): :func:`add_hw`.
+    caller (``grid.hw``, :mod:`._hwround`): :func:`add_hw`.
     """
-    d = 24 - int(prm[0])
+    d = 24 - grid.p
     step = np.uint32(1) << np.uint32(d)
     L = step - np.uint32(1)
-    mode = int(prm[3]) + (4 if hw.code(5, prm) != 0 else 0)
-    limit = f2u(np.float32(prm[2])) - step
+    mode = grid.mode + (4 if hw.code(5, grid) != 0 else 0)
+    limit = f2u(np.float32(grid.maxf)) - step
     if mode == 5:
-        _rows5_m(D, A, B, 5, L, step, d, limit, z, t, prm, sa, sb)
+        _rows5_m(D, A, B, 5, L, step, d, limit, z, t, grid, sa, sb)
     elif mode == 6:
-        _rows5_m(D, A, B, 6, L, step, d, limit, z, t, prm, sa, sb)
+        _rows5_m(D, A, B, 6, L, step, d, limit, z, t, grid, sa, sb)
     elif mode == 7:
-        _rows5_m(D, A, B, 7, L, step, d, limit, z, t, prm, sa, sb)
+        _rows5_m(D, A, B, 7, L, step, d, limit, z, t, grid, sa, sb)
     elif mode == 1:
-        _rows5_m(D, A, B, 1, L, step, d, limit, z, t, prm, sa, sb)
+        _rows5_m(D, A, B, 1, L, step, d, limit, z, t, grid, sa, sb)
     elif mode == 2:
-        _rows5_m(D, A, B, 2, L, step, d, limit, z, t, prm, sa, sb)
+        _rows5_m(D, A, B, 2, L, step, d, limit, z, t, grid, sa, sb)
     elif mode == 3:
-        _rows5_m(D, A, B, 3, L, step, d, limit, z, t, prm, sa, sb)
+        _rows5_m(D, A, B, 3, L, step, d, limit, z, t, grid, sa, sb)
     else:
-        _rows5_m(D, A, B, 4, L, step, d, limit, z, t, prm, sa, sb)
+        _rows5_m(D, A, B, 4, L, step, d, limit, z, t, grid, sa, sb)
 
 
-def rows_kind(prm: np.ndarray) -> bool:
+def rows_kind(grid: Grid) -> bool:
     """Whether :func:`rows5` folds rows of this format and mode (``_tall``'s kind 3 parameters)."""
-    return int(prm[0]) <= 24 and int(prm[1]) == -126 and int(prm[3]) > 0
+    return grid.p <= 24 and grid.emin == -126 and grid.mode > 0
 
 
-def scaled(prm: np.ndarray) -> tuple[float, np.ndarray] | None:
+def scaled(grid: Grid) -> tuple[float, Grid] | None:
     """(scale, the parameters of the format scaled onto float32's grid) for a format of p <= 24 bits and
     -126 < emin (fp16, fp8) in a directed or stochastic mode, else None.
 
@@ -404,24 +405,23 @@ def scaled(prm: np.ndarray) -> tuple[float, np.ndarray] | None:
     format does, scaled: its values, neighbours, overflow and stochastic fractions are the
     format's times ``2**(-126 - emin)`` (module docstring), so :func:`rows5` folds it.
     """
-    p, emin = int(prm[0]), int(prm[1])
-    if p > 24 or emin <= -126 or int(prm[3]) == 0:
+    p, emin = grid.p, grid.emin
+    if p > 24 or emin <= -126 or grid.mode == 0:
         return None
     scale = 2.0 ** (-126 - emin)
-    out = prm.copy()
-    out[1], out[2], out[6] = -126, prm[2] * scale, 2.0**-126
+    out = grid._replace(emin=-126, maxf=grid.maxf * scale, tiny=2.0**-126)
     return scale, out
 
 
-def left_segs(X, Xb, perms, los, his, out, kind, mode, prm, nprm, scale, key, e0):  # type: ignore[no-untyped-def]
+def left_segs(X, Xb, perms, los, his, out, kind, mode, grid, nprm, scale, key, e0):  # type: ignore[no-untyped-def]
     """:func:`left_rows` of each segment ``s``: columns ``los[s] .. his[s] - 1`` in the row order ``perms[s]``."""
     seen = np.uint32(0)
     big = np.uint32(0)
-    hwm = hw.code(kind, prm)
+    hwm = hw.code(kind, grid)
     hw.begin(hwm)  # kinds 0 and 5 in a directed mode: the hardware rounds (the additions and exact scalings only)
     for s in range(los.size):
         a, b = los[s], his[s]
-        bits, mag = left_rows(X, Xb, perms[s], out[a:b], kind, mode, prm, nprm, scale, key, e0 + a, a)
+        bits, mag = left_rows(X, Xb, perms[s], out[a:b], kind, mode, grid, nprm, scale, key, e0 + a, a)
         seen, big = seen | bits, max(big, mag)
     hw.end(hwm)
     return seen, big
@@ -437,8 +437,8 @@ def _segs_kernel(kind: int, mode: int) -> Any:
     every other kind's and mode's loops before typing: a first use compiles its own loops, ~2 s, not all ~90 s)."""
     if (kind, mode) not in _SEGS:
 
-        def left_segs_of(X, Xb, perms, los, his, out, prm, nprm, scale, key, e0):  # type: ignore[no-untyped-def]
-            return left_segs(X, Xb, perms, los, his, out, kind, mode, prm, nprm, scale, key, e0)
+        def left_segs_of(X, Xb, perms, los, his, out, grid, nprm, scale, key, e0):  # type: ignore[no-untyped-def]
+            return left_segs(X, Xb, perms, los, his, out, kind, mode, grid, nprm, scale, key, e0)
 
         _SEGS[kind, mode] = jit.kernel(left_segs_of, f"left folds of wide rows ({describe(kind, mode)})", 2.0)
     return _SEGS[kind, mode]
@@ -492,7 +492,7 @@ def compile_all() -> None:
     _COMPILED.append(g["left_segs"])
 
 
-def _pick_row(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
+def _pick_row(o, x, xb, kind, grid, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
     """:func:`_row_of`'s implementation for numba's argument types: the one loop of a literal kind (and mode),
     else :func:`_row_kind`'s every loop."""
     g = globals()
@@ -500,34 +500,33 @@ def _pick_row(o, x, xb, kind, prm, nprm, scale, mode, z, t):  # type: ignore[no-
     if k in (0, 1, 2):
         row = g[("_row_fp32", "_row_near", "_row_fp16")[k]]
         if k == 0:
-            return lambda o, x, xb, kind, prm, nprm, scale, mode, z, t: row(o, x, xb)
-        return lambda o, x, xb, kind, prm, nprm, scale, mode, z, t: row(o, x, xb, prm)
+            return lambda o, x, xb, kind, grid, nprm, scale, mode, z, t: row(o, x, xb)
+        return lambda o, x, xb, kind, grid, nprm, scale, mode, z, t: row(o, x, xb, grid)
     if k == 5 and m is not None:
         k5 = g["_row_k5"]
-        return lambda o, x, xb, kind, prm, nprm, scale, mode, z, t: k5(o, x, xb, prm, nprm, scale, m, z, t)
+        return lambda o, x, xb, kind, grid, nprm, scale, mode, z, t: k5(o, x, xb, grid, nprm, scale, m, z, t)
     rows = g["_row_kind"]
-    return lambda o, x, xb, kind, prm, nprm, scale, mode, z, t: rows(o, x, xb, kind, prm, nprm, scale, mode, z, t)
+    return lambda o, x, xb, kind, grid, nprm, scale, mode, z, t: rows(o, x, xb, kind, grid, nprm, scale, mode, z, t)
 
 
-def wide_kind(kind: int, prm: np.ndarray) -> int:
-    """The kind :func:`left_rows` folds for ``_tall``'s kind and parameters (float32 rows), or -1.
+def wide_kind(kind: Kind, grid: Grid) -> Kind | None:
+    """The kind :func:`left_rows` folds for the accumulator's kind and grid (float32 rows), or None.
 
-    Kinds 0 (fp32 only: float32 rows), 1 and 2 as they are; kind 3 in a directed or
-    stochastic mode for a format of p <= 24 bits and emin >= -126 (fp32: d = 0, the float32 grid): kind 5.
+    NATIVE (fp32 only: float32 rows), SPLIT and SPLIT_SUB as they are; BITS in a directed or
+    stochastic mode for a format of p <= 24 bits and emin >= -126 (fp32: d = 0, the float32 grid): LANES.
     """
-    p, emin, mode = int(prm[0]), int(prm[1]), int(prm[3])
-    if kind in (1, 2) or (kind == 0 and p == 24):
+    if kind in (Kind.SPLIT, Kind.SPLIT_SUB) or (kind == Kind.NATIVE and grid.p == 24):
         return kind
-    if kind == 3 and p <= 24 and emin >= -126 and mode > 0:
-        return 5
-    return -1
+    if kind == Kind.BITS and grid.p <= 24 and grid.emin >= -126 and grid.mode > 0:
+        return Kind.LANES
+    return None
 
 
 def fold_left(
     X: np.ndarray,
     perms: np.ndarray,
     kind: int,
-    prm: np.ndarray,
+    grid: Grid,
     key: np.uint64,
     e0: int,
     low: int,
@@ -542,23 +541,23 @@ def fold_left(
     Veltkamp's range (kind 1): the caller folds again by the exact scalar path.
     """
     compile_all()
-    scale, nprm = row_params(kind, prm, low)
+    scale, nprm = row_params(kind, grid, low)
     m = X.shape[1]
     los, his = (np.zeros(1, dtype=np.int64), np.full(1, m, dtype=np.int64)) if cols is None else cols
     perms = np.asarray(perms, dtype=np.int64).reshape(los.size, -1)
     out = np.empty(m, dtype=np.float32)
-    fold = _segs_kernel(kind, row_mode(kind, prm))
+    fold = _segs_kernel(int(kind), row_mode(kind, grid))
     with np.errstate(over="ignore", invalid="ignore"):
-        seen, big = fold(X, X.view(np.uint32), perms, los, his, out, prm, nprm, scale, key, e0)
+        seen, big = fold(X, X.view(np.uint32), perms, los, his, out, grid, nprm, scale, key, e0)
     return answer(out, seen, big, kind, nprm, low)
 
 
-def row_params(kind: int, prm: np.ndarray, low: int) -> tuple[float, np.ndarray]:
+def row_params(kind: int, grid: Grid, low: int) -> tuple[float, np.ndarray]:
     """(scale, nprm) of the row loops for ``kind`` (5: :func:`params`; fp16 inputs checked as read when ``low``
     says so, ``_tall``'s lazy16), else (1, zeros)."""
     scale, nprm = 1.0, np.zeros(5, dtype=np.uint32)
-    if kind == 5:
-        scale, nprm = params(int(prm[0]), int(prm[1]), float(prm[2]))
+    if kind == Kind.LANES:
+        scale, nprm = params(grid.p, grid.emin, float(grid.maxf))
         nprm[4] = low == FP16_CHECK
     return scale, nprm
 
@@ -569,6 +568,6 @@ def answer(
     """:func:`fold_left`'s (out, done) from a row fold's check ``seen`` and largest pattern ``big``."""
     if seen & low:
         return None, True
-    if kind == 5:
+    if kind == Kind.LANES:
         return out, bool(big <= nprm[3])  # (add_hw answers every sum: its rows leave big at 0)
-    return out, kind != 1 or not np.isnan(out.max(initial=0.0))
+    return out, kind != Kind.SPLIT or not np.isnan(out.max(initial=0.0))

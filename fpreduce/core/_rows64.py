@@ -18,6 +18,7 @@ from fpreduce.base import jit
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
 from fpreduce.core import _narrow
+from fpreduce.core.grid import Grid
 
 _COMPILED: list[Any] = []
 
@@ -70,12 +71,12 @@ def left_rows64(X, Xb, perm, out, fp16, mode, maxf, key, e0, hwm):  # type: igno
     return seen
 
 
-def fold_fp64(A: np.ndarray, perm: np.ndarray, load: Any, ar: Any, prm: np.ndarray, e0: int) -> np.ndarray | None:
+def fold_fp64(A: np.ndarray, perm: np.ndarray, load: Any, ar: Any, grid: Grid, e0: int) -> np.ndarray | None:
     """The fp64 left fold of A's float32 rows in the order ``perm`` by :func:`left_rows64`, or None.
 
     None unless A is float32, C-contiguous, of an input format of <= 24 bits that needs no
     conversion (``load``, the engine's loader), or when an input is not in its format
-    (the caller then loads, rounding them, and folds). ``prm`` as ``_tall``'s; element
+    (the caller then loads, rounding them, and folds). ``grid`` as ``_tall``'s; element
     ``e0 + j`` draws the stochastic roundings of column j (``ar``'s key).
     """
     fin = load.fin
@@ -85,12 +86,12 @@ def fold_fp64(A: np.ndarray, perm: np.ndarray, load: Any, ar: Any, prm: np.ndarr
     low = 0 if fin.precision >= 24 else _narrow.FP16_CHECK if fp16 else (1 << (24 - fin.precision)) - 1
     if not A.flags.c_contiguous or A.shape[0] < 2 or (not fp16 and fin.emin != -126 and low):
         return None  # fp8 inputs: the loader checks them
-    key = ar.sr_key() if int(prm[3]) == 4 else np.uint64(0)
+    key = ar.sr_key() if grid.mode == 4 else np.uint64(0)
     out = np.empty(A.shape[1], dtype=np.float64)
     compile_all()
-    hwm = hw.code(0, prm)
-    mode = 0 if hwm else int(prm[3])
-    seen = globals()["left_rows64"](A, A.view(np.uint32), perm, out, fp16, mode, prm[2], key, e0, hwm)
+    hwm = hw.code(0, grid)
+    mode = 0 if hwm else grid.mode
+    seen = globals()["left_rows64"](A, A.view(np.uint32), perm, out, fp16, mode, grid.maxf, key, e0, hwm)
     return None if seen & low else out
 
 

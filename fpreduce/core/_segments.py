@@ -21,6 +21,7 @@ import numpy as np
 
 from fpreduce.core import _narrow, _rotated, _tall, routes
 from fpreduce.core.arith import _Arith, _Loader
+from fpreduce.core.grid import grid_of
 from fpreduce.core.rounding import Mode
 from fpreduce.core.routes import Segments
 from fpreduce.plans import SegmentedPlan, Tree
@@ -47,16 +48,16 @@ def fold_segments(
     """
     wk = dec.kind
     assert wk is not None
-    prm = routes.kind_of(ar.fa, ar.mode)[1]
+    grid = grid_of(ar.fa, ar.mode)
     key = ar.sr_key() if ar.mode is Mode.STOCHASTIC else np.uint64(0)
     X, low = _tall._load(A, load, ar, lazy=True, lazy16=wk == 2)
     los, his, perms, rot = segments
     for k in range(2):
         if dec.route is routes.Route.RING_ROWS:  # a ring: row by row, each row read once
             assert rot is not None
-            got, done = _rotated.fold_rot(X, rot, (los, his), wk, prm, low)
+            got, done = _rotated.fold_rot(X, rot, (los, his), wk, grid, low)
         else:
-            got, done = _narrow.fold_left(X, perms, wk, prm, key, offset, low, (los, his))
+            got, done = _narrow.fold_left(X, perms, wk, grid, key, offset, low, (los, his))
         if got is not None or k == 1:
             break
         X, low = _tall._load(A, load, ar)[0], 0  # an input not in the input format: load (round) them all, refold

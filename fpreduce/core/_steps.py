@@ -38,12 +38,12 @@ from fpreduce.base import counter, jit
 from fpreduce.core import _kernels_round as kr
 from fpreduce.core import _tall
 from fpreduce.core._sr_numpy import _add_sr_numpy
-from fpreduce.core.arith import _Arith, add_rounded
+from fpreduce.core.arith import add_rounded
 from fpreduce.core.formats import Format
+from fpreduce.core.grid import Grid, Kind, grid_of, kind_of
 from fpreduce.core.rounding import Mode, quantum_bits, round_to
 
 FIRST_T = 1 << 62  # the counter of the first row's rounding (additions use t = 0, 1, ...)
-_MODES = {Mode.NEAREST_EVEN: 0, Mode.TOWARD_ZERO: 1, Mode.UP: 2, Mode.DOWN: 3, Mode.STOCHASTIC: 4}
 
 
 def _overflow(neg, mode, maxf, has_inf):  # type: ignore[no-untyped-def]
@@ -83,8 +83,9 @@ def _below_tiny(s, err, tiny, mode, u):  # type: ignore[no-untyped-def]
     return -r if neg else r
 
 
-def _add_any(a, x, p, emin, maxf, mode, has_inf, u):  # type: ignore[no-untyped-def]
-    """``a + x`` (any float64 values) rounded once to the format (p, emin, maxf) in ``mode`` (see the module)."""
+def _add_any(a, x, grid, u):  # type: ignore[no-untyped-def]
+    """``a + x`` (any float64 values) rounded once to the format and mode of ``grid`` (see the module)."""
+    p, emin, maxf, mode, has_inf = grid.p, grid.emin, grid.maxf, grid.mode, grid.has_inf
     if p == 53:
         if mode == 0:
             return a + x
@@ -110,47 +111,47 @@ def _add_any(a, x, p, emin, maxf, mode, has_inf, u):  # type: ignore[no-untyped-
     return round_bits(s, err, 53 - p, emin + 1023, maxf, math.inf if has_inf else math.nan, mode, u)
 
 
-def _step(a, x, kind, prm, p, emin, maxf, mode, has_inf, key, t, e):  # type: ignore[no-untyped-def]
+def _step(a, x, kind, grid, key, t, e):  # type: ignore[no-untyped-def]
     """One addition: the engine's kinds (``_tall``) for addends of the format to nearest, else ``_add_any``.
 
     Kind 0: the native float32 (fp32) or float64 (fp64) add. Kinds 1 (bf16, tf32) and 2
-    (fp16, fp8): the float32 sum rounded by Veltkamp splitting with ``prm[5]``; kind 2 keeps
-    the sum below 2**emin (``prm[6]``: exact there) and overflows beyond its largest
+    (fp16, fp8): the float32 sum rounded by Veltkamp splitting with ``grid.sigma``; kind 2 keeps
+    the sum below 2**emin (``grid.tiny``: exact there) and overflows beyond its largest
     value (±Inf, ±NaN without Inf); bf16's NaN from an Inf operand or a sum beyond
     Veltkamp's range takes the exact path.
     """
     if kind == 0:
-        if p == 24:
+        if grid.p == 24:
             return np.float64(np.float32(a) + np.float32(x))
         return a + x
     if kind == 1 or kind == 2:
         s32 = np.float32(a) + np.float32(x)
-        c = s32 * np.float32(prm[5])
+        c = s32 * np.float32(grid.sigma)
         r = np.float64(c - (c - s32))
         if kind == 2:
-            if abs(s32) < prm[6]:
+            if abs(s32) < grid.tiny:
                 r = np.float64(s32)
-            if not abs(r) <= maxf:
-                r = np.float64(s32) if s32 != s32 else math.copysign(math.inf if has_inf else math.nan, s32)
+            if not abs(r) <= grid.maxf:
+                r = np.float64(s32) if s32 != s32 else math.copysign(math.inf if grid.has_inf else math.nan, s32)
             return r
         if r == r or a != a or x != x:
             return r
-    u = _uniform(key, e, t) if mode == 4 else 0.0
-    return _add_any(a, x, p, emin, maxf, mode, has_inf, u)
+    u = _uniform(key, e, t) if grid.mode == 4 else 0.0
+    return _add_any(a, x, grid, u)
 
 
-def _fold_kernel(X, first, out, keep, kind, prm, p, emin, maxf, mode, has_inf, key, e0):  # type: ignore[no-untyped-def]
+def _fold_kernel(X, first, out, keep, kind, grid, key, e0):  # type: ignore[no-untyped-def]
     """The left fold of the rows of X (float32 or float64): out[k] (keep) or out[0] (not) <- partial sum k."""
     n, d = X.shape
     acc = np.empty(d)
     for j in range(d):
         x = first[j]
-        u = _uniform(key, e0 + j, FIRST_T) if mode == 4 else 0.0
-        acc[j] = _add_any(x, math.copysign(0.0, x), p, emin, maxf, mode, has_inf, u)
+        u = _uniform(key, e0 + j, FIRST_T) if grid.mode == 4 else 0.0
+        acc[j] = _add_any(x, math.copysign(0.0, x), grid, u)
         out[0, j] = acc[j]
     for k in range(1, n):
         for j in range(d):
-            acc[j] = _step(acc[j], X[k, j], kind, prm, p, emin, maxf, mode, has_inf, key, k - 1, e0 + j)
+            acc[j] = _step(acc[j], X[k, j], kind, grid, key, k - 1, e0 + j)
         if keep:
             for j in range(d):
                 out[k, j] = acc[j]
@@ -159,7 +160,7 @@ def _fold_kernel(X, first, out, keep, kind, prm, p, emin, maxf, mode, has_inf, k
             out[0, j] = acc[j]
 
 
-def _tree_kernel(L, ops, root, out, bufs, p, emin, maxf, mode, has_inf, key, e0):  # type: ignore[no-untyped-def]
+def _tree_kernel(L, ops, root, out, bufs, grid, key, e0):  # type: ignore[no-untyped-def]
     """out[j] <- the tree program ``ops`` over the leaves ``L[:, j]`` (products.py's rules: a node of two
     leaves rounds its left leaf alone first, counter ``FIRST_T + leaf``), column by column."""
     for j in range(L.shape[1]):
@@ -168,13 +169,13 @@ def _tree_kernel(L, ops, root, out, bufs, p, emin, maxf, mode, has_inf, key, e0)
             o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
             if a >= 0 and b >= 0:
                 x = L[a, j]
-                u = _uniform(key, e, FIRST_T + a) if mode == 4 else 0.0
-                x = _add_any(x, math.copysign(0.0, x), p, emin, maxf, mode, has_inf, u)
+                u = _uniform(key, e, FIRST_T + a) if grid.mode == 4 else 0.0
+                x = _add_any(x, math.copysign(0.0, x), grid, u)
             else:
                 x = L[a, j] if a >= 0 else bufs[-1 - a]
             y = L[b, j] if b >= 0 else bufs[-1 - b]
-            u = _uniform(key, e, t) if mode == 4 else 0.0
-            bufs[-1 - o] = _add_any(x, y, p, emin, maxf, mode, has_inf, u)
+            u = _uniform(key, e, t) if grid.mode == 4 else 0.0
+            bufs[-1 - o] = _add_any(x, y, grid, u)
         out[j] = bufs[-1 - root]
 
 
@@ -210,9 +211,9 @@ def tree_kernel() -> Callable[..., Any] | None:
     return _COMPILED[1] if _kernel() is not None else None
 
 
-def params(f: Format, mode: Mode) -> tuple[int, int, float, int, bool]:
-    """The kernel's description of the format and mode: (p, emin, max_finite, mode code, has_inf)."""
-    return f.precision, f.emin, f.max_finite, _MODES[mode], f.has_inf
+def params(f: Format, mode: Mode) -> Grid:
+    """The kernels' record of the format and mode (:class:`fpreduce.core.grid.Grid`)."""
+    return grid_of(f, mode)
 
 
 def add_any_numpy(
@@ -284,9 +285,10 @@ def fold_rows(
             _fold_rows_numpy(X, first, out, f, mode, k, offset)
         return out
     with np.errstate(over="ignore", invalid="ignore"):
-        kp = _tall._kind(_Arith(f, mode, None)) if narrow and mode is Mode.NEAREST_EVEN else None
-        kind, prm = kp if kp is not None else (3, np.zeros(7))  # kind 3 and up: _add_any
-        kern(X, first, out, keep, kind, prm, *params(f, mode), k, int(offset))
+        kind, grid = kind_of(f, mode)
+        if not (narrow and mode is Mode.NEAREST_EVEN):
+            kind = Kind.BITS  # kind 3 and up: _add_any
+        kern(X, first, out, keep, int(kind), grid, k, int(offset))
     return out
 
 

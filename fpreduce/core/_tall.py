@@ -12,29 +12,31 @@ of the row-block kernel are checked as each row is read (an OR of its bits), not
 pass of their own; a block that fails is folded again from the loaded inputs.
 
 Each addition is rounded once to the accumulator format, as IEEE 754 does (the
-same rules as :mod:`fpreduce.core.arith`):
+same rules as :mod:`fpreduce.core.arith`), by the kind :func:`fpreduce.core.grid.kind_of` picks
+and from the numbers of its :class:`fpreduce.core.grid.Grid` (the kernels compare kinds as ints: numba
+prunes the other kinds' loops by their literal values):
 
-* ``kind 0`` (fp32 or fp64 accumulator, nearest even): the native float32/float64 add.
-* ``kind 1`` (bf16, tf32: fp32's exponent range, nearest even): the float32 sum (an
+* ``kind 0``, ``Kind.NATIVE`` (fp32 or fp64 accumulator, nearest even): the native float32/float64 add.
+* ``kind 1``, ``Kind.SPLIT`` (bf16, tf32: fp32's exponent range, nearest even): the float32 sum (an
   innocuous double rounding, 24 >= 2p + 2) rounded by Veltkamp splitting
   ``c = s * (2**(24-p) + 1); s <- c - (c - s)`` (exact nearest even for normal and
   subnormal float32, see ``_fastpath._VELTKAMP_P``). Sums beyond its range (about
   2**112) and Inf become NaN, so a block whose result holds a NaN is recomputed with
   ``kind 3``: same bits.
-* ``kind 2`` (fp16, fp8, nearest even): the float32 sum; below 2**emin it is exact (a
+* ``kind 2``, ``Kind.SPLIT_SUB`` (fp16, fp8, nearest even): the float32 sum; below 2**emin it is exact (a
   multiple of the subnormal quantum), above it Veltkamp on p bits; beyond the largest
   finite value it overflows to ±Inf (±NaN for fp8_e4m3; NaN stays NaN).
-* ``kind 3`` (other formats of p <= 52 bits in nearest even; every format in directed and
+* ``kind 3``, ``Kind.BITS`` (other formats of p <= 52 bits in nearest even; every format in directed and
   stochastic modes): the float64 sum and its exact remainder (TwoSum), rounded on the
   sum's bits by :func:`fpreduce.core._kernels_round.add_round` (branch free: a row of
   it vectorizes; one loop per mode), in float32 for formats of p <= 23 bits
   (``add_round32``: the same bits).
-* ``kind 4`` (fp64, directed and stochastic modes): TwoSum and a one-ulp step of the
+* ``kind 4``, ``Kind.STEP64`` (fp64, directed and stochastic modes): TwoSum and a one-ulp step of the
   bit pattern in the mode's direction (:func:`fpreduce.core._kernels_round.add_fp64`).
 * fp32 and fp64 in directed modes: ``kind 0``, native additions with the processor's
   rounding mode set by the kernel (:mod:`fpreduce.core._hwround`), and kind 5 below
-  likewise (``prm[7]``); without it, kinds 3 and 4 (the same bits).
-* ``kind 5`` (fp32, bf16, tf32 in directed and stochastic modes, rows of a tree; and every
+  likewise (``grid.hw``); without it, kinds 3 and 4 (the same bits).
+* ``kind 5``, ``Kind.LANES`` (fp32, bf16, tf32 in directed and stochastic modes, rows of a tree; and every
   format of p <= 24 bits in a left fold of wide rows): the same bits on float32 bit
   patterns in 32-bit lanes (:mod:`fpreduce.core._narrow`); a sum near the top, Inf or
   NaN is folded again with ``kind 3``. Left folds of wide rows in kinds 0, 1, 2 and 5
@@ -92,6 +94,7 @@ from fpreduce.core._fastpath import _program
 from fpreduce.core._pairwise import pairwise_program
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core.arith import _Arith, _Loader
+from fpreduce.core.grid import Grid, Kind, kind_of
 from fpreduce.core.rounding import Mode
 from fpreduce.core.routes import Route as R
 from fpreduce.plans import Tree, pairwise
@@ -107,24 +110,24 @@ def _veltkamp(s, sigma):  # type: ignore[no-untyped-def]
     return c - (c - s)
 
 
-def _add_rows(D, A, B, kind, prm, z, t, sa, sb):  # type: ignore[no-untyped-def]
-    """D[j] <- A[j] + B[j] rounded, j < D.size (rows; ``kind`` and ``prm``: see the module; kind 5: A[j] * sa
+def _add_rows(D, A, B, kind, grid, z, t, sa, sb):  # type: ignore[no-untyped-def]
+    """D[j] <- A[j] + B[j] rounded, j < D.size (rows; ``kind`` and ``grid``: see the module; kind 5: A[j] * sa
     + B[j] * sb, a row of X read scaled onto the format's scaled grid, exactly)."""
     w = D.size
     if kind == 0:
         for j in range(w):
             D[j] = A[j] + B[j]
     elif kind == 1:
-        sigma = np.float32(prm[5])
+        sigma = np.float32(grid.sigma)
         for j in range(w):
             s = np.float32(A[j]) + np.float32(B[j])
             c = s * sigma
             D[j] = c - (c - s)
     elif kind == 2:
-        sigma = np.float32(prm[5])
-        tiny = np.float32(prm[6])
-        maxf = np.float32(prm[2])
-        big = np.float32(np.inf) if prm[4] != 0 else np.float32(np.nan)  # overflow: ±Inf, or ±NaN (fp8_e4m3)
+        sigma = np.float32(grid.sigma)
+        tiny = np.float32(grid.tiny)
+        maxf = np.float32(grid.maxf)
+        big = np.float32(np.inf) if grid.has_inf else np.float32(np.nan)  # overflow: ±Inf, or ±NaN (fp8_e4m3)
         for j in range(w):
             s = np.float32(A[j]) + np.float32(B[j])
             c = s * sigma
@@ -135,35 +138,35 @@ def _add_rows(D, A, B, kind, prm, z, t, sa, sb):  # type: ignore[no-untyped-def]
                 r = s if s != s else (-big if s < 0 else big)
             D[j] = r
     elif kind == 5:  # bf16, tf32 in directed and stochastic modes: float32 bits
-        _narrow.rows5(D, A, B, prm, z, t, sa, sb)
+        _narrow.rows5(D, A, B, grid, z, t, sa, sb)
     else:
-        kr.rows_any(D, A, B, prm, z, t)
+        kr.rows_any(D, A, B, grid, z, t)
 
 
-def _add1(s, x, kind, prm, z1, t):  # type: ignore[no-untyped-def]
+def _add1(s, x, kind, grid, z1, t):  # type: ignore[no-untyped-def]
     """One addition ``s + x`` rounded (a scalar ``_add_rows``)."""
     if kind == 0:
         return s + x
     if kind == 1:
         t = np.float32(s) + np.float32(x)
-        c = t * np.float32(prm[5])
+        c = t * np.float32(grid.sigma)
         return c - (c - t)
     if kind == 2:
         t = np.float32(s) + np.float32(x)
-        c = t * np.float32(prm[5])
+        c = t * np.float32(grid.sigma)
         r = c - (c - t)
-        if abs(t) < np.float32(prm[6]):
+        if abs(t) < np.float32(grid.tiny):
             r = t
-        if not abs(r) <= np.float32(prm[2]):
-            big = np.float32(np.inf) if prm[4] != 0 else np.float32(np.nan)
+        if not abs(r) <= np.float32(grid.maxf):
+            big = np.float32(np.inf) if grid.has_inf else np.float32(np.nan)
             r = t if t != t else (-big if t < 0 else big)
         return r
-    v = kr.uniform(z1, t) if prm[3] == 4 else 0.0
+    v = kr.uniform(z1, t) if grid.mode == 4 else 0.0
     if kind == 3:
-        big = np.inf if prm[4] != 0 else np.nan
-        sh, eminb = 53 - int(prm[0]), int(prm[1]) + 1023
-        return kr.add_round(np.float64(s), np.float64(x), sh, eminb, prm[2], big, prm[4] != 0, int(prm[3]), v)
-    return kr.add_fp64(np.float64(s), np.float64(x), prm[2], int(prm[3]), v)
+        big = np.inf if grid.has_inf else np.nan
+        sh, eminb = 53 - grid.p, grid.emin + 1023
+        return kr.add_round(np.float64(s), np.float64(x), sh, eminb, grid.maxf, big, grid.has_inf, grid.mode, v)
+    return kr.add_fp64(np.float64(s), np.float64(x), grid.maxf, grid.mode, v)
 
 
 def _left_k0(X, perm, j):  # type: ignore[no-untyped-def]
@@ -184,11 +187,11 @@ def _left_k1(X, perm, j, sigma):  # type: ignore[no-untyped-def]
     return s
 
 
-def _left_any(X, perm, j, kind, prm, z1):  # type: ignore[no-untyped-def]
+def _left_any(X, perm, j, kind, grid, z1):  # type: ignore[no-untyped-def]
     ident = perm.size == 0
     s = np.float64(X[0 if ident else perm[0], j])
     for k in range(1, X.shape[0]):
-        s = np.float64(_add1(s, X[k if ident else perm[k], j], kind, prm, z1, k - 1))
+        s = np.float64(_add1(s, X[k if ident else perm[k], j], kind, grid, z1, k - 1))
     return s
 
 
@@ -209,12 +212,12 @@ def _all_in(x, scale, L, maxf):  # type: ignore[no-untyped-def]
     return bad == 0
 
 
-def _left_columns(X, perm, ops, root, out, kind, prm, key, e0):  # type: ignore[no-untyped-def]
+def _left_columns(X, perm, ops, root, out, kind, grid, key, e0):  # type: ignore[no-untyped-def]
     """out[j] <- the left fold of column j of X in the order ``perm`` (empty: rows in order), a register each;
     with ``ops``, the program's fold of column j on scalar registers (one scalar addition per op)."""
     regs = np.zeros(max(-ops[:, 0].min(), 1) if ops.shape[0] > 0 else 1, dtype=X.dtype)  # the format's values
-    sigma = np.float32(prm[5])  # kind 1 (bf16, tf32): X is float32
-    hwm = hw.code(kind, prm)
+    sigma = np.float32(grid.sigma)  # kind 1 (bf16, tf32): X is float32
+    hwm = hw.code(kind, grid)
     hw.begin(hwm)  # kind 0 in a directed mode: the native additions in the hardware's mode
     for j in range(X.shape[1]):
         if ops.shape[0] > 0:
@@ -228,20 +231,20 @@ def _left_columns(X, perm, ops, root, out, kind, prm, key, e0):  # type: ignore[
                 elif kind == 1:
                     regs[-1 - o] = _veltkamp(x + y, sigma)
                 else:
-                    regs[-1 - o] = _add1(x, y, kind, prm, z1, t)
+                    regs[-1 - o] = _add1(x, y, kind, grid, z1, t)
             out[j] = regs[-1 - root]
         elif kind == 0:
             out[j] = _left_k0(X, perm, j)
         elif kind == 1:
-            out[j] = _left_k1(X, perm, j, np.float32(prm[5]))
+            out[j] = _left_k1(X, perm, j, np.float32(grid.sigma))
         elif kind == 2:
-            out[j] = _left_any(X, perm, j, kind, prm, 0)
+            out[j] = _left_any(X, perm, j, kind, grid, 0)
         else:
-            out[j] = kr.left_any(X, perm, j, prm, kr.element_seed(key, e0 + j))
+            out[j] = kr.left_any(X, perm, j, grid, kr.element_seed(key, e0 + j))
     hw.end(hwm)
 
 
-def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb, xs):  # type: ignore[no-untyped-def]
+def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs):  # type: ignore[no-untyped-def]
     """out[j] <- the fold of column j of X along ``ops`` (or a left fold in ``perm`` when ops is empty).
 
     Kind 5 reads X's values times ``xs`` (fp16, fp8: the scaled format; 1 otherwise).
@@ -257,9 +260,9 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb, xs):  # 
     one = np.float32(1.0)
     spare = bufs.shape[0] - 1
     phys = np.arange(bufs.shape[0])  # buffer i lives in row phys[i]; row phys[spare] is free
-    hwm = hw.code(kind, prm)
+    hwm = hw.code(kind, grid)
     hw.begin(hwm)  # kinds 0 and 5 in a directed mode: the hardware rounds the additions
-    z = np.zeros(W if prm[3] == 4 else 0, dtype=np.uint64)  # the block's element seeds (stochastic)
+    z = np.zeros(W if grid.mode == 4 else 0, dtype=np.uint64)  # the block's element seeds (stochastic)
     for lo in range(0, m, W):
         w = min(W, m - lo)
         for j in range(min(z.size, w)):
@@ -271,7 +274,7 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb, xs):  # 
             for k in range(n):
                 if k > 0:
                     row = X[perm[k], lo : lo + w]
-                    _add_rows(bufs[k % 2, :w], bufs[1 - k % 2, :w], row, kind, prm, z, k - 1, one, xs)
+                    _add_rows(bufs[k % 2, :w], bufs[1 - k % 2, :w], row, kind, grid, z, k - 1, one, xs)
                 if Xb.shape[0] > 0:
                     seen |= _or_row(Xb[perm[k], lo : lo + w])
             res = (n - 1) % 2
@@ -280,13 +283,13 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, prm, key, e0, Xb, xs):  # 
                 o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
                 d = phys[spare]
                 if a >= 0 and b >= 0:
-                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], X[perm[b], lo : lo + w], kind, prm, z, t, xs, xs)
+                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], X[perm[b], lo : lo + w], kind, grid, z, t, xs, xs)
                 elif a >= 0:
-                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], bufs[phys[-1 - b], :w], kind, prm, z, t, xs, one)
+                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], bufs[phys[-1 - b], :w], kind, grid, z, t, xs, one)
                 elif b >= 0:
-                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], X[perm[b], lo : lo + w], kind, prm, z, t, one, xs)
+                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], X[perm[b], lo : lo + w], kind, grid, z, t, one, xs)
                 else:
-                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], bufs[phys[-1 - b], :w], kind, prm, z, t, one, one)
+                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], bufs[phys[-1 - b], :w], kind, grid, z, t, one, one)
                 phys[spare], phys[-1 - o] = phys[-1 - o], d
             res = phys[-1 - root]
             for k in range(n if Xb.shape[0] > 0 else 0):
@@ -336,9 +339,9 @@ def _compile_helpers() -> None:
         g[name] = numba.njit(cache=True, nogil=True, inline="always" if hot else "never")(g[name])
 
 
-def _kind(ar: _Arith) -> tuple[int, np.ndarray]:
+def _kind(ar: _Arith) -> tuple[Kind, Grid]:
     """The kernel's kind and parameters for the accumulator format and mode (:func:`routes.kind_of`)."""
-    return routes.kind_of(ar.fa, ar.mode)
+    return kind_of(ar.fa, ar.mode)
 
 
 def decision(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith) -> routes.Decision | None:
@@ -372,12 +375,12 @@ def fold_plan(
     if dec is None:
         return None
     routes.note(dec.route)
-    kind, prm = _kind(ar)
+    kind, grid = _kind(ar)
     n, fa = A.shape[0], ar.fa
     key = ar.sr_key() if ar.mode is Mode.STOCHASTIC else np.uint64(0)  # the first draw of the seed's generator
     if dec.route is R.FP64_ROWS:
         assert dec.order is not None
-        res = _rows64.fold_fp64(A, dec.order if dec.order.size else np.arange(n), load, ar, prm, offset)
+        res = _rows64.fold_fp64(A, dec.order if dec.order.size else np.arange(n), load, ar, grid, offset)
         if res is not None:
             return res  # fp64 on wide float32 rows: each added as read, no float64 copy
         return fold_plan(root, A, load, ar, offset, dec.inner) if dec.inner is not None else None
@@ -398,20 +401,20 @@ def fold_plan(
         assert root is not None
         prog, _, top = _program(root, n)  # leaves are rows
         perm, ops, base = np.arange(n, dtype=np.int64), np.array(prog, dtype=np.int64), top
-    hws = kind == 3 and fa.precision <= 24 and fa.emin > -126 and hw.code(5, prm) != 0  # add_hw's scaled rows
-    wide = dec.route is R.WIDE_LEFT and (kind == 2 or hws)  # _narrow's fold checks fp16 inputs as read
+    hws = kind == Kind.BITS and fa.precision <= 24 and fa.emin > -126 and hw.code(5, grid) != 0  # add_hw's scaled rows
+    wide = dec.route is R.WIDE_LEFT and (kind == Kind.SPLIT_SUB or hws)  # _narrow's fold checks fp16 inputs as read
     X, low = _load(A, load, ar, lazy=not left and n > 1, lazy16=wide)
-    args = (perm, ops.reshape(-1, 3), base, prm, key, offset)
+    args = (perm, ops.reshape(-1, 3), base, grid, key, offset)
     out = _run(X, args, kind, dec, low)
     if out is None:  # some input needs rounding to the input format: load it, and fold again
         out = _run(_load(A, load, ar)[0], args, kind, dec, 0)
     return out
 
 
-def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, dec: routes.Decision, low: int) -> np.ndarray | None:
+def _run(X: np.ndarray, args: tuple[Any, ...], kind: Kind, dec: routes.Decision, low: int) -> np.ndarray | None:
     """The compiled fold of X by the route ``dec`` (None if an input has one of the bits ``low`` set: not in
     the input format). ``kind``: the accumulator's rounding kind; ``dec.kind`` the route's own."""
-    perm, ops, base, prm, key, offset = args
+    perm, ops, base, grid, key, offset = args
     m = X.shape[1]
     out = np.empty(m, dtype=X.dtype)  # X's dtype: one compiled kernel per dtype
     nbuf = max(int(-ops[:, 0].min(initial=0)), 1) + 1  # and a spare row
@@ -421,44 +424,53 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: int, dec: routes.Decision, 
     left = dec.route in (R.CHAIN, R.CHAIN_PAIRWISE, R.COLUMNS)
     if dec.route is R.WIDE_LEFT:
         assert dec.kind is not None
-        got, done = _narrow.fold_left(X, perm, dec.kind, prm, key, offset, low)
+        got, done = _narrow.fold_left(X, perm, dec.kind, grid, key, offset, low)
         if got is None or done:
             return got  # else a sum beyond the kernel's range: the exact scalar path, below
         routes.note(R.ROW_BLOCKS)
-        kind, low = 3, 0
-    elif dec.kind == 5 and _narrow.rows_kind(prm):
-        kind = 5  # the rows of _narrow (bf16, tf32; directed and stochastic), NaN where it does not answer
-    elif dec.kind == 5 and low == 0 and (sp := _narrow.scaled(prm)) is not None:
+        kind, low = Kind.BITS, 0
+    elif dec.kind == Kind.LANES and _narrow.rows_kind(grid):
+        kind = Kind.LANES  # the rows of _narrow (bf16, tf32; directed and stochastic), NaN where it does not answer
+    elif dec.kind == Kind.LANES and low == 0 and (sp := _narrow.scaled(grid)) is not None:
         sc = xs = np.float32(sp[0])  # fp16, fp8: the scaled format's rows, inputs scaled as read
-        prm, kind = sp[1], 5
+        grid, kind = sp[1], Kind.LANES
     Xb = X.view(np.uint32) if low else _NO_BITS
     with np.errstate(over="ignore", invalid="ignore"):
-        for k in (kind, 3):  # kind 1 or 5 then, if a NaN came out, the exact scalar path (Inf/NaN, beyond range)
+        for k in (
+            kind,
+            Kind.BITS,
+        ):  # SPLIT or LANES then, if a NaN came out, the exact scalar path (Inf/NaN, beyond range)
             if left:
-                _fold_left(X, perm, ops, base, out, k, prm, key, offset)
+                _fold_left(X, perm, ops, base, out, int(k), grid, key, offset)
             else:
-                X, xs = (X * xs, one) if k == 3 and xs != one else (X, xs)  # (the scalar path: X as it is)
-                seen = _kernels()[0](X, perm, ops, base, out, bufs, k, prm, key, offset, Xb, xs)
+                X, xs = (X * xs, one) if k == Kind.BITS and xs != one else (X, xs)  # (the scalar path: X as it is)
+                seen = _kernels()[0](X, perm, ops, base, out, bufs, int(k), grid, key, offset, Xb, xs)
                 if seen & low:
                     return None
                 Xb = _NO_BITS
-            if k not in (1, 5) or hw.code(k, prm) != 0 or not np.isnan(out.max(initial=0.0)):  # (add_hw: every sum)
+            if (
+                k not in (Kind.SPLIT, Kind.LANES) or hw.code(int(k), grid) != 0 or not np.isnan(out.max(initial=0.0))
+            ):  # (add_hw: every sum)
                 break
             routes.note(dec.rerun or R.ROW_BLOCKS)
     return np.multiply(out, one / sc) if sc != one else out  # the scaled result scaled back, exactly
 
 
-def _fold_left(X, perm, ops, base, out, kind, prm, key, offset):  # type: ignore[no-untyped-def]
+def _fold_left(X, perm, ops, base, out, kind, grid, key, offset):  # type: ignore[no-untyped-def]
     """A few columns: pairwise (no ops, ``base`` -1), and float32 left folds of kinds 2 and 3, and of kinds
     0 and 1 on more than one column (interleaved) by :mod:`._chain`; one column of kind 0 or 1, float64
     (fp64 and formats over 24 bits) and other trees by :func:`_left_columns`."""
     if ops.shape[0] == 0 and base < 0:
         bounds, progs = _chain.pairwise_blocks(X.shape[0])
-        _chain.kernels()[1](X, out, kind, prm, key, offset, bounds, progs)
-    elif ops.shape[0] == 0 and X.dtype == np.float32 and (kind in (2, 3) or (kind < 2 and X.shape[1] > 1)):
-        _chain.kernels()[0](X, perm, out, kind, prm, key, offset)
+        _chain.kernels()[1](X, out, kind, grid, key, offset, bounds, progs)
+    elif (
+        ops.shape[0] == 0
+        and X.dtype == np.float32
+        and (kind in (Kind.SPLIT_SUB, Kind.BITS) or (kind < Kind.SPLIT_SUB and X.shape[1] > 1))
+    ):
+        _chain.kernels()[0](X, perm, out, kind, grid, key, offset)
     else:
-        _kernels()[1](X, perm, ops, base, out, kind, prm, key, offset)
+        _kernels()[1](X, perm, ops, base, out, kind, grid, key, offset)
 
 
 def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False, lazy16: bool = False) -> tuple[np.ndarray, int]:

@@ -154,7 +154,7 @@ def _fold_tree(root: Tree, L: np.ndarray, f: Format, m: Mode, key: int, offset: 
             top,
             out,
             np.empty(max(nbuf, 1)),
-            *params(f, m),
+            params(f, m),
             np.uint64(key),
             int(offset),
         )

@@ -36,6 +36,7 @@ from fpreduce.core import _hwround as hw
 from fpreduce.core import _narrow, _rotated
 from fpreduce.core._fastpath import fold_order
 from fpreduce.core.formats import Format
+from fpreduce.core.grid import KIND_WORDS, Grid, Kind, kind_of
 from fpreduce.core.rounding import Mode
 from fpreduce.plans import PerElementPlan, Plan, SegmentedPlan, Tree
 
@@ -47,7 +48,6 @@ CHAIN = 16  # and up to this many, sequential and directed pairwise folds run in
 MAX_OPS = 1 << 26  # a tree of more leaves than this is not compiled into a program (memory)
 ROT = 2048  # columns at least for a ring's segments to fold row by row, and for a chunk's own compiled fold
 VELTKAMP_P = (8, 11)  # accumulators of these precisions round by Veltkamp splitting in float32
-MODES = {Mode.NEAREST_EVEN: 0, Mode.TOWARD_ZERO: 1, Mode.UP: 2, Mode.DOWN: 3, Mode.STOCHASTIC: 4}
 
 
 class Route(enum.Enum):
@@ -110,15 +110,6 @@ _INFO: dict[Route, tuple[str, str, bool]] = {
     Route.NUMPY_COMPENSATED: ("core.algorithms.compensated", "compensated sum in numpy", False),
 }
 
-_KIND_WORDS = {
-    0: "native float32/float64 additions",
-    1: "float32 sum rounded by Veltkamp splitting",
-    2: "float32 sum, Veltkamp above 2**emin, exact below",
-    3: "exact float64 sum rounded on its bits (TwoSum)",
-    4: "float64 sum stepped one ulp toward its TwoSum remainder",
-    5: "float32 bit patterns in 32-bit lanes",
-}
-
 
 @dataclass(frozen=True)
 class Case:
@@ -161,7 +152,7 @@ class Decision:
 
     route: Route
     why: tuple[str, ...]
-    kind: int | None = None
+    kind: Kind | None = None
     rerun: Route | None = None
     inner: Decision | None = None
     order: np.ndarray | None = None  # a left fold's row order (size 0: rows in order); None: a program
@@ -176,8 +167,9 @@ class Decision:
         if r.compiled:
             doc["compiled_now"] = jit.enabled()
         if self.kind is not None:
-            doc["kind"] = self.kind
-            doc["adds"] = _KIND_WORDS[self.kind]
+            doc["kind"] = int(self.kind)
+            doc["kind_name"] = Kind(self.kind).name.lower()
+            doc["adds"] = KIND_WORDS[Kind(self.kind)]
         doc["why"] = list(self.why)
         doc["rerun"] = None if self.rerun is None else self.rerun.value
         doc["each"] = None if self.inner is None else self.inner.to_dict()
@@ -193,7 +185,7 @@ def render(doc: dict[str, object], indent: str = "") -> str:
     else:
         lines.append("runs as: numpy")
     if "kind" in doc:
-        lines.append(f"adds:    kind {doc['kind']}, {doc['adds']}")
+        lines.append(f"adds:    kind {doc['kind']} ({doc['kind_name']}), {doc['adds']}")
     lines += [f"why:     {w}" for w in doc["why"]]  # type: ignore[attr-defined]
     if doc["rerun"] is not None:
         lines.append(f"rerun:   {doc['rerun']}, for a block whose sums leave the kernel's range (overflow, Inf, NaN)")
@@ -201,24 +193,6 @@ def render(doc: dict[str, object], indent: str = "") -> str:
         lines.append("each:")
         lines.append(render(doc["each"], "  "))  # type: ignore[arg-type]
     return "\n".join(indent + line for line in "\n".join(lines).splitlines())
-
-
-def kind_of(fa: Format, mode: Mode) -> tuple[int, np.ndarray]:
-    """The compiled folds' rounding kind and parameter row for an accumulator format and mode (see ``_tall``)."""
-    p = fa.precision
-    sigma = 2.0 ** (24 - p) + 1 if p < 24 else 1.0
-    directed = mode in (Mode.TOWARD_ZERO, Mode.UP, Mode.DOWN) and hw.available()
-    prm = np.array([p, fa.emin, fa.max_finite, MODES[mode], float(fa.has_inf), sigma, 2.0**fa.emin, float(directed)])
-    if directed and hw.native(fa):
-        return 0, prm  # fp32, fp64 in a directed mode: the native additions, the hardware's mode set
-    if mode is Mode.NEAREST_EVEN:
-        if p == 24 or p == 53:
-            return 0, prm
-        if p in (8, 11) and fa.emin == -126:
-            return 1, prm
-        if p <= 11 and fa.emin > -126 and fa.max_finite < 2.0**100:  # (Veltkamp's product stays finite)
-            return 2, prm  # fp16, fp8: float32 normals; below 2**emin sums are exact
-    return (4 if p == 53 else 3), prm
 
 
 def decide(c: Case) -> Decision:
@@ -269,19 +243,26 @@ def tree_route(c: Case, root: Tree | str | None, n: int, m: int) -> Decision | N
     stochastic = c.mode is Mode.STOCHASTIC
     if not c.compiled and not stochastic:
         return None
-    kind, prm = kind_of(c.fa, c.mode)
+    kind, grid = kind_of(c.fa, c.mode)
     fa, p = c.fa, c.fa.precision
     pairwise = isinstance(root, str)
     order = np.zeros(0, dtype=np.int64) if root is None else None if isinstance(root, str) else fold_order(root)
-    chain = order is not None or (pairwise and kind == 3)
-    left = m <= NARROW or (m <= CHAIN and kind != 4 and chain)
+    chain = order is not None or (pairwise and kind == Kind.BITS)
+    left = m <= NARROW or (m <= CHAIN and kind != Kind.STEP64 and chain)
     shape = "a left-deep tree" if order is not None else "a tree"
     shape = "sequential" if root is None else "pairwise" if pairwise else shape
     why = [f"plain sum, one tree for every element ({shape}), {n} x {m}", f"{fa.name} accumulator, {c.mode.value}"]
     if order is None and n > MAX_OPS and not (pairwise and left):
         return None
-    rest = _fold_route(c, root, n, m, kind, prm, order, left, why)
-    if m > WIDTH and kind in (0, 4) and p > 24 and order is not None and c.compiled and _rows64_ok(c, n):
+    rest = _fold_route(c, root, n, m, kind, grid, order, left, why)
+    if (
+        m > WIDTH
+        and kind in (Kind.NATIVE, Kind.STEP64)
+        and p > 24
+        and order is not None
+        and c.compiled
+        and _rows64_ok(c, n)
+    ):
         why = [*why, f"{c.fin.name} float32 rows into fp64 sums"]  # rerun: the rest, when an input needs rounding
         rerun = Route.BLOCKS if rest is None else rest.route
         return Decision(Route.FP64_ROWS, tuple(why), kind, rerun, rest, order)
@@ -297,11 +278,13 @@ def _rows64_ok(c: Case, n: int) -> bool:
 
 
 def _fold_route(  # type: ignore[no-untyped-def]
-    c: Case, root, n: int, m: int, kind: int, prm, order, left: bool, why: list[str]
+    c: Case, root, n: int, m: int, kind: Kind, grid: Grid, order, left: bool, why: list[str]
 ) -> Decision | None:
     """:func:`tree_route` but for the fp64 rows: the kernel by the columns, the tree and the kind."""
     p, pairwise = c.fa.precision, isinstance(root, str)
-    if m > WIDTH and ((kind == 2 and p == 11 and order is None) or (kind == 0 and p > 24 and prm[3] == 0)):
+    if m > WIDTH and (
+        (kind == Kind.SPLIT_SUB and p == 11 and order is None) or (kind == Kind.NATIVE and p > 24 and grid.mode == 0)
+    ):
         return None  # fp64 nearest even, fp16 in a tree, on wide rows: the engine's numpy fold is as fast
     if c.mode is Mode.STOCHASTIC and not c.compiled:
         why = [*why, "stochastic rounding without numba: the same law in numpy"]
@@ -312,45 +295,45 @@ def _fold_route(  # type: ignore[no-untyped-def]
         if pairwise:
             return Decision(Route.CHAIN_PAIRWISE, (*why, f"{m} <= {CHAIN} columns"), kind)
         narrow = p <= 24
-        if order is not None and narrow and (kind in (2, 3) or (kind < 2 and m > 1)):
+        if order is not None and narrow and (kind in (Kind.SPLIT_SUB, Kind.BITS) or (kind < Kind.SPLIT_SUB and m > 1)):
             return Decision(Route.CHAIN, (*why, f"{m} <= {CHAIN} columns: a chain per column"), kind, order=order)
         return Decision(Route.COLUMNS, (*why, f"{m} <= {CHAIN} columns: a register per column"), kind, order=order)
     narrow = p <= 24
     if order is not None:
-        wk = _narrow.wide_kind(kind, prm) if narrow else -1
+        wk = _narrow.wide_kind(kind, grid) if narrow else None
         order = np.arange(n, dtype=np.int64) if order.size == 0 else order
-        if wk >= 0:
+        if wk is not None:
             why = [*why, f"{m} > {CHAIN} columns, a left fold: rows added in place"]
-            rerun = Route.ROW_BLOCKS if _may_refuse(wk, prm) else None
+            rerun = Route.ROW_BLOCKS if _may_refuse(wk, grid) else None
             return Decision(Route.WIDE_LEFT, tuple(why), wk, rerun, order=order)
     k = kind
-    if kind == 3 and narrow and (_narrow.rows_kind(prm) or _narrow.scaled(prm) is not None):
-        k = 5
-    rerun = Route.ROW_BLOCKS if _may_refuse(k, prm) else None
+    if kind == Kind.BITS and narrow and (_narrow.rows_kind(grid) or _narrow.scaled(grid) is not None):
+        k = Kind.LANES
+    rerun = Route.ROW_BLOCKS if _may_refuse(k, grid) else None
     why = [*why, f"{m} > {CHAIN} columns: rows folded by blocks of columns"]
     return Decision(Route.ROW_BLOCKS, tuple(why), k, rerun, order=order)
 
 
-def _may_refuse(kind: int, prm: np.ndarray) -> bool:
+def _may_refuse(kind: Kind, grid: Grid) -> bool:
     """Whether a fast kernel of this kind can refuse a sum (beyond Veltkamp's range, near the top, Inf or NaN)
     and leave it to a rerun: kinds 1 and 5, but for kind 5 under the processor's rounding mode (``add_hw``
     answers every sum). Kinds 0 and 2 answer every sum (IEEE's own overflow, the format's clamp)."""
-    return kind == 1 or (kind == 5 and hw.code(5, prm) == 0)
+    return kind == Kind.SPLIT or (kind == Kind.LANES and hw.code(5, grid) == 0)
 
 
 def _segmented(c: Case, p: SegmentedPlan) -> Decision | None:
     total = c.m if c.total is None else c.total
     segs = left_segments(p, c.m, c.offset, total)
-    kind, prm = kind_of(c.fa, c.mode)
+    kind, grid = kind_of(c.fa, c.mode)
     if segs is not None:
-        wk = _narrow.wide_kind(kind, prm)
-        if not c.compiled or c.n < 2 or wk < 0 or c.fa.precision > 24:
+        wk = _narrow.wide_kind(kind, grid)
+        if not c.compiled or c.n < 2 or wk is None or c.fa.precision > 24:
             return None
         why: tuple[str, ...] = ("segments that are left folds (a ring's reduce-scatter), each folded from X's rows",)
         if segs.rot is not None and c.mode is not Mode.STOCHASTIC:
             why = (*why, f"{c.m} >= {ROT} columns, rotations of one order: row by row")
-            return Decision(Route.RING_ROWS, why, wk, Route.BLOCKS if _may_refuse(wk, prm) else None)
-        return Decision(Route.SEGMENT_FOLDS, why, wk, Route.BLOCKS if _may_refuse(wk, prm) else None)
+            return Decision(Route.RING_ROWS, why, wk, Route.BLOCKS if _may_refuse(wk, grid) else None)
+        return Decision(Route.SEGMENT_FOLDS, why, wk, Route.BLOCKS if _may_refuse(wk, grid) else None)
     b = np.clip(p.bounds(total) - c.offset, 0, c.m)
     width = np.diff(b)
     if p.chunk_orders is not None or not c.compiled or width[width > 0].min(initial=ROT) < ROT:
