@@ -63,6 +63,26 @@ def test_cache_dir_is_the_users_unless_numba_cache_dir_says(monkeypatch, tmp_pat
     assert jit.cache_dir() == str(tmp_path)
     monkeypatch.delenv("NUMBA_CACHE_DIR")
     where = Path(jit.cache_dir())
-    assert where.name == "numba"
-    assert where.parent.name.lower() in ("fpreduce", "cache")  # platformdirs: .../fpreduce (Windows: ...\Cache)
+    assert where.name == jit.source_digest()
+    assert where.parent.name == "numba"
+    assert where.parent.parent.name.lower() in ("fpreduce", "cache")  # platformdirs: .../fpreduce (Windows: ...\Cache)
     assert Path(fpreduce.__file__).parent not in where.parents
+
+
+def test_the_cache_follows_the_kernels_sources_and_nothing_else(tmp_path):
+    """An edit of a module whose functions a kernel may inline (base, plans, core) is a new cache; numba's own
+    check (the defining file's time stamp) would keep a stale inlined copy. The CLI and the runner are not."""
+    root = Path(fpreduce.__file__).parent
+    for layer in ("base", "plans", "core", "cli"):
+        (tmp_path / layer).mkdir()
+        for f in (root / layer).glob("*.py"):
+            (tmp_path / layer / f.name).write_bytes(f.read_bytes())
+    first = jit.source_digest(tmp_path)
+    assert first == jit.source_digest(root) == jit.source_digest()
+    (tmp_path / "cli" / "__main__.py").write_text("# edited")
+    assert jit.source_digest(tmp_path) == first
+    rounder = tmp_path / "core" / "_kernels_round.py"
+    rounder.write_bytes(rounder.read_bytes() + b"\n")
+    edited = jit.source_digest(tmp_path)
+    assert edited != first
+    assert len(edited) == 16

@@ -23,15 +23,28 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import platform
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-__all__ = ["AVAILABLE", "cache_dir", "disabled", "enabled", "jit", "jitable", "kernel", "numba", "quiet"]
+__all__ = [
+    "AVAILABLE",
+    "cache_dir",
+    "disabled",
+    "enabled",
+    "jit",
+    "jitable",
+    "kernel",
+    "numba",
+    "quiet",
+    "source_digest",
+]
 
 AVAILABLE = not os.environ.get("FPREDUCE_NO_JIT") and importlib.util.find_spec("numba") is not None
 _enabled = AVAILABLE
@@ -95,13 +108,17 @@ def numba() -> Any:
 
 
 def cache_dir() -> str:
-    """Where the compiled kernels are cached: ``$NUMBA_CACHE_DIR`` if set, else ``<user cache dir>/numba``.
+    """Where the compiled kernels are cached: ``$NUMBA_CACHE_DIR`` if set, else ``<user cache dir>/numba/<digest>``.
 
     The user cache directory is ``platformdirs.user_cache_dir("fpreduce")`` (Linux:
     ``$XDG_CACHE_HOME/fpreduce``, by default ``~/.cache/fpreduce``), or that Linux
-    default without platformdirs.
+    default without platformdirs. ``<digest>`` is :func:`source_digest`: numba checks a
+    cached kernel against its own file's time stamp only, not against the files whose
+    functions it inlined (a rounding function of ``core`` inlined into a fold of another
+    module), so an upgrade or an edit of those would load a stale kernel; a new digest
+    is a new, empty cache instead.
 
-    >>> os.path.basename(cache_dir()) == "numba" or "NUMBA_CACHE_DIR" in os.environ
+    >>> os.path.basename(os.path.dirname(cache_dir())) == "numba" or "NUMBA_CACHE_DIR" in os.environ
     True
     """
     given = os.environ.get("NUMBA_CACHE_DIR")
@@ -114,7 +131,31 @@ def cache_dir() -> str:
     except ImportError:
         home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         base = os.path.join(home, "fpreduce")
-    return os.path.join(base, "numba")
+    return os.path.join(base, "numba", source_digest())
+
+
+def source_digest(root: Path | None = None) -> str:
+    """16 hex digits of SHA-256 over the sources of the layers that define or inline kernels (``base``,
+    ``plans``, ``core`` under ``root``, by default this package): their names and bytes, in name order.
+
+    Editing the command line or the runner keeps the cache; editing a kernel, or anything a kernel may
+    inline, starts a new one (about 1 ms to compute, once per process).
+    """
+    if root is None and _DIGEST:
+        return _DIGEST[0]
+    top = Path(__file__).resolve().parent.parent if root is None else root
+    h = hashlib.sha256()
+    for layer in ("base", "plans", "core"):
+        for f in sorted((top / layer).glob("*.py")):
+            h.update(f"{layer}/{f.name}\0".encode())
+            h.update(f.read_bytes())
+    digest = h.hexdigest()[:16]
+    if root is None:
+        _DIGEST.append(digest)
+    return digest
+
+
+_DIGEST: list[str] = []
 
 
 def quiet(on: bool = True) -> None:
