@@ -45,6 +45,10 @@ def test_run_is_reproducible(tmp_path):
         (["sum", "1,x"], "comma-separated"),
         (["sum", "missing.npy"], "cannot read"),
         (["sum", "1,2", "--plans", "pairwize"], "did you mean 'pairwise'"),
+        (["sum", "1,2,3", "--seed", "-5", "--rounding", "stochastic"], "--seed must be >= 0"),  # issue 26
+        (["sum", "1,2,3", "--orders", "5", "--seed", "-1"], "--seed must be >= 0"),
+        (["calibrate", "--sizes", "abc"], "--sizes: 'abc' is not an integer"),
+        (["calibrate", "--sizes", "1,4,16", "--reps", "0"], "--reps must be >= 1"),
     ],
 )
 def test_bad_input_is_one_line_error(argv, msg, capsys, tmp_path, monkeypatch):

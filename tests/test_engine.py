@@ -467,3 +467,23 @@ def test_stochastic_average_of_fp64_subnormals_follows_the_law(average, n):
         want.append(y if average == "after" else y + 0.0)  # ... but for a scaled input: -0 + (+0) is +0
     got = fr.reduce(X, "sequential", input="fp64", accumulate="fp64", rounding="stochastic", seed=seed, average=average)
     assert same(got, want), (ks[~same_each(got, want)], got[~same_each(got, want)] / t)
+
+
+@pytest.mark.parametrize(
+    ("X", "kw", "names"),
+    [
+        ([[1.0, 2.0], [3.0]], {}, "X"),  # ragged
+        (np.ma.masked_array(np.ones((2, 2)), [[1, 0], [0, 0]]), {}, "X"),  # a mask is refused, never ignored
+        (np.ones((4, 3)), {"rounding": "stochastic", "seed": -1}, "seed"),
+        (np.ones((4, 3)), {"rounding": "stochastic", "seed": 1.5}, "seed"),
+        (np.ones((4, 3)), {"seed": True}, "seed"),
+        (np.ones((4, 3)), {"plan": 5}, "plan"),
+        (np.ones((4, 3)), {"plan": None}, "plan"),
+    ],
+    ids=["ragged", "masked", "seed-negative", "seed-float", "seed-bool", "plan-int", "plan-none"],
+)
+def test_bad_arguments_are_invalid_argument_naming_the_argument(X, kw, names):
+    """Issue 26: never a ValueError, TypeError or AttributeError from numpy or a missing attribute."""
+    kw = {"plan": "sequential", **kw}
+    with pytest.raises(fr.InvalidArgument, match=names):
+        fr.reduce(X, kw.pop("plan"), **kw)

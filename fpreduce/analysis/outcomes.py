@@ -218,8 +218,8 @@ def order_outcomes(
         raise InvalidArgument(f"x must have shape (N,) with N >= 1, got shape {a.shape}")
     if not isinstance(samples, int | np.integer) or samples < 1:
         raise InvalidArgument(f"samples must be a positive int, got {samples!r}")
-    if not isinstance(seed, int | np.integer):
-        raise InvalidArgument(f"seed must be an int, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise InvalidArgument(f"seed must be an integer >= 0, got {seed!r}")
     fin, fa, m = get_format(input), get_format(accumulate), get_mode(rounding)
     xi = np.asarray(round_to(a.astype(np.float64), fin))
     n, samples = int(a.shape[0]), int(samples)

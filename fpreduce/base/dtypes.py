@@ -32,7 +32,12 @@ def as_float_array(x: ArrayLike, message: str) -> np.ndarray:
     ...
     fpreduce.base.errors.InvalidArgument: need floats, got int64
     """
-    a = np.asarray(x)
+    if isinstance(x, np.ma.MaskedArray) and np.ma.is_masked(x):
+        raise InvalidArgument(message.format(dtype="a masked array (its mask is not honoured: pass x.filled(v))"))
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError) as e:  # a ragged list, an object numpy cannot make an array of
+        raise InvalidArgument(message.format(dtype=f"no array ({e})")) from None
     if not is_float_dtype(a.dtype):
         raise InvalidArgument(message.format(dtype=a.dtype))
     return a

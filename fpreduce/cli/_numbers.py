@@ -68,6 +68,8 @@ def _sum_options(args: argparse.Namespace, n: int) -> tuple[dict[str, Any], list
     opts.update(rounding=args.rounding, seed=args.seed, algorithm=args.algorithm)
     if args.orders < 0:
         raise InvalidArgument("--orders must be >= 0")
+    if args.seed < 0:
+        raise InvalidArgument(f"--seed must be >= 0, got {args.seed}")
     return opts, [(name, plans.parse(name, n, seed=args.seed)) for name in _split_top(args.plans)]
 
 

@@ -145,6 +145,12 @@ def reduce(
     >>> float(reduce(x, "sequential", accumulate="fp32", output="bf16")[0])
     1.0078125
     """
+    if not isinstance(plan, str | Plan | SegmentedPlan | PerElementPlan):
+        raise InvalidArgument(f"plan must be a plan (fpreduce.plans) or its text, e.g. 'ring:8', got {plan!r}")
+    if not (seed is None or isinstance(seed, np.random.Generator)) and (
+        isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0
+    ):
+        raise InvalidArgument(f"seed must be None, an integer >= 0 or a numpy Generator, got {seed!r}")
     m = get_mode(rounding)
     if m is Mode.STOCHASTIC and seed is None:
         raise InvalidArgument("stochastic rounding needs seed= for reproducibility")
