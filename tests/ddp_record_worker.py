@@ -7,13 +7,117 @@ steps of a model under torch's ``allreduce_hook``, wrapped, into ``DIR/rec-hook`
 (same initialization, same batches) trains under plain DDP, without a hook: the recorder
 must change no bit of the training (exit status 3 if it does). A second recorder into
 ``rec-fp32`` must fail on every rank (else exit status 4 or 5).
+
+Then the other scaling paths of DDP, each beside its plain twin (exit status 3 if a bit differs):
+``rec-view``: fp32, ``gradient_as_bucket_view=True`` and ``zero_grad(set_to_none=False)`` (DDP
+divides the bucket in place from the second step; in the last step one parameter's gradient is
+set to None, so that its bucket mixes both paths); ``rec-fp16c``: fp32 under torch's
+``fp16_compress_hook``. DDP refuses ``bf16_compress_hook`` without CUDA and NCCL, so its
+arithmetic runs here through the hook's own tensor form (``_compress_hook(torch.bfloat16, None,
+(tensor,))``, gloo's bf16 all-reduce): rank 0 writes every rank's input and the result to
+``DIR/bf16c-grads.npy`` and ``DIR/bf16c-real.npy``. Rank 0 writes the one-line refusals of an
+unsupported hook, of sparse gradients and of ``bf16_compress_hook`` to ``DIR/refusals.json``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from datetime import timedelta
+from typing import Any
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Every parameter of the two models has the same bits."""
+    import torch
+
+    return all(
+        torch.equal(p.detach().reshape(-1).view(torch.uint8), q.detach().reshape(-1).view(torch.uint8))
+        for p, q in zip(a.parameters(), b.parameters(), strict=True)
+    )
+
+
+def _paths_run(out: str, rank: int, steps: int) -> int:
+    """Record DDP's other scaling paths beside plain twins; 0, or 3 if the recorder changed a bit."""
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel
+
+    import fpreduce.torch
+
+    runs = {
+        "view": (None, {"gradient_as_bucket_view": True}),
+        "fp16c": (default_hooks.fp16_compress_hook, {}),
+    }
+    for name, (hook, options) in runs.items():
+        models = []
+        for _ in range(2):
+            torch.manual_seed(0)
+            net = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+            models.append(DistributedDataParallel(net, bucket_cap_mb=0.0005, **options))  # fp32: two buckets
+        if hook is not None:
+            models[1].register_comm_hook(None, hook)  # the plain twin runs the hook itself
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+        gen = torch.Generator().manual_seed(2000 + rank)
+        with fpreduce.torch.Recorder(f"{out}/rec-{name}") as rec:
+            rec.attach(models[0], hook)
+            for step in range(steps):
+                x, y = torch.randn(8, 12, generator=gen), torch.randn(8, 3, generator=gen)
+                for m, opt in zip(models, opts, strict=True):
+                    if step == steps - 1 and hook is None:
+                        m.module[0].bias.grad = None  # this parameter is copied again, its bucket mixes paths
+                    ((m(x) - y) ** 2).mean().backward()
+                    opt.step()
+                    opt.zero_grad(set_to_none=False)
+                if not _same(models[0], models[1]):
+                    return 3
+    return 0
+
+
+def _refusals(out: str, rank: int) -> None:
+    """What attach refuses, one line each (rank 0 writes them to DIR/refusals.json)."""
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel
+
+    import fpreduce.torch
+
+    def my_hook(state: Any, bucket: Any) -> Any:
+        return default_hooks.allreduce_hook(state, bucket)
+
+    said = {}
+    cases = {
+        "hook": (torch.nn.Linear(2, 2), my_hook),
+        "sparse": (torch.nn.Sequential(torch.nn.Embedding(5, 2, sparse=True), torch.nn.Linear(2, 2)), None),
+        "bf16c": (torch.nn.Linear(2, 2), default_hooks.bf16_compress_hook),
+    }
+    for case, (net, hook) in cases.items():
+        try:
+            fpreduce.torch.Recorder(f"{out}/rec-refused-{case}").attach(DistributedDataParallel(net), hook)
+            said[case] = "accepted"
+        except fpreduce.InvalidArgument as e:
+            said[case] = str(e)
+    if rank == 0:
+        with open(f"{out}/refusals.json", "w") as f:
+            json.dump(said, f)
+
+
+def _bf16_compress(out: str, rank: int, n: int) -> None:
+    """torch's bf16_compress_hook's arithmetic on one fp32 tensor per rank, over gloo."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    gen = torch.Generator().manual_seed(3000 + rank)
+    x = torch.randn(1000, generator=gen) * torch.exp2(torch.randint(-8, 8, (1000,), generator=gen).float())
+    parts = [torch.empty_like(x) for _ in range(n)] if rank == 0 else None
+    dist.gather(x, parts, dst=0)
+    y = default_hooks._compress_hook(torch.bfloat16, None, (x.clone(),)).wait()
+    if rank == 0 and parts is not None:
+        np.save(f"{out}/bf16c-grads.npy", torch.stack(parts).numpy())
+        np.save(f"{out}/bf16c-real.npy", y.numpy())
 
 
 def main(argv: list[str]) -> int:
@@ -67,6 +171,10 @@ def main(argv: list[str]) -> int:
         for _ in range(3):
             model(torch.randn(4, 12, generator=gen)).square().mean().backward()
             model.zero_grad()
+    if _paths_run(out, rank, steps) != 0:
+        return 3
+    _refusals(out, rank)
+    _bf16_compress(out, rank, n)
     dist.barrier()
     sys.stdout.flush()
     os._exit(0)  # DDP's reducer threads can abort the interpreter's teardown; everything is written

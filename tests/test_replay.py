@@ -3,14 +3,18 @@
 The real test: 3 processes (not a power of two) train a tiny MLP with DDP on CPU over gloo,
 in fp32 and in bf16, recorded by ``fpreduce.torch.Recorder``; the replay must give the bits
 of every recorded all-reduce (0 differing elements), and the recorder must not change the
-training (a twin model under plain DDP). If ``CI`` is set and torch is missing, it fails.
-The bad-input tests build recordings by hand (no torch needed).
+training (a twin model under plain DDP). The same processes then run DDP's other scaling
+paths (gradients kept as bucket views: divided in place; torch's fp16 and bf16 compress
+hooks) beside plain twins, and try what ``attach`` refuses. If ``CI`` is set and torch is
+missing, it fails. The bad-input tests build recordings by hand (no torch needed).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -122,6 +126,90 @@ def test_replay_cli_json_and_run_directory(recorded: dict[str, Any], capsys: pyt
     assert len(kept["rows"]) == 6
 
 
+def test_kept_gradients_as_bucket_views_follow_ddp_in_place_division(recorded: dict[str, Any]) -> None:
+    """gradient_as_bucket_view=True and zero_grad(set_to_none=False), fp32, N = 3: DDP copies times
+    float32(1/3) in step 0, then divides in place; the twin under plain DDP kept every bit (the worker)."""
+    rec = open_recording(recorded["dir"] / "rec-view")
+    assert (rec.steps, rec.dtype, rec.wire, rec.hook) == (STEPS, "fp32", "fp32", "ddp default")
+    assert rec.paths["copy"]["average"] == "ddp"
+    assert rec.paths["in-place"]["average"] == "predivide"  # the CPU's div_ is a true division
+    assert rec.bucket_paths(0) == ["copy"] * len(rec.buckets(0))
+    assert rec.bucket_paths(1) == ["in-place"] * len(rec.buckets(1))
+    mixed = [(b, names) for b, names in zip(rec.buckets(3), rec.bucket_paths(3), strict=True) if names != "in-place"]
+    assert len(mixed) == 1  # step 3: 0.bias's gradient was set to None: copied, its bucket's others in place
+    bucket, names = mixed[0]
+    assert {p["name"]: n for p, n in zip(bucket["params"], names, strict=True)}["0.bias"] == "copy"
+    assert set(names) == {"copy", "in-place"}
+    res = replay(rec)
+    assert res["differ"] == 0
+    assert res["real_match"] == 1.0
+    assert res["average"] == "ddp, predivide"
+    assert set(res["paths"]) == {"copy", "in-place"}
+    assert sum(p["elements"] for p in res["paths"].values()) == res["elements"]
+    # multiplying where DDP divided would not match: the paths matter on this data
+    as_one = dataclasses.replace(rec, paths={k: {**v, "average": "ddp"} for k, v in rec.paths.items()})
+    assert replay(as_one)["differ"] > 0
+    assert run_config(rec)["arms"][0]["average"] == "predivide"  # most elements were divided in place
+
+
+def _bf16_compress_recording(d: Path, src: Path) -> Path:
+    """A recording of the worker's bf16_compress_hook arithmetic (one step, one bucket), as the recorder
+    would write it where DDP accepts the hook (CUDA and NCCL)."""
+    (d / "grads").mkdir(parents=True)
+    (d / "real").mkdir()
+    X, y = np.load(src / "bf16c-grads.npy"), np.load(src / "bf16c-real.npy")
+    np.save(d / "grads/step_000000.npy", X)
+    np.save(d / "real/step_000000.npy", y)
+    m = X.shape[1]
+    manifest = {
+        "format": "fpreduce-ddp-recording",
+        "version": 2,
+        "world_size": X.shape[0],
+        "backend": "gloo",
+        "dtype": "fp32",
+        "hook": "bf16_compress_hook",
+        "steps": 1,
+        "elements": m,
+        "paths": {"bf16_compress_hook": {"average": "predivide", "wire": "bf16"}},
+        "layouts": [[{"index": 0, "elements": m, "start": 0, "params": [{"name": "w", "shape": [m], "offset": 0}]}]],
+        "step_layout": [0],
+        "path_sets": ["bf16_compress_hook"],
+        "step_paths": [0],
+    }
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    return d
+
+
+@pytest.mark.parametrize("wire", ["fp16", "bf16"])
+def test_compress_hooks_replay_bit_exact(recorded: dict[str, Any], tmp_path: Path, wire: str) -> None:
+    """fp16_compress_hook under real DDP (the twin under plain DDP with the hook kept every bit);
+    bf16_compress_hook, which DDP refuses without CUDA and NCCL, as its own arithmetic over gloo."""
+    if wire == "fp16":
+        rec = open_recording(recorded["dir"] / "rec-fp16c")
+        assert rec.steps == STEPS
+    else:
+        rec = open_recording(_bf16_compress_recording(tmp_path / "rec", recorded["dir"]))
+    assert (rec.dtype, rec.wire, rec.hook, rec.average) == ("fp32", wire, f"{wire}_compress_hook", "predivide")
+    res = replay(rec)
+    assert res["differ"] == 0
+    assert res["real_match"] == 1.0
+    # summed in fp32 instead, the bits would differ: the wire format is what the replay must know
+    in_fp32 = dataclasses.replace(rec, paths={k: {**v, "wire": "fp32"} for k, v in rec.paths.items()})
+    assert replay(in_fp32)["differ"] > 0
+    assert {a["input"] for a in run_config(rec)["arms"]} == {wire}
+
+
+def test_attach_refuses_what_the_replay_cannot_emulate(recorded: dict[str, Any]) -> None:
+    said = json.loads((recorded["dir"] / "refusals.json").read_text())
+    assert said["hook"].startswith("Recorder.attach: hook ")
+    assert "my_hook is not supported" in said["hook"]
+    assert "fp16_compress_hook" in said["hook"]  # what is supported
+    assert "sparse gradients are not supported (0: Embedding(sparse=True)" in said["sparse"]
+    assert said["bf16c"].startswith("Recorder.attach: DDP refuses bf16_compress_hook here: BF16 all reduce")
+    assert all("\n" not in m for m in said.values())
+    assert not (recorded["dir"] / "rec-refused-hook").exists()  # refused before anything was written
+
+
 # ----------------------------------------------------------------------------- recordings by hand
 
 
@@ -230,6 +318,59 @@ def test_bad_recordings_are_one_line_errors(
     assert err.count("\n") == 1
     assert message in err
     assert not (tmp_path / "run").exists()  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"hook": "my_hook"}, "recorded under the hook 'my_hook', which the replay cannot emulate"),
+        (
+            {"version": 2, "paths": {"copy": {"average": "ddp", "wire": "fp32"}}, "path_sets": ["ranks differ"]},
+            "step 0, bucket 0 took the path 'ranks differ', which the replay cannot emulate",
+        ),
+        (
+            {"version": 2, "paths": {"copy": {"average": "dd", "wire": "fp32"}}, "path_sets": ["copy"]},
+            "path 'copy' (average 'dd', fp32) is not replayable",
+        ),
+    ],
+)
+def test_a_path_the_replay_cannot_emulate_gets_no_ratio(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, Any], message: str
+) -> None:
+    d = _fake(tmp_path / "rec")
+    manifest = json.loads((d / "manifest.json").read_text())
+    if "path_sets" in change:
+        change = {**change, "step_paths": [0] * manifest["steps"]}
+    (d / "manifest.json").write_text(json.dumps({**manifest, **change}))
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        open_recording(d)
+    assert main(["replay", str(d), "--out", str(tmp_path / "run"), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # no ratio, no JSON
+    assert err.startswith("fpreduce: error: ")
+    assert err.count("\n") == 1
+    assert message in err
+
+
+def test_per_parameter_paths_of_a_hand_made_recording(tmp_path: Path) -> None:
+    """A bucket whose parameters took different paths: each column averaged as its parameter's path."""
+    d = _fake(tmp_path / "rec")
+    m = json.loads((d / "manifest.json").read_text())
+    m["layouts"][0][0]["params"] = [{"name": "w", "shape": [3], "offset": 0}, {"name": "b", "shape": [4], "offset": 3}]
+    paths = {"copy": {"average": "ddp", "wire": "fp32"}, "in-place": {"average": "predivide", "wire": "fp32"}}
+    m.update(version=2, paths=paths, path_sets=[[["copy", "in-place"]]], step_paths=[0, 0])
+    for t in range(2):
+        X = np.load(d / f"grads/step_{t:06d}.npy")
+        y = fr.reduce(X, ring(3, "gloo"), input="fp32", accumulate="fp32", average="ddp")
+        y[3:] = fr.reduce(X, ring(3, "gloo"), input="fp32", accumulate="fp32", average="predivide")[3:]
+        np.save(d / f"real/step_{t:06d}.npy", y)
+    (d / "manifest.json").write_text(json.dumps(m))
+    rec = open_recording(d)
+    res = replay(rec)
+    assert res["differ"] == 0
+    assert {k: v["elements"] for k, v in res["paths"].items()} == {"copy": 6, "in-place": 8}
+    assert rec.main_average() == "predivide"
+    assert replay(dataclasses.replace(rec, path_sets=["copy"]))["differ"] > 0  # one path for all would not match
 
 
 def test_import_fpreduce_does_not_import_torch() -> None:

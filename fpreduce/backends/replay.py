@@ -10,8 +10,13 @@ it, and counts the elements whose bits differ from the recorded real result:
 * ``nccl``: NCCL's ring model (``ring:nccl``, or any plan given, e.g. ``tree:nccl:8``),
   **modelled, not verified** here (no GPU; docs/collectives.md says what is not modelled).
 
-Each bucket is summed in the gradients' dtype (every hop rounds to it) after the
-recording's averaging (``ddp``: DDP's default ``grad * float32(1/N)``).
+Each bucket is summed in the format the recording names (``wire``: the gradients' dtype,
+or fp16 / bf16 under torch's compress hooks; every hop rounds to it) after the averaging of
+the scaling path each parameter took in that step (``paths`` in the manifest: DDP's
+``copy`` is ``ddp``, ``grad * float32(1/N)``; its ``in-place`` and ``batched`` divisions
+and torch's hooks are ``predivide`` on the CPU, ``ddp`` on a GPU). A recording whose path
+cannot be emulated (another hook, ranks that took different paths) is refused in one line,
+never given a match ratio.
 
 :func:`layer_rows` then asks, per parameter, how many elements' bits would change
 against the recorded result under another order (the ring re-ranked every step by a random
@@ -34,6 +39,7 @@ from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.engine import reduce
 from fpreduce.core.formats import get_format
 from fpreduce.core.metrics import ulp_gap
+from fpreduce.core.rounding import round_to
 from fpreduce.plans import AnyPlan, parse, ring
 
 __all__ = [
@@ -61,6 +67,8 @@ _AVERAGES = ("ddp", "predivide", "after", "none")
 #: largest ulp distance written (as metrics.csv does): a NaN or Inf against a number counts as this
 _ULP_CAP = 2.0**20
 _MANIFEST = "manifest.json"  # fpreduce.torch.MANIFEST (that module sits outside the layers)
+#: torch's hooks a recording of version 1 may name -> the format they sum in (None: the dtype)
+_V1_HOOKS = {"ddp default": None, "allreduce_hook": None, "fp16_compress_hook": "fp16", "bf16_compress_hook": "bf16"}
 
 
 def _step_file(kind: str, step: int) -> str:
@@ -82,19 +90,54 @@ def _npy_shape(path: Path) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Recording:
-    """A checked recording: its manifest's facts and where its steps are."""
+    """A checked recording: its manifest's facts and where its steps are.
+
+    ``paths`` maps each scaling path the recording names to its ``average`` and ``wire`` (the
+    format the all-reduce sums in); ``path_sets[step_paths[t]]`` says which path step t's buckets
+    took: one path for every bucket, or per bucket a path or one per parameter.
+    """
 
     path: Path
     world: int
     backend: str
     dtype: str
-    average: str
     torch: str
     steps: int
     elements: int
     layouts: list[list[dict[str, Any]]]
     step_layout: list[int]
+    paths: dict[str, dict[str, str]]
+    path_sets: list[Any]
+    step_paths: list[int]
+    hook: str = "ddp default"
     local_world: int | None = None  # ranks per node (torchrun's LOCAL_WORLD_SIZE), if known
+
+    @property
+    def wire(self) -> str:
+        """The format the all-reduce sums in (the paths' first; a manifest of several is refused)."""
+        return next(iter(self.paths.values()))["wire"]
+
+    @property
+    def average(self) -> str:
+        """The averaging of the paths taken (``"ddp, predivide"`` when the steps took several)."""
+        used = dict.fromkeys(self.paths[name]["average"] for name in self.path_counts())
+        return ", ".join(used)
+
+    def main_average(self) -> str:
+        """The averaging of the most elements over all steps (for the A/B run's arms)."""
+        counts: dict[str, int] = {}
+        for name, k in self.path_counts().items():
+            counts[self.paths[name]["average"]] = counts.get(self.paths[name]["average"], 0) + k
+        return max(counts, key=lambda a: counts[a])
+
+    def path_counts(self) -> dict[str, int]:
+        """Per path taken, the elements (over all steps) that took it."""
+        out: dict[str, int] = {}
+        for t in range(self.steps):
+            for b, names in zip(self.buckets(t), self.bucket_paths(t), strict=True):
+                for name, lo, hi in _runs(b, names):
+                    out[name] = out.get(name, 0) + hi - lo
+        return out
 
     def step(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         """(grads (world, elements), real (elements,)) of step ``t``, float32."""
@@ -104,13 +147,30 @@ class Recording:
         """Step ``t``'s buckets: ``start`` (column in the step's files), ``elements``, ``params``."""
         return self.layouts[self.step_layout[t]]
 
+    def bucket_paths(self, t: int) -> list[str | list[str]]:
+        """Step ``t``'s path per bucket: a path name, or one per parameter."""
+        entry = self.path_sets[self.step_paths[t]]
+        return [entry] * len(self.buckets(t)) if isinstance(entry, str) else list(entry)
+
     def plan(self, text: str | None = None, world: int | None = None) -> tuple[str, AnyPlan]:
         """(text, plan) of the all-reduce (``text`` None: the backend's default)."""
         n = world or self.world
         text = text or MODELLED[self.backend][0]
         if text == "ring:gloo":
-            return text, ring(n, "gloo", item_bytes=_ITEM[self.dtype])
+            return text, ring(n, "gloo", item_bytes=_ITEM[self.wire])
         return text, parse(text, n)
+
+
+def _runs(bucket: dict[str, Any], names: str | list[str]) -> list[tuple[str, int, int]]:
+    """(path, first column, last column + 1) within the bucket, one per parameter (one for the bucket
+    when it took one path)."""
+    if isinstance(names, str):
+        return [(names, 0, int(bucket["elements"]))]
+    out = []
+    for name, prm in zip(names, bucket["params"], strict=True):
+        lo = int(prm["offset"])
+        out.append((name, lo, lo + int(np.prod(prm["shape"], dtype=np.int64))))
+    return out
 
 
 def _manifest(d: Path) -> dict[str, Any]:
@@ -139,32 +199,60 @@ def open_recording(path: str | Path) -> Recording:
     d = Path(path)
     m = _manifest(d)
     try:
+        paths, path_sets, step_paths = _paths(d, m)
         rec = Recording(
             d,
             int(m["world_size"]),
             str(m["backend"]),
             str(m["dtype"]),
-            str(m["average"]),
             str(m.get("torch", "?")),
             int(m["steps"]),
             int(m["elements"]),
             list(m["layouts"]),
             [int(i) for i in m["step_layout"]],
+            paths,
+            path_sets,
+            step_paths,
+            str(m.get("hook") or "ddp default"),
             int(m["local_world_size"]) if m.get("local_world_size") else None,
         )
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, InvalidArgument):
+            raise
         raise InvalidArgument(f"{d / _MANIFEST}: incomplete manifest ({type(e).__name__}: {e})") from None
     if rec.backend not in MODELLED:
         raise InvalidArgument(
             f"{d}: backend {rec.backend!r} is not modelled by the replay (modelled: gloo, verified; nccl, modelled)"
         )
-    if rec.dtype not in _ITEM or rec.average not in _AVERAGES:
-        raise InvalidArgument(f"{d / _MANIFEST}: dtype {rec.dtype!r} or average {rec.average!r} not replayable")
-    if rec.steps < 1 or len(rec.step_layout) != rec.steps or rec.world < 1:
+    if rec.dtype not in _ITEM:
+        raise InvalidArgument(f"{d / _MANIFEST}: dtype {rec.dtype!r} not replayable")
+    if rec.steps < 1 or len(rec.step_layout) != rec.steps or len(rec.step_paths) != rec.steps or rec.world < 1:
         raise InvalidArgument(f"{d / _MANIFEST}: records {rec.steps} steps of {rec.world} ranks: nothing to replay")
     for t in range(rec.steps):
         _check_step(rec, t)
     return rec
+
+
+def _paths(d: Path, m: dict[str, Any]) -> tuple[dict[str, dict[str, str]], list[Any], list[int]]:
+    """The manifest's scaling paths (``paths``, ``path_sets``, ``step_paths``), checked to be emulable; a
+    recording of version 1 took one path, its ``average`` (any hook it names but torch's own is refused)."""
+    if "paths" not in m:
+        hook = str(m.get("hook") or "ddp default")
+        if hook not in _V1_HOOKS:
+            raise InvalidArgument(f"{d}: recorded under the hook {hook!r}, which the replay cannot emulate")
+        wire = _V1_HOOKS[hook] or str(m["dtype"])
+        compress = "ddp" if m.get("backend") == "nccl" else "predivide"  # torch's div_ on a GPU multiplies by 1/N
+        average = compress if _V1_HOOKS[hook] else str(m["average"])
+        return {"recorded": {"average": average, "wire": wire}}, ["recorded"], [0] * int(m["steps"])
+    paths = {str(k): {"average": str(v["average"]), "wire": str(v["wire"])} for k, v in dict(m["paths"]).items()}
+    for name, v in paths.items():
+        if v["average"] not in _AVERAGES or v["wire"] not in _ITEM:
+            raise InvalidArgument(
+                f"{d / _MANIFEST}: path {name!r} (average {v['average']!r}, {v['wire']}) is not replayable"
+            )
+    if len({v["wire"] for v in paths.values()}) != 1:
+        raise InvalidArgument(f"{d / _MANIFEST}: paths that sum in different formats: not replayable")
+    return paths, list(m["path_sets"]), [int(i) for i in m["step_paths"]]
 
 
 def _check_step(rec: Recording, t: int) -> None:
@@ -186,26 +274,56 @@ def _check_step(rec: Recording, t: int) -> None:
         raise InvalidArgument(f"{rec.path / _MANIFEST}: step {t} names no bucket layout")
     if sum(int(b["elements"]) for b in rec.buckets(t)) != rec.elements:
         raise InvalidArgument(f"{rec.path / _MANIFEST}: step {t}'s buckets do not cover {rec.elements} elements")
+    _check_paths(rec, t)
+
+
+def _check_paths(rec: Recording, t: int) -> None:
+    """Step ``t``'s paths: one per bucket (or per parameter), each one the replay emulates."""
+    where = rec.path / _MANIFEST
+    if not 0 <= rec.step_paths[t] < len(rec.path_sets):
+        raise InvalidArgument(f"{where}: step {t} names no scaling paths")
+    per_bucket = rec.bucket_paths(t)
+    if len(per_bucket) != len(rec.buckets(t)):
+        raise InvalidArgument(f"{where}: step {t}'s paths do not match its {len(rec.buckets(t))} buckets")
+    for i, (b, names) in enumerate(zip(rec.buckets(t), per_bucket, strict=True)):
+        if not isinstance(names, str) and len(names) != len(b["params"]):
+            raise InvalidArgument(
+                f"{where}: step {t}, bucket {i}: {len(names)} paths for {len(b['params'])} parameters"
+            )
+        for name in [names] if isinstance(names, str) else names:
+            if name not in rec.paths:
+                raise InvalidArgument(
+                    f"{rec.path}: step {t}, bucket {i} took the path {name!r}, which the replay cannot emulate"
+                )
 
 
 def _emulate(
     rec: Recording, X: np.ndarray, t: int, plan: str | None, *, world: int | None = None, accumulate: str | None = None
 ) -> np.ndarray:
-    """The all-reduce of step ``t``'s rows ``X`` (world rows), bucket by bucket."""
+    """The all-reduce of step ``t``'s rows ``X`` (world rows), bucket by bucket, each parameter averaged as its
+    path says (a bucket of several averages is reduced whole once per average: a column's tree depends on the
+    bucket only), in the recording's wire format, then in the dtype."""
     n = X.shape[0]
     _, p = rec.plan(plan, n if world is None else world)
     y = np.empty(rec.elements, dtype=np.float32)
-    for b in rec.buckets(t):
+    for b, names in zip(rec.buckets(t), rec.bucket_paths(t), strict=True):
         lo, hi = int(b["start"]), int(b["start"]) + int(b["elements"])
-        y[lo:hi] = reduce(
-            X[:, lo:hi],
-            p,
-            input=rec.dtype,
-            accumulate=accumulate or rec.dtype,
-            output=rec.dtype,
-            average=rec.average,  # type: ignore[arg-type]
-        )
+        done: dict[tuple[str, str], np.ndarray] = {}
+        for i, (name, a, z) in enumerate(_runs(b, names)):
+            how = rec.paths[name]
+            key = (how["average"], how["wire"])
+            if key not in done:
+                done[key] = _reduce_bucket(X[:, lo:hi], p, how, rec.dtype, accumulate)
+            if i == 0:
+                y[lo:hi] = done[key]  # columns of no parameter (none in DDP's buckets) as the first
+            y[lo + a : lo + z] = done[key][a:z]
     return y
+
+
+def _reduce_bucket(X: np.ndarray, p: AnyPlan, how: dict[str, str], dtype: str, accumulate: str | None) -> np.ndarray:
+    wire = how["wire"]
+    y = reduce(X, p, input=wire, accumulate=accumulate or wire, output=wire, average=how["average"])
+    return np.asarray(y if wire == dtype else round_to(y, dtype), dtype=np.float32)
 
 
 def _differ(y: np.ndarray, real: np.ndarray) -> np.ndarray:
@@ -217,9 +335,10 @@ def replay(rec: Recording, plan: str | None = None) -> dict[str, Any]:
 
     Returns a JSON-ready dict: ``real_match`` (the fraction of elements, over all steps,
     whose bits equal the real result), ``differ``, ``elements``, ``plan``, ``verified``
-    (whether this plan was checked against the running library here), ``per_step`` and
+    (whether this plan was checked against the running library here), ``per_step``,
     ``contrast``: step 0's differing elements under the other plans of :func:`contrast_plans`
-    (does the check tell plans apart on this data?).
+    (does the check tell plans apart on this data?), ``hook``, ``wire`` (the format summed in)
+    and ``paths``: per scaling path taken, what it does, its average and its elements.
     """
     text, _ = rec.plan(plan)
     rows, bad = [], 0
@@ -238,7 +357,10 @@ def replay(rec: Recording, plan: str | None = None) -> dict[str, Any]:
         "verified": MODELLED[rec.backend][1] and plan in (None, MODELLED[rec.backend][0]),
         "world_size": rec.world,
         "dtype": rec.dtype,
+        "wire": rec.wire,
+        "hook": rec.hook,
         "average": rec.average,
+        "paths": {name: {**rec.paths[name], "elements": k} for name, k in rec.path_counts().items()},
         "torch": rec.torch,
         "steps": rec.steps,
         "elements": total,
@@ -319,17 +441,18 @@ def run_config(rec: Recording, plan: str | None = None, *, seed: int = 0, name: 
     """The ``fpreduce run`` config (as TOML tables) of the A/B analysis of a recording's gradients.
 
     The arms reduce each step's whole gradient as one buffer with the recording's plan
-    (buckets are the per-parameter table's business): A fixed, B re-ranked every step,
-    and both with the wider accumulator rounded once to the dtype.
+    (buckets are the per-parameter table's business), in the format the all-reduce summed in,
+    averaged as most of the recorded elements were (:meth:`Recording.main_average`): A fixed,
+    B re-ranked every step, and both with the wider accumulator rounded once to that format.
     """
     text, _ = rec.plan(plan)
     wide = "fp64" if rec.dtype == "fp32" else "fp32"
-    base = {"input": rec.dtype, "accumulate": rec.dtype, "average": rec.average}
+    base = {"input": rec.wire, "accumulate": rec.wire, "average": rec.main_average()}
     arms = [
         {"name": "A", "order": f"fixed:{text}", **base},
         {"name": "B", "order": f"shuffle:{text}", **base},
-        {"name": f"A-{wide}acc", "order": f"fixed:{text}", **base, "accumulate": wide, "output": rec.dtype},
-        {"name": f"B-{wide}acc", "order": f"shuffle:{text}", **base, "accumulate": wide, "output": rec.dtype},
+        {"name": f"A-{wide}acc", "order": f"fixed:{text}", **base, "accumulate": wide, "output": rec.wire},
+        {"name": f"B-{wide}acc", "order": f"shuffle:{text}", **base, "accumulate": wide, "output": rec.wire},
     ]
     return {
         "experiment": {
