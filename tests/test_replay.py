@@ -180,6 +180,18 @@ def _bf16_compress_recording(d: Path, src: Path) -> Path:
     return d
 
 
+def test_replay_cli_says_which_paths_ran(recorded: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    out = recorded["dir"] / "run-view"
+    assert main(["replay", str(recorded["dir"] / "rec-view"), "--out", str(out), "--no-report"]) == 0
+    text = capsys.readouterr().out
+    assert "fp32, average ddp, predivide, 4 steps" in text
+    assert "  path copy (" in text
+    assert "  path in-place (" in text
+    assert "divided by N in place (DDP's div_); emulated as average predivide" in text
+    assert "averaged as predivide (the path of most elements)" in text
+    assert "real_match = 1:" in text
+
+
 @pytest.mark.parametrize("wire", ["fp16", "bf16"])
 def test_compress_hooks_replay_bit_exact(recorded: dict[str, Any], tmp_path: Path, wire: str) -> None:
     """fp16_compress_hook under real DDP (the twin under plain DDP with the hook kept every bit);

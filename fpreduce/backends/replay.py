@@ -243,8 +243,12 @@ def _paths(d: Path, m: dict[str, Any]) -> tuple[dict[str, dict[str, str]], list[
         wire = _V1_HOOKS[hook] or str(m["dtype"])
         compress = "ddp" if m.get("backend") == "nccl" else "predivide"  # torch's div_ on a GPU multiplies by 1/N
         average = compress if _V1_HOOKS[hook] else str(m["average"])
-        return {"recorded": {"average": average, "wire": wire}}, ["recorded"], [0] * int(m["steps"])
-    paths = {str(k): {"average": str(v["average"]), "wire": str(v["wire"])} for k, v in dict(m["paths"]).items()}
+        does = f"as recorded (version 1, {hook})"
+        return {"recorded": {"average": average, "wire": wire, "does": does}}, ["recorded"], [0] * int(m["steps"])
+    paths = {
+        str(k): {"average": str(v["average"]), "wire": str(v["wire"]), "does": str(v.get("does", ""))}
+        for k, v in dict(m["paths"]).items()
+    }
     for name, v in paths.items():
         if v["average"] not in _AVERAGES or v["wire"] not in _ITEM:
             raise InvalidArgument(

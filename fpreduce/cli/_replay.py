@@ -17,9 +17,14 @@ def _say(text: str, quiet: bool) -> None:
 
 def _step_lines(res: dict[str, Any]) -> list[str]:
     state = "verified against the running library" if res["verified"] else "MODELLED, not verified here"
+    wire = "" if res["wire"] == res["dtype"] else f" summed in {res['wire']}"
     lines = [
         f"replay of {res['recording']}: {res['backend']} (torch {res['torch']}), N = {res['world_size']}, "
-        f"{res['dtype']}, average {res['average']}, {res['steps']} steps; plan {res['plan']} ({state})",
+        f"{res['dtype']}{wire}, average {res['average']}, {res['steps']} steps; plan {res['plan']} ({state})",
+        *(
+            f"  path {name} ({p['elements']} elements): {p['does']}; emulated as average {p['average']}"
+            for name, p in res["paths"].items()
+        ),
         f"{'step':>6} {'elements':>10} {'differ':>8}  bit-exact",
     ]
     for s in res["per_step"]:
@@ -56,7 +61,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     for line in _step_lines(res):
         _say(line, quiet)
     out = out_dir(args.out, cfg.experiment.name, "experiment.name")
-    _say(f"A/B analysis of the recorded gradients ({len(cfg.arms)} arms) -> {out}", quiet)
+    most = f", averaged as {cfg.arms[0].average} (the path of most elements)" if "," in res["average"] else ""
+    _say(f"A/B analysis of the recorded gradients ({len(cfg.arms)} arms{most}) -> {out}", quiet)
     files: list[Path] = []
     with claim(out, "run", force=args.force):  # one process's run, replay.json and report: two replays never mix
         results = run_experiment(cfg, out, force=args.force)
