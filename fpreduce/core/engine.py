@@ -145,15 +145,7 @@ def reduce(
     >>> float(reduce(x, "sequential", accumulate="fp32", output="bf16")[0])
     1.0078125
     """
-    if not isinstance(plan, str | Plan | SegmentedPlan | PerElementPlan):
-        raise InvalidArgument(f"plan must be a plan (fpreduce.plans) or its text, e.g. 'ring:8', got {plan!r}")
-    if not (seed is None or isinstance(seed, np.random.Generator)) and (
-        isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0
-    ):
-        raise InvalidArgument(f"seed must be None, an integer >= 0 or a numpy Generator, got {seed!r}")
-    m = get_mode(rounding)
-    if m is Mode.STOCHASTIC and seed is None:
-        raise InvalidArgument("stochastic rounding needs seed= for reproducibility")
+    m = _check_args(plan, seed, rounding)
     plan_seed = seed if isinstance(seed, int | np.integer) else None
     lazy = get_algorithm(algorithm) in ("plain", "binned", "exact")  # binned and exact need no tree
     A, p = _prepare(X, plan, None if plan_seed is None else int(plan_seed), lazy=lazy)
@@ -179,6 +171,20 @@ def reduce(
     else:
         out = _fold_blocks(p, A, load, ar, alg, int(offset), total, dec)
     return _finish(np.asarray(out, dtype=fa.value_dtype), avg == "after", n, fo, ar, counter, int(offset))
+
+
+def _check_args(plan: object, seed: object, rounding: str | Mode) -> Mode:
+    """``reduce``'s plan and seed checked (an ``InvalidArgument`` naming the argument); the rounding mode."""
+    if not isinstance(plan, str | Plan | SegmentedPlan | PerElementPlan):
+        raise InvalidArgument(f"plan must be a plan (fpreduce.plans) or its text, e.g. 'ring:8', got {plan!r}")
+    if not (seed is None or isinstance(seed, np.random.Generator)) and (
+        isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0
+    ):
+        raise InvalidArgument(f"seed must be None, an integer >= 0 or a numpy Generator, got {seed!r}")
+    m = get_mode(rounding)
+    if m is Mode.STOCHASTIC and seed is None:
+        raise InvalidArgument("stochastic rounding needs seed= for reproducibility")
+    return m
 
 
 def explain(X: ArrayLike, plan: AnyPlan | str, **options: object) -> Decision:
