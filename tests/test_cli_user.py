@@ -56,7 +56,10 @@ def test_set_source_kind_starts_a_fresh_source_table(recording):
         load_config(None, ["source.kind=file", f"source.path={recording}", "source.dist=normal"])
 
 
-@pytest.mark.parametrize(("written", "canonical"), [("bfloat16", "bf16"), ("float32", "fp32"), ("HALF", "fp16")])
+@pytest.mark.parametrize(
+    ("written", "canonical"),
+    [("bfloat16", "bf16"), ("float32", "fp32"), ("HALF", "fp16"), ("torch.bfloat16", "bf16"), ("np.float16", "fp16")],
+)
 def test_config_formats_accept_aliases_and_store_the_canonical_name(written, canonical):
     cfg = load_config(None, [f"arms.A.accumulate={written}"])
     assert cfg.arms[0].accumulate == canonical
@@ -103,6 +106,32 @@ def test_list_names_every_format_and_family(capsys):
     assert main(["list", "plans"]) == 0
     text = capsys.readouterr().out
     assert all(f in text for f in FAMILIES)
+
+
+def test_every_spelling_list_formats_shows_is_accepted(capsys):
+    """Issue 27: the "also written" column and --json's spellings, each accepted as a format (and by sum)."""
+    from fpreduce.core.formats import format_name
+
+    assert main(["list", "formats"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = lines[0].index("also written")
+    for ln in lines[1 : 1 + len(FORMATS)]:
+        name, written = ln.split()[0], [w.strip() for w in ln[start:].split(",")]
+        assert name in FORMATS
+        assert written
+        for w in written:
+            assert format_name(w) == name, w
+            assert format_name(w.replace("np.", "numpy.")) == name, w
+    assert main(["list", "formats", "--json"]) == 0
+    for r in json.loads(capsys.readouterr().out):
+        assert all(format_name(w) == r["name"] for w in r["spellings"])
+    assert main(["sum", "1,2,3", "--input", "torch.bfloat16", "--accumulate", "numpy.float16", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["input"], doc["accumulate"]) == ("bf16", "fp16")
+    assert main(["sum", "1,2,3", "--input", "torch.float8_e4m3fnuz"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fpreduce: error: ")
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_show_prints_the_runs_table_without_running(recording, tmp_path, capsys):

@@ -487,3 +487,117 @@ def test_bad_arguments_are_invalid_argument_naming_the_argument(X, kw, names):
     kw = {"plan": "sequential", **kw}
     with pytest.raises(fr.InvalidArgument, match=names):
         fr.reduce(X, kw.pop("plan"), **kw)
+
+
+# Issue 27: formats travel with arrays (numpy, ml_dtypes, torch); result="native".
+OWN = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64, "bf16": ml_dtypes.bfloat16}
+OWN |= {"fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2}
+
+
+def _values(fmt, shape=(6, 7), seed=27):
+    """Values of ``fmt`` (float32, float64 for fp64), small enough for every format."""
+    x = np.random.default_rng(seed).standard_normal(shape) * 4
+    return fr.round_to(x, fmt)
+
+
+@pytest.mark.parametrize("fmt", list(OWN))
+def test_input_defaults_to_the_arrays_own_format(fmt):
+    X = _values(fmt).astype(OWN[fmt])
+    for acc in (fmt, "fp32"):
+        got = fr.reduce(X, "pairwise", accumulate=acc)
+        assert same(got, fr.reduce(X.astype(np.float64), "pairwise", input=fmt, accumulate=acc))
+        native = fr.reduce(X, "pairwise", accumulate=acc, result="native")
+        assert native.dtype == np.dtype(OWN[acc])
+        assert same(native.astype(np.float64), got)
+    assert fr.reduce(X, "pairwise", accumulate=fmt).dtype == fr.get_format(fmt).value_dtype  # default: as before
+
+
+def test_float64_arrays_are_fp64_inputs_and_python_floats_too():
+    X = np.array([[1.0 + 2.0**-40], [1.0]])
+    assert fr.reduce(X, "sequential", accumulate="fp64")[0] == 2 + 2.0**-40  # not rounded to fp32 first
+    assert fr.reduce(X.tolist(), "sequential", accumulate="fp64")[0] == 2 + 2.0**-40
+    assert fr.reduce(X, "sequential", input="fp32", accumulate="fp64")[0] == 2.0
+    assert fr.reduce_reference(X, "sequential", accumulate="fp64")[0] == 2 + 2.0**-40
+
+
+@pytest.mark.parametrize(
+    ("dtype", "given", "ok"),
+    [
+        (ml_dtypes.bfloat16, "fp32", True),  # holds every bf16 value: nothing changes
+        (ml_dtypes.bfloat16, "tf32", True),
+        (ml_dtypes.float8_e4m3fn, "fp16", True),
+        (np.float32, "bf16", True),  # a wide dtype carries narrower values: rounded, as documented
+        (np.float64, "fp8_e5m2", True),
+        (ml_dtypes.bfloat16, "fp16", False),  # a silent cast of bf16 values: refused
+        (np.float16, "bf16", False),
+        (np.float16, "fp8_e4m3", False),
+        (ml_dtypes.float8_e5m2, "fp8_e4m3", False),
+    ],
+)
+def test_explicit_input_wins_unless_it_would_cast_a_narrow_dtype(dtype, given, ok):
+    X = np.ones((3, 2), dtype)
+    if ok:
+        assert fr.reduce(X, "sequential", input=given).tolist() == [3.0, 3.0]
+        assert fr.explain(X, "sequential", input=given) is not None
+    else:
+        for f in (fr.reduce, fr.explain, fr.partial_sums):
+            with pytest.raises(fr.InvalidArgument, match=f"input='{given}' cannot hold every value of X"):
+                f(X, "sequential", input=given) if f is not fr.partial_sums else f(X, input=given)
+
+
+def test_torch_tensors_of_every_floating_dtype_go_in_and_come_out():
+    torch = pytest.importorskip("torch")
+    for fmt in OWN:
+        v = _values(fmt)
+        T = torch.from_numpy(np.ascontiguousarray(v)).to(getattr(torch, fr.core.formats.NATIVE_DTYPES[fmt]))
+        want = fr.reduce(v, "ring", input=fmt, accumulate=fmt)
+        assert same(fr.reduce(T, "ring", accumulate=fmt), want)
+        out = fr.reduce(T, "ring", accumulate=fmt, result="native")
+        assert isinstance(out, torch.Tensor)
+        assert out.dtype == T.dtype
+        assert same(out.double().numpy(), want)
+    B = torch.from_numpy(_values("bf16")).to(torch.bfloat16).requires_grad_()
+    acc = B[0]
+    for i in range(1, B.shape[0]):
+        acc = acc + B[i]  # torch's own bf16 additions, one rounding each
+    assert torch.equal(fr.reduce(B, "sequential", accumulate="bf16", result="native"), acc.detach())
+    assert fr.reduce(B.T.T, "sequential", accumulate="tf32", result="native").dtype == torch.float32
+    for bad in (torch.ones(3, 2, dtype=torch.int32), torch.ones(3, 2).to(torch.float8_e4m3fnuz)):
+        with pytest.raises(fr.InvalidArgument, match="X must be a float array"):
+            fr.reduce(bad, "sequential")
+    with pytest.raises(fr.InvalidArgument, match="input='bf16' cannot hold every value of X's own format fp16"):
+        fr.reduce(torch.ones(3, 2, dtype=torch.float16), "sequential", input="bf16")
+
+
+def test_the_other_entry_points_take_the_arrays_format():
+    torch = pytest.importorskip("torch")
+    v = _values("bf16", (40, 3))
+    T = torch.from_numpy(v).to(torch.bfloat16)
+    P = fr.partial_sums(T, accumulate="bf16", result="native")
+    assert P.dtype == torch.bfloat16
+    assert same(P.double().numpy(), fr.partial_sums(v, input="bf16", accumulate="bf16"))
+    assert same(fr.exact_sum(T).to_float64(), fr.exact_sum(v).to_float64())
+    d = fr.dot(T[:, 0], T[:, 1], accumulate="bf16", result="native")
+    assert d.dtype == torch.bfloat16
+    assert d.shape == ()
+    assert same(d.double().numpy(), fr.dot(v[:, 0], v[:, 1], input="bf16", accumulate="bf16"))
+    assert fr.dot(v[:, 0].astype(ml_dtypes.bfloat16), v[:, 1]) == fr.dot(v[:, 0], v[:, 1])  # bf16 and fp32: fp32
+    m = fr.matvec(T.T, T[:, 0], accumulate="bf16", result="native")
+    assert m.dtype == torch.bfloat16
+    assert m.shape == (3,)
+    f = fr.fabsum(T, 8, accumulate="bf16", result="native")
+    assert same(f.double().numpy(), fr.fabsum(v, 8, input="bf16", accumulate="bf16"))
+    with pytest.raises(fr.InvalidArgument, match="fp64 inputs .input defaults to the arrays' own format"):
+        fr.dot(np.ones(3), np.ones(3))
+
+
+def test_import_fpreduce_never_imports_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, ml_dtypes, fpreduce as fr; "
+        "fr.reduce(np.ones((2, 2), ml_dtypes.bfloat16), 'sequential', result='native'); fr.format_name('torch.half'); "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env={**__import__("os").environ, "FPREDUCE_QUIET": "1"})

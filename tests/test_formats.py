@@ -134,6 +134,13 @@ def test_one_float_dtype_guard_for_every_entry_point():
         (np.float16, "fp16"),
         (np.dtype("float32"), "fp32"),
         (np.float64, "fp64"),
+        ("torch.bfloat16", "bf16"),
+        ("np.float16", "fp16"),
+        ("numpy.float32", "fp32"),
+        ("ml_dtypes.float8_e4m3fn", "fp8_e4m3"),
+        (" Torch.Half ", "fp16"),
+        (ml_dtypes.bfloat16, "bf16"),
+        (np.dtype(ml_dtypes.float8_e5m2), "fp8_e5m2"),
     ],
     ids=lambda v: str(v),
 )
@@ -156,6 +163,42 @@ def test_format_names_of_ml_dtypes_and_torch_dtypes() -> None:
         "fp32",
         "fp64",
     ]
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_every_spelling_of_a_format_is_accepted(name: str) -> None:
+    """What ``fpreduce list formats`` shows (spellings), in any case, and numpy.X for np.X."""
+    from fpreduce.core.formats import spellings
+
+    for s in spellings(name):
+        for t in {s, s.upper(), s.replace("np.", "numpy.") if s.startswith("np.") else s}:
+            assert format_name(t) == name, t
+
+
+def test_every_torch_floating_dtype_of_a_format_is_named_and_the_others_refused() -> None:
+    torch = pytest.importorskip("torch")
+    from fpreduce.core.formats import LIBRARY_DTYPES
+
+    for d, name in LIBRARY_DTYPES["torch"].items():
+        assert format_name(getattr(torch, d)) == name
+    dtypes = {d: getattr(torch, d) for d in dir(torch) if isinstance(getattr(torch, d), torch.dtype)}
+    for d in (d for d, t in dtypes.items() if t.is_floating_point):
+        if d not in LIBRARY_DTYPES["torch"]:  # float8_e4m3fnuz, float8_e5m2fnuz, float8_e8m0fnu, ...: other formats
+            with pytest.raises(InvalidArgument, match="not one of fpreduce's formats"):
+                format_name(getattr(torch, d))
+
+
+@pytest.mark.parametrize(
+    "given",
+    ["ml_dtypes.float8_e4m3", "torch.float8_e4m3fnuz", "np.float128", np.longdouble, ml_dtypes.float8_e4m3fnuz],
+    ids=str,
+)
+def test_other_library_formats_are_refused_not_taken_for_a_neighbour(given: object) -> None:
+    with pytest.raises(InvalidArgument, match="not one of fpreduce's formats"):
+        format_name(given)
+    if hasattr(ml_dtypes, "float8_e4m3"):  # IEEE-like e4m3 with Inf (max 240): not the OCP fn format
+        with pytest.raises(InvalidArgument, match="dtype float8_e4m3 is not one of fpreduce's formats"):
+            format_name(ml_dtypes.float8_e4m3)
 
 
 def test_unknown_format_names() -> None:

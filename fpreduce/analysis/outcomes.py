@@ -30,10 +30,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.engine import reduce
 from fpreduce.core.exact import ExactSum, exact_sum
-from fpreduce.core.formats import Format, get_format, to_bits, ulp
+from fpreduce.core.formats import Format, get_format, input_format, to_bits, ulp
 from fpreduce.core.metrics import ulp_steps
 from fpreduce.core.rounding import Mode, get_mode, round_to
 from fpreduce.plans import RANDOM_TREE, Plan, parse, sequential, tree_from_gaps
@@ -174,7 +175,7 @@ def order_outcomes(
     family: str = "sequential",
     *,
     samples: int = 1000,
-    input: str | Format = "fp32",
+    input: str | Format | None = None,
     accumulate: str | Format = "fp32",
     rounding: str | Mode = "nearest_even",
     seed: int = 0,
@@ -192,7 +193,8 @@ def order_outcomes(
             and leaf order: adjacent nodes merged in a random order, see
             :func:`tree_from_gaps`).
         samples: number of orders drawn (>= 1).
-        input, accumulate, rounding: as for :func:`fpreduce.reduce`.
+        input, accumulate, rounding: as for :func:`fpreduce.reduce` (``input`` defaults to
+            x's own format).
         seed: seeds the orders (and stochastic rounding); same seed, same outcomes.
         algorithm, output: as for :func:`fpreduce.reduce` (``random_tree`` with
             either set makes one ``reduce`` call per sample: Python-bound, slow).
@@ -213,14 +215,14 @@ def order_outcomes(
     >>> [float(v) for v in out.distinct], int(out.counts.sum())
     ([1.0, 1.0078125], 200)
     """
-    a = np.asarray(x)
+    a = as_float_array(x, "x must be a float array, got {dtype}")
     if a.ndim != 1 or a.shape[0] < 1:
         raise InvalidArgument(f"x must have shape (N,) with N >= 1, got shape {a.shape}")
     if not isinstance(samples, int | np.integer) or samples < 1:
         raise InvalidArgument(f"samples must be a positive int, got {samples!r}")
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise InvalidArgument(f"seed must be an integer >= 0, got {seed!r}")
-    fin, fa, m = get_format(input), get_format(accumulate), get_mode(rounding)
+    fin, fa, m = input_format(x, a, input, "x"), get_format(accumulate), get_mode(rounding)
     xi = np.asarray(round_to(a.astype(np.float64), fin))
     n, samples = int(a.shape[0]), int(samples)
     rng = np.random.default_rng(int(seed))

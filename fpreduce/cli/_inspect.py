@@ -101,7 +101,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from fpreduce.core.formats import ALIASES, FORMATS
+    from fpreduce.core.formats import ALIASES, FORMATS, spellings
     from fpreduce.plans.families import DESCRIPTIONS
 
     if args.what == "formats":
@@ -115,6 +115,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 "max": f.max_finite,
                 "smallest_normal": f.smallest_normal,
                 "aliases": [a for a, n in ALIASES.items() if n == f.name],
+                "spellings": spellings(f.name)[1:],
             }
             for f in FORMATS.values()
         ]
@@ -126,10 +127,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
             print(
                 f"{r['name']:<10} {r['bits']:>4} {r['precision']:>3} {r['exponent_bits']:>3} "
                 f"{r['unit_roundoff']:>10.3g} {r['max']:>10.4g} {r['smallest_normal']:>11.4g}  "
-                + ", ".join(r["aliases"])  # type: ignore[arg-type]
+                + ", ".join(r["spellings"])  # type: ignore[arg-type]
             )
         print("p: significand bits (with the hidden bit); e: exponent bits; u = 2^-p (round-to-nearest's bound)")
-        print("numpy, ml_dtypes and torch dtypes are accepted too (np.float16, ml_dtypes.bfloat16, torch.bfloat16)")
+        print("any case; numpy.X is np.X; in Python the dtype objects too (np.float16, ml_dtypes.bfloat16, ...)")
         return 0
     if args.json:
         print(jsonfile.dumps(DESCRIPTIONS))

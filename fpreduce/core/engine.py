@@ -35,8 +35,8 @@ from fpreduce.core._segments import fold_chunks, fold_segments, is_left_deep
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core._tall import fold_plan
 from fpreduce.core.arith import _Arith, _Loader, _scale
-from fpreduce.core.formats import Format, get_format
-from fpreduce.core.options import Algorithm, Average, get_algorithm, get_average
+from fpreduce.core.formats import Format, as_native, get_format, input_format
+from fpreduce.core.options import Algorithm, Average, Result, get_algorithm, get_average, get_result
 from fpreduce.core.rounding import Mode, get_mode, round_to
 from fpreduce.core.routes import Case, Decision, decide, left_segments, note
 from fpreduce.core.routes import Route as R
@@ -55,9 +55,10 @@ def _parsed(text: str, n: int, seed: int) -> AnyPlan:
 
 
 def _prepare(
-    X: ArrayLike, plan: AnyPlan | str, seed: int | None = None, *, lazy: bool = False
+    X: ArrayLike, plan: AnyPlan | str, seed: object = None, *, lazy: bool = False
 ) -> tuple[np.ndarray, AnyPlan | str | None]:
-    """X as a 2-D float array and the plan; with ``lazy``, the text ``sequential`` gives None and
+    """X as a 2-D float array (a torch tensor's values: :func:`fpreduce.base.dtypes.tensor_values`) and the
+    plan, drawn from ``seed`` when it is an integer; with ``lazy``, the text ``sequential`` gives None and
     ``pairwise`` ``PAIRWISE`` (their trees are built only when needed: the compiled fold takes neither)."""
     A = as_float_array(X, "X must be a float array of shape (workers, elements), got {dtype}")
     if A.ndim == 1:
@@ -66,7 +67,11 @@ def _prepare(
         raise InvalidArgument(f"X must have shape (workers, elements), got shape {A.shape}")
     if lazy and isinstance(plan, str) and plan.strip() in ("sequential", PAIRWISE) and A.shape[0] >= 1:
         return A, None if plan.strip() == "sequential" else PAIRWISE  # the compiled fold needs no tree of n leaves
-    p = _parsed(plan.strip(), A.shape[0], seed or 0) if isinstance(plan, str) else plan
+    p = (
+        _parsed(plan.strip(), A.shape[0], int(seed) if isinstance(seed, int | np.integer) else 0)
+        if isinstance(plan, str)
+        else plan
+    )
     if p.n != A.shape[0]:
         raise InvalidArgument(f"plan has {p.n} workers but X has {A.shape[0]} rows")
     return A, p
@@ -87,7 +92,7 @@ def reduce(
     X: ArrayLike,
     plan: AnyPlan | str,
     *,
-    input: str | Format = "fp32",
+    input: str | Format | None = None,
     accumulate: str | Format = "fp32",
     rounding: str | Mode = "nearest_even",
     seed: int | np.random.Generator | None = None,
@@ -96,6 +101,7 @@ def reduce(
     average: Average | str = "none",
     offset: int = 0,
     total: int | None = None,
+    result: Result | str = "float",
 ) -> NDArray[np.floating]:
     """Sum the rows of ``X`` along ``plan``, rounding every partial sum.
 
@@ -103,8 +109,9 @@ def reduce(
         X: shape (workers, elements) (or (workers,)); values are first rounded to
             ``input`` (nearest even) explicitly. NaN and ±Inf propagate as in IEEE.
         plan: a plan or its text (``"pairwise"``, ``"ring:nccl"``, ``"((0,1),2)"``).
-        input: input format; accumulate: accumulator format (every partial sum is
-            rounded to it, as in MPI, gloo and NCCL ring/tree, whose every hop rounds).
+        input: input format (default: X's own, its numpy, ml_dtypes or torch dtype's; one that would cast
+            X's narrow dtype is refused: :func:`~fpreduce.core.formats.input_format`); accumulate: accumulator
+            format (every partial sum is rounded to it, as in MPI, gloo and NCCL ring/tree, whose every hop rounds).
         rounding: rounding mode of every operation.
         seed: seed or Generator for stochastic rounding (and for ``atomic`` given as text).
         algorithm: ``plain`` (the plan's tree), ``kahan`` / ``neumaier`` (compensated,
@@ -134,7 +141,8 @@ def reduce(
             ``seed``'s Generator per call).
 
     Returns:
-        shape (elements,), float32 (float64 for an fp64 result).
+        shape (elements,), float32 (float64 for an fp64 result); ``result="native"``: the result format's own
+        dtype (:func:`fpreduce.as_native`: ml_dtypes' for bf16 and fp8; a torch tensor when X is one).
 
     >>> import numpy as np
     >>> x = np.array([[1.0], [2.0**-8], [2.0**-8]])
@@ -146,12 +154,10 @@ def reduce(
     1.0078125
     """
     m = _check_args(plan, seed, rounding)
-    plan_seed = seed if isinstance(seed, int | np.integer) else None
-    lazy = get_algorithm(algorithm) in ("plain", "binned", "exact")  # binned and exact need no tree
-    A, p = _prepare(X, plan, None if plan_seed is None else int(plan_seed), lazy=lazy)
-    fin, fa = get_format(input), get_format(accumulate)
+    A, p = _prepare(X, plan, seed, lazy=get_algorithm(algorithm) in ("plain", "binned", "exact"))  # no tree needed
+    fin, fa = input_format(X, A, input), get_format(accumulate)
     fo = fa if output is None else get_format(output)
-    alg, avg = get_algorithm(algorithm), get_average(average)
+    alg, avg, res = get_algorithm(algorithm), get_average(average), get_result(result)
     rng = np.random.default_rng(seed) if m is Mode.STOCHASTIC else None
     n, nel = A.shape
     total = _span(offset, nel, total)
@@ -170,7 +176,8 @@ def reduce(
         out = _order_free(A, load, fa, m, rng, dec)
     else:
         out = _fold_blocks(p, A, load, ar, alg, int(offset), total, dec)
-    return _finish(np.asarray(out, dtype=fa.value_dtype), avg == "after", n, fo, ar, counter, int(offset))
+    y = _finish(np.asarray(out, dtype=fa.value_dtype), avg == "after", n, fo, ar, counter, int(offset))
+    return as_native(y, fo, X) if res == "native" else y  # type: ignore[no-any-return]
 
 
 def _check_args(plan: object, seed: object, rounding: str | Mode) -> Mode:
@@ -202,7 +209,7 @@ def case_of(
     X: ArrayLike,
     plan: AnyPlan | str,
     *,
-    input: str | Format = "fp32",
+    input: str | Format | None = None,
     accumulate: str | Format = "fp32",
     rounding: str | Mode = "nearest_even",
     seed: int | np.random.Generator | None = None,
@@ -211,12 +218,12 @@ def case_of(
     average: Average | str = "none",
     offset: int = 0,
     total: int | None = None,
+    result: Result | str = "float",
 ) -> Case:
     """The route table's facts for ``reduce(X, plan, ...)`` with the same arguments, without summing."""
-    m, alg, avg = get_mode(rounding), get_algorithm(algorithm), get_average(average)
-    plan_seed = seed if isinstance(seed, int | np.integer) else None
-    A, p = _prepare(X, plan, None if plan_seed is None else int(plan_seed), lazy=alg in ("plain", "binned", "exact"))
-    fin, fa = get_format(input), get_format(accumulate)
+    m, alg, avg, _ = get_mode(rounding), get_algorithm(algorithm), get_average(average), get_result(result)
+    A, p = _prepare(X, plan, seed, lazy=alg in ("plain", "binned", "exact"))
+    fin, fa = input_format(X, A, input), get_format(accumulate)
     if output is not None:
         get_format(output)
     total = _span(offset, A.shape[1], total)
@@ -517,7 +524,7 @@ def reduce_reference(
     X: ArrayLike,
     plan: AnyPlan | str,
     *,
-    input: str | Format = "fp32",
+    input: str | Format | None = None,
     accumulate: str | Format = "fp32",
     rounding: str | Mode = "nearest_even",
     output: str | Format | None = None,
@@ -533,7 +540,7 @@ def reduce_reference(
     assert p is not None
     assert not isinstance(p, str)
     avg = get_average(average)
-    fin, fa = get_format(input), get_format(accumulate)
+    fin, fa = input_format(X, A, input), get_format(accumulate)
     fo = fa if output is None else get_format(output)
     m = get_mode(rounding)
     if m is Mode.STOCHASTIC:

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fpreduce.base import jit
-from fpreduce.base.dtypes import is_float_dtype
+from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
 from fpreduce.core._exact_limbs import _BLOCK_CELLS, _E_OFFSET, _NE, _column_block, _LazyValues, _Limbs
@@ -49,12 +49,11 @@ _FP64 = get_format("fp64")
 
 def _check_input(X: ArrayLike, axis: int) -> tuple[NDArray[np.floating], tuple[int, ...], int]:
     """Validate, move ``axis`` first, flatten the rest; returns (2-D floats, out shape, bits)."""
-    a = np.asarray(X)
-    if not is_float_dtype(a.dtype):
-        raise InvalidArgument(
-            f"exact_sum needs a float array (float16/float32/float64), got dtype {a.dtype}; "
-            "convert with .astype(np.float64)"
-        )
+    a = as_float_array(
+        X,
+        "exact_sum needs a float array (float16/32/64, bfloat16, float8, a torch tensor of one), got dtype {dtype}; "
+        "convert with .astype(np.float64)",
+    )
     if a.dtype.kind == "f" and a.dtype.itemsize > 8:
         raise InvalidArgument(
             f"dtype {a.dtype} is wider than float64 and cannot be summed exactly here; pass float64 or narrower"

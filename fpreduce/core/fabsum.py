@@ -18,7 +18,8 @@ from numpy.typing import ArrayLike, NDArray
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
 from fpreduce.core.engine import reduce
-from fpreduce.core.formats import Format, get_format
+from fpreduce.core.formats import Format, as_native, get_format, input_format
+from fpreduce.core.options import Result, get_result
 from fpreduce.core.primitives import as_rows
 from fpreduce.core.rounding import Mode, get_mode
 
@@ -44,7 +45,7 @@ def block_sums(
     X: ArrayLike,
     block: int,
     *,
-    input: str | Format = "fp32",
+    input: str | Format | None = None,
     accumulate: str | Format = "fp32",
     rounding: str | Mode = "nearest_even",
     seed: int | np.random.Generator | None = None,
@@ -60,7 +61,7 @@ def block_sums(
     n, d = A.shape
     nb = _block_count(n, block)
     full = n // int(block)
-    opts = dict(input=input, accumulate=accumulate, rounding=rounding)
+    opts = dict(input=input_format(X, A, input), accumulate=accumulate, rounding=rounding)
     rng = _generator(rounding, seed)
     parts = []
     if full:
@@ -76,23 +77,27 @@ def fabsum(
     X: ArrayLike,
     block: int,
     *,
-    input: str | Format = "fp32",
+    input: str | Format | None = None,
     accumulate: str | Format = "fp32",
     rounding: str | Mode = "nearest_even",
     seed: int | np.random.Generator | None = None,
     across: str = "kahan",
     across_format: str | Format | None = None,
+    result: Result | str = "float",
 ) -> NDArray[np.floating]:
     """FABsum of the rows of ``X`` (terms, elements): plain sums in blocks, ``across`` over the block sums.
 
     Args:
         X: shape (terms, elements) (or (terms,)).
         block: the block size b (>= 1; b >= n is a plain left fold, b = 1 is ``across`` alone).
-        input, accumulate, rounding, seed: as :func:`fpreduce.reduce` (the blocks').
+        input, accumulate, rounding, seed: as :func:`fpreduce.reduce` (the blocks'; ``input``
+            defaults to X's own format).
         across: the algorithm over the block sums, in order: ``kahan``, ``neumaier``,
             ``plain`` or ``exact`` (:func:`fpreduce.reduce`'s algorithms).
         across_format: the format of the sum across blocks (default ``accumulate``);
             the block sums enter it exactly when it is at least as wide.
+        result: ``float`` or ``native`` (``across_format``'s own dtype; a torch tensor for a
+            torch X), as :func:`fpreduce.reduce`'s.
 
     Returns:
         shape (elements,), float32 (float64 for an fp64 result).
@@ -102,11 +107,12 @@ def fabsum(
     >>> float(fabsum(x, 64, accumulate="bf16")[0]), float(fabsum(x, 4096, accumulate="bf16")[0])
     (394.0, 32.0)
     """
-    fa = get_format(accumulate)
+    fa, native = get_format(accumulate), get_result(result) == "native"
     fo = fa if across_format is None else get_format(across_format)
     rng = _generator(rounding, seed)  # one stream: the blocks draw first, then the sum across
     S = block_sums(X, block, input=input, accumulate=fa, rounding=rounding, seed=rng)
-    return reduce(S, "sequential", input=fa, accumulate=fo, rounding=rounding, seed=rng, algorithm=across)
+    y = reduce(S, "sequential", input=fa, accumulate=fo, rounding=rounding, seed=rng, algorithm=across)
+    return as_native(y, fo, X) if native else y  # type: ignore[no-any-return]
 
 
 def fabsum_bound(n: int, block: int, fmt: str | Format, across: str = "kahan") -> dict[str, float | None]:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fpreduce.base.dtypes import is_float_dtype
+from fpreduce.base.dtypes import dtype_name, is_float_dtype, is_tensor
 from fpreduce.base.errors import InvalidArgument, unknown_name
 
 __all__ = [
@@ -26,10 +26,14 @@ __all__ = [
     "FORMATS",
     "NATIVE_DTYPES",
     "Format",
+    "LIBRARY_DTYPES",
     "as_native",
     "format_name",
+    "input_format",
+    "spellings",
     "from_bits",
     "get_format",
+    "holds",
     "to_bits",
     "ulp",
 ]
@@ -155,17 +159,67 @@ ALIASES: dict[str, str] = {
     "e5m2": "fp8_e5m2",
 }
 
+#: the dtypes of the formats in each library, by the names the library gives them (``np.`` spells ``numpy.``)
+LIBRARY_DTYPES: dict[str, dict[str, str]] = {
+    "numpy": {
+        "float64": "fp64",
+        "double": "fp64",
+        "float32": "fp32",
+        "single": "fp32",
+        "float16": "fp16",
+        "half": "fp16",
+    },
+    "ml_dtypes": {"bfloat16": "bf16", "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"},
+    "torch": {
+        "float64": "fp64",
+        "double": "fp64",
+        "float32": "fp32",
+        "float": "fp32",
+        "float16": "fp16",
+        "half": "fp16",
+        "bfloat16": "bf16",
+        "float8_e4m3fn": "fp8_e4m3",
+        "float8_e5m2": "fp8_e5m2",
+    },
+}
+_LIBRARIES = {"np": "numpy", "numpy": "numpy", "ml_dtypes": "ml_dtypes", "torch": "torch"}
+
+
+def spellings(name: str) -> list[str]:
+    """Every way :func:`format_name` accepts of writing format ``name``, but case and the ``numpy.`` twin of
+    ``np.``: the name, its aliases and its library dtypes (``torch.bfloat16``).
+
+    >>> spellings("bf16")
+    ['bf16', 'bfloat16', 'ml_dtypes.bfloat16', 'torch.bfloat16']
+    """
+    lib = [f"{'np' if k == 'numpy' else k}.{d}" for k, ds in LIBRARY_DTYPES.items() for d, n in ds.items() if n == name]
+    return [name, *(a for a, n in ALIASES.items() if n == name), *lib]
+
+
+def _dtype_format(dt: np.dtype) -> str:
+    """The format of a numpy (or ml_dtypes) dtype, by the table: ml_dtypes' other float8 types (``float8_e4m3``:
+    IEEE-like, with Inf; the ``fnuz`` ones) are other formats and are refused, never taken for a neighbour."""
+    if dt.kind in "iub":
+        raise InvalidArgument(f"expected a floating-point format, got dtype {dt.name}")
+    known = {**LIBRARY_DTYPES["numpy"], **LIBRARY_DTYPES["ml_dtypes"]}
+    if dt.name in known:
+        return known[dt.name]
+    theirs = ", ".join(dict.fromkeys(NATIVE_DTYPES.values()))
+    raise InvalidArgument(f"dtype {dt.name} is not one of fpreduce's formats (their dtypes: {theirs})")
+
 
 def format_name(fmt: object) -> str:
     """The canonical name (a key of :data:`FORMATS`) of a format given as people write it.
 
     Accepts the names (``bf16``), their aliases (``bfloat16``, ``float16``, ``half``,
-    ``float8_e4m3fn``, ...; any case), a :class:`Format`, and dtypes: numpy's
-    (``np.float16``, ``np.dtype("float32")``), ml_dtypes' (``ml_dtypes.bfloat16``) and
-    torch's (``torch.bfloat16``), without importing either library.
+    ``float8_e4m3fn``, ...; any case), the library dtypes written out (``np.float16``,
+    ``numpy.float32``, ``ml_dtypes.float8_e4m3fn``, ``torch.bfloat16``: :func:`spellings`), a
+    :class:`Format`, and dtype objects: numpy's (``np.float16``, ``np.dtype("float32")``),
+    ml_dtypes' (``ml_dtypes.bfloat16``) and torch's (``torch.bfloat16``), without importing
+    either library.
 
-    >>> format_name("bfloat16"), format_name(np.float16), format_name("FP32")
-    ('bf16', 'fp16', 'fp32')
+    >>> format_name("bfloat16"), format_name(np.float16), format_name("FP32"), format_name("torch.bfloat16")
+    ('bf16', 'fp16', 'fp32', 'bf16')
 
     Raises:
         InvalidArgument: unknown name or dtype, with a close-match hint.
@@ -176,25 +230,32 @@ def format_name(fmt: object) -> str:
         raise InvalidArgument(f"unknown format None (choices: {', '.join(FORMATS)})")
     text = fmt if isinstance(fmt, str) else None
     if text is None:
-        mod = type(fmt).__module__.split(".")[0]
-        if mod == "torch":  # torch.bfloat16 prints as "torch.bfloat16"
-            text = str(fmt).removeprefix("torch.")
+        if type(fmt).__module__.split(".")[0] == "torch":  # torch.bfloat16 prints as "torch.bfloat16"
+            text = str(fmt)
         else:
             try:
                 dt = np.dtype(fmt)  # type: ignore[call-overload]
             except TypeError:
                 text = str(fmt)
             else:
-                if dt.kind in "iub":
-                    raise InvalidArgument(f"expected a floating-point format, got dtype {dt.name}")
-                text = dt.name
+                return _dtype_format(dt)
     key = text.strip().lower()
     if key in FORMATS:
         return key
     if key in ALIASES:
         return ALIASES[key]
-    close = difflib.get_close_matches(key, [*FORMATS, *ALIASES], n=1)
-    hint = {key: ALIASES[close[0]] if close[0] in ALIASES else close[0]} if close else None
+    lib, _, dtype = key.rpartition(".")
+    if lib in _LIBRARIES:
+        known = LIBRARY_DTYPES[_LIBRARIES[lib]]
+        if dtype in known:
+            return known[dtype]
+        raise InvalidArgument(  # no close-match hint: torch.float8_e4m3fnuz is not torch.float8_e4m3fn's format
+            f"unknown format {text!r}: not one of fpreduce's formats "
+            f"(its {_LIBRARIES[lib]} dtypes: {', '.join(f'{lib}.{d}' for d in known)})"
+        )
+    words = [*FORMATS, *ALIASES, *(s for n in FORMATS for s in spellings(n))]
+    close = difflib.get_close_matches(key, words, n=1)
+    hint = {key: format_name(close[0])} if close else None
     raise unknown_name("format", text, FORMATS, aliases=hint)
 
 
@@ -331,17 +392,22 @@ NATIVE_DTYPES = {
 }
 
 
-def as_native(values: ArrayLike, fmt: object) -> NDArray[Any]:
+def as_native(values: ArrayLike, fmt: object, like: object = None) -> Any:
     """Values of ``fmt`` (as ``reduce`` returns them, float32 or float64) in the format's own dtype.
 
     numpy's float16/32/64, ml_dtypes' bfloat16 and float8 types (``pip install
-    ml_dtypes``), float32 for tf32 (no native type). The values must already be
-    representable: the cast is exact and checked, never a second rounding.
+    ml_dtypes``), float32 for tf32 (no native type); a torch tensor of the format's dtype
+    (float32 for tf32) on ``like``'s device when ``like`` is a torch tensor. The values must
+    already be representable: the cast is exact and checked, never a second rounding.
 
     Raises:
         InvalidArgument: a value not representable in ``fmt``, or ml_dtypes missing.
     """
     f = get_format(fmt)
+    a = _as_float64(values)
+    to_bits(a, f)  # refuses a value fmt cannot hold (the cast below would round it)
+    if is_tensor(like):
+        return _as_tensor(a, f, like)
     name = NATIVE_DTYPES[f.name]
     if name in ("float64", "float32", "float16"):
         dtype: Any = np.dtype(name)
@@ -351,7 +417,55 @@ def as_native(values: ArrayLike, fmt: object) -> NDArray[Any]:
         except ImportError:
             raise InvalidArgument(f"{f.name} arrays need ml_dtypes: pip install ml_dtypes") from None
         dtype = np.dtype(getattr(ml_dtypes, name))
-    a = _as_float64(values)
-    to_bits(a, f)  # refuses a value fmt cannot hold (the cast below would round it)
     with np.errstate(over="ignore", invalid="ignore"):
         return a.astype(dtype)
+
+
+def _as_tensor(a: NDArray[np.float64], f: Format, like: Any) -> Any:
+    """Representable values ``a`` of ``f`` as a torch tensor of ``f``'s dtype on ``like``'s device (exact casts:
+    float64 -> float32 -> the format's dtype, both exact for its values)."""
+    import sys
+
+    torch = sys.modules[type(like).__module__.split(".")[0]]
+    wide = np.array(a, dtype=np.float64 if f.precision > 24 else np.float32)  # a writable copy (0-d stays 0-d)
+    t = torch.from_numpy(wide).to(getattr(torch, NATIVE_DTYPES[f.name]))
+    return t if like.device.type == "cpu" else t.to(like.device)
+
+
+def holds(wide: Format, narrow: Format) -> bool:
+    """Whether every value of ``narrow`` is a value of ``wide`` (subnormals, Inf and NaN included)."""
+    return wide.precision >= narrow.precision and wide.emin <= narrow.emin and wide.emax >= narrow.emax
+
+
+def input_format(X: object, A: np.ndarray, input: object | None, who: str = "X") -> Format:
+    """The input format of a reduction of ``X`` (``A``: its values as a numpy array): ``input``, else X's own.
+
+    X's own format is its dtype's (numpy float16/32/64, ml_dtypes bfloat16 and float8, torch's
+    dtypes; a list of Python floats is float64: fp64). An explicit ``input`` rounds X's values to
+    it (nearest even), as documented, when X is float32 or float64: the wide dtypes that hold values
+    of any narrower format. X of a narrow dtype (float16, bfloat16, float8) states its format: an
+    ``input`` that cannot hold every value of it (``input="fp16"`` for a bfloat16 array,
+    ``input="bf16"`` for a float16 one, ``input="fp8_e4m3"`` for either) is refused rather than
+    cast; an ``input`` that holds them all (``fp32`` for bfloat16) changes no value and is taken.
+
+    Raises:
+        InvalidArgument: naming ``input`` and X's dtype.
+    """
+    try:
+        own = get_format(dtype_name(X) if is_tensor(X) else A.dtype)
+    except InvalidArgument as e:  # ml_dtypes' other types (float8_e4m3, ...), longdouble: no format of ours
+        if input is None:
+            raise InvalidArgument(f"{who}: {e}; pass input= (its values are rounded to that format)") from None
+        return get_format(input)
+    if input is None:
+        return own
+    fin = get_format(input)
+    if own.precision >= 24 or holds(fin, own):
+        return fin
+    wider = ", ".join(n for n, g in FORMATS.items() if holds(g, own) and n != own.name)
+    kind = "tensor" if is_tensor(X) else "array"
+    raise InvalidArgument(
+        f"input={fin.name!r} cannot hold every value of {who}'s own format {own.name} (a {dtype_name(X)} {kind}): "
+        f"pass input={own.name!r} or one that holds it ({wider}), "
+        f"or round {who} first (fr.round_to({who}, {fin.name!r}) gives float32 values of {fin.name})"
+    )

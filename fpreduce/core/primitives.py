@@ -35,7 +35,8 @@ from fpreduce.base.fpflags import own_flags
 from fpreduce.core._steps import add_any_numpy, fold_rows, round_with_uniforms, uniforms
 from fpreduce.core.arith import _Loader
 from fpreduce.core.exact import ExactSum
-from fpreduce.core.formats import Format, get_format
+from fpreduce.core.formats import Format, as_native, get_format, input_format
+from fpreduce.core.options import Result, get_result
 from fpreduce.core.rounding import Mode, get_mode
 
 __all__ = ["INPUT_T", "partial_sums", "round_inputs", "stagnation", "stream_key"]
@@ -111,7 +112,7 @@ def _check(algorithm: str, addends: str) -> tuple[str, Addends]:
 def partial_sums(
     X: ArrayLike,
     *,
-    input: str | Format = "fp32",
+    input: str | Format | None = None,
     accumulate: str | Format = "fp32",
     rounding: str | Mode = "nearest_even",
     seed: int | np.random.Generator | None = None,
@@ -120,6 +121,7 @@ def partial_sums(
     input_rounding: str | Mode = "nearest_even",
     offset: int = 0,
     order: ArrayLike | None = None,
+    result: Result | str = "float",
 ) -> NDArray[np.floating]:
     """Every partial sum of the sequential fold of the rows of ``X``: shape (terms, elements).
 
@@ -129,8 +131,8 @@ def partial_sums(
 
     Args:
         X: shape (terms, elements) (or (terms,)).
-        input, accumulate, rounding, seed, algorithm: as :func:`fpreduce.reduce`
-            (algorithm ``plain``, ``kahan``, ``neumaier`` (deterministic modes) or
+        input, accumulate, rounding, seed, algorithm, result: as :func:`fpreduce.reduce`
+            (``input`` defaults to X's own format; algorithm ``plain``, ``kahan``, ``neumaier`` (deterministic modes) or
             ``exact``: every prefix's exact sum rounded once).
         addends: ``accumulator`` (inputs converted to the accumulator format first, as
             ``reduce`` does) or ``wide`` (kept in the input format, each addition
@@ -144,19 +146,38 @@ def partial_sums(
             the last row is then ``reduce(X, plans.sequential(n, order), ...)``.
 
     Returns:
-        float32 (float64 for an fp64 accumulator), shape (terms, elements).
+        float32 (float64 for an fp64 accumulator), shape (terms, elements); ``result="native"``:
+        the accumulator's own dtype (a torch tensor for a torch X).
 
     >>> import numpy as np
     >>> h = partial_sums(1.0 / np.arange(1, 601), input="fp16", accumulate="fp16")[:, 0]
     >>> float(h[512]), float(h[-1])  # the fp16 harmonic series stops growing after 513 terms
     (7.0859375, 7.0859375)
     """
-    fin, fa, m = get_format(input), get_format(accumulate), get_mode(rounding)
+    fa, m, native = get_format(accumulate), get_mode(rounding), get_result(result) == "native"
     alg, kind = _check(algorithm, addends)
     sr_in = get_mode(input_rounding)
     if sr_in not in (Mode.NEAREST_EVEN, Mode.STOCHASTIC):
         raise InvalidArgument(f"input_rounding must be nearest_even or stochastic, got {sr_in.value!r}")
     A = as_rows(X, "partial_sums")
+    fin = input_format(X, A, input)
+    P = _prefixes(A, fin, fa, m, alg, kind, sr_in, seed, int(offset), order)
+    return as_native(P, fa, X) if native else P  # type: ignore[no-any-return]
+
+
+def _prefixes(
+    A: np.ndarray,
+    fin: Format,
+    fa: Format,
+    m: Mode,
+    alg: str,
+    kind: Addends,
+    sr_in: Mode,
+    seed: int | np.random.Generator | None,
+    offset: int,
+    order: ArrayLike | None,
+) -> NDArray[np.floating]:
+    """:func:`partial_sums` of the checked options."""
     key, rng = stream_key(seed, m is Mode.STOCHASTIC or sr_in is Mode.STOCHASTIC)
     if sr_in is Mode.STOCHASTIC:
         A = _sr_inputs(A, fin, key, int(offset))

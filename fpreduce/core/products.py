@@ -32,11 +32,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
 from fpreduce.core._fastpath import _left_spine, _program
 from fpreduce.core._steps import FIRST_T, add_any_numpy, fold_rows, params, tree_kernel
-from fpreduce.core.formats import Format, get_format
+from fpreduce.core.formats import Format, as_native, get_format, holds, input_format
+from fpreduce.core.options import Result, get_result
 from fpreduce.core.primitives import INPUT_T, _sr_inputs, as_rows, stream_key
 from fpreduce.core.rounding import Mode, get_mode, round_to
 from fpreduce.plans import Plan, Tree, fold, parse
@@ -70,13 +72,14 @@ def dot(
     b: ArrayLike,
     plan: Plan | str = "sequential",
     *,
-    input: str | Format = "fp32",
+    input: str | Format | None = None,
     accumulate: str | Format = "fp32",
     rounding: str | Mode = "nearest_even",
     products: str = "fused",
     seed: int | np.random.Generator | None = None,
     input_rounding: str | Mode = "nearest_even",
     offset: int = 0,
+    result: Result | str = "float",
 ) -> NDArray[np.floating]:
     """The dot products of the columns of ``a`` and ``b`` (terms, columns; 1-D: one), summed along ``plan``.
 
@@ -85,7 +88,9 @@ def dot(
         plan: a plan of one tree for every column (``Plan``, or text such as
             ``"sequential"``, ``"pairwise"``, ``"((0,1),(2,3))"``).
         input: the inputs' format (at most 26 bits for fused products; fp64 inputs
-            take ``products="fp64"`` to nearest: float64's multiply).
+            take ``products="fp64"`` to nearest: float64's multiply). Default: a's and b's
+            own format (:func:`fpreduce.reduce`'s ``input``; float64 arrays are fp64), the
+            wider when one holds the other's values, fp32 when neither does (bf16 and fp16).
         accumulate: every addition's format.
         rounding: the mode of every rounding (products, additions).
         products: ``fused`` or a format name (see the module).
@@ -93,6 +98,8 @@ def dot(
         input_rounding: ``nearest_even`` or ``stochastic``.
         offset: column j is element ``offset + j`` of the generators (an operand of
             one column, broadcast to every column, rounds as element 0).
+        result: ``float`` or ``native`` (the accumulator's own dtype; a torch tensor when
+            ``a`` is one), as :func:`fpreduce.reduce`'s.
 
     Returns:
         float32 (float64 for an fp64 accumulator), shape (columns,) (0-d for 1-D inputs).
@@ -103,16 +110,18 @@ def dot(
     >>> float(dot(a, b, **kw)), float(dot(a, b, products="bf16", **kw))  # FMA keeps the 2**-8
     (0.00390625, 0.0)
     """
-    fin, fa, m = get_format(input), get_format(accumulate), get_mode(rounding)
+    fin, fa, m = _input_of(a, b, input), get_format(accumulate), get_mode(rounding)
+    native = get_result(result) == "native"
     sr_in = get_mode(input_rounding)
     if sr_in not in (Mode.NEAREST_EVEN, Mode.STOCHASTIC):
         raise InvalidArgument(f"input_rounding must be nearest_even or stochastic, got {sr_in.value!r}")
     if products != "fused":
         get_format(products)
     if fin.precision > 26 and not (products == "fp64" and m is Mode.NEAREST_EVEN):
+        given = "" if input is not None else " (input defaults to the arrays' own format: float64 is fp64)"
         raise InvalidArgument(
-            f"products of {fin.name} inputs are exact in float64 only up to 26 bits: "
-            f"use products='fp64' with rounding='nearest_even' (got products={products!r}, rounding={m.value!r})"
+            f"products of {fin.name} inputs{given} are exact in float64 only up to 26 bits: use input='fp32' or "
+            f"products='fp64' with rounding='nearest_even' (got products={products!r}, rounding={m.value!r})"
         )
     key, _ = stream_key(seed, m is Mode.STOCHASTIC or sr_in is Mode.STOCHASTIC)
     sr = sr_in is Mode.STOCHASTIC
@@ -135,8 +144,19 @@ def dot(
         else:
             res = _fold_tree(p.root, L, fa, m, key, offset)
     out = np.asarray(res, dtype=np.float64).astype(fa.value_dtype)
-    one = np.ndim(a) <= 1 and np.ndim(b) <= 1
-    return out.reshape(()) if one else out
+    out = out.reshape(()) if np.ndim(a) <= 1 and np.ndim(b) <= 1 else out
+    return as_native(out, fa, a) if native else out  # type: ignore[no-any-return]
+
+
+def _input_of(a: ArrayLike, b: ArrayLike, input: object | None) -> Format:
+    """The inputs' format of ``dot(a, b)``: ``input`` (checked against a's and b's own formats as
+    :func:`fpreduce.core.formats.input_format` checks it), else their own: the wider when one holds the
+    other's values (bf16 and fp32: fp32), fp32 when neither does (bf16 and fp16, as torch promotes them)."""
+    fa = input_format(a, as_float_array(a, "dot: a must be a float array, got {dtype}"), input, "a")
+    fb = input_format(b, as_float_array(b, "dot: b must be a float array, got {dtype}"), input, "b")
+    if input is not None or holds(fa, fb):
+        return fa
+    return fb if holds(fb, fa) else get_format("fp32")
 
 
 def _fold_tree(root: Tree, L: np.ndarray, f: Format, m: Mode, key: int, offset: int) -> np.ndarray:
@@ -197,18 +217,21 @@ def matvec(
     """``A @ x`` for A of shape (rows, terms): each row's dot product with ``x`` along ``plan``.
 
     Every option is :func:`dot`'s (``input``, ``accumulate``, ``rounding``,
-    ``products``, ``seed``, ``input_rounding``, ``offset``): row r of ``A`` is
+    ``products``, ``seed``, ``input_rounding``, ``offset``, ``result``): row r of ``A`` is
     element ``offset + r``; ``x`` is one vector, rounded once (its element 0).
 
     >>> import numpy as np
     >>> A = np.array([[1.0, 2.0**-9, 2.0**-9], [1.0, 1.0, 1.0]])
-    >>> matvec(A, np.ones(3), accumulate="bf16").tolist()
+    >>> matvec(A, np.ones(3), input="fp32", accumulate="bf16").tolist()  # float64 arrays are fp64 inputs
     [1.0, 3.0]
     """
-    M = np.asarray(A)
+    M = as_float_array(A, "matvec: A must be a float array, got {dtype}")
     if M.ndim != 2:
         raise InvalidArgument(f"matvec: A must have shape (rows, terms), got shape {M.shape}")
-    v = np.asarray(x)
+    v = as_float_array(x, "matvec: x must be a float array, got {dtype}")
     if v.ndim != 1 or v.shape[0] != M.shape[1]:
         raise InvalidArgument(f"matvec: x must have shape ({M.shape[1]},), got shape {v.shape}")
-    return dot(M.T, v[:, None], plan, **options)
+    native = get_result(options.pop("result", "float")) == "native"
+    options["input"] = _input_of(A, x, options.get("input"))  # A's and x's own formats, before they are numpy's
+    y = dot(M.T, v[:, None], plan, **options)
+    return as_native(y, options.get("accumulate", "fp32"), A) if native else y  # type: ignore[no-any-return]

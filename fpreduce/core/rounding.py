@@ -32,7 +32,7 @@ from enum import Enum
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fpreduce.base.dtypes import is_float_dtype
+from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.base.fpflags import own_flags
 from fpreduce.core.formats import Format, get_format
@@ -140,9 +140,7 @@ def round_to(
     """
     f = get_format(fmt)
     m = get_mode(mode)
-    a0 = np.asarray(x)
-    if not is_float_dtype(a0.dtype):
-        raise InvalidArgument(f"round_to expects a float array, got dtype {a0.dtype}; convert with .astype(np.float64)")
+    a0 = as_float_array(x, "round_to expects a float array, got dtype {dtype}; convert with .astype(np.float64)")
     if m is Mode.STOCHASTIC:
         if rng is None:
             raise InvalidArgument("stochastic rounding needs rng= (a numpy Generator or a seed)")
