@@ -40,7 +40,7 @@ def test_one_addition_equals_the_float64_rounder(fmt):
     f = get_format(fmt)
     add = _narrow.plain_add()
     ref = kr.plain()["add_round"]
-    scale, (L, step, d, limit, _) = _narrow.params(f.precision, f.emin, f.max_finite)
+    scale, L, step, d, limit, _ = _narrow.lanes(f.precision, f.emin, f.max_finite)
     big = np.inf if f.has_inf else np.nan
     a, b = values(fmt, 400, 1), values(fmt, 400, 2)
     u = np.random.default_rng(3).random(400)
@@ -185,7 +185,7 @@ def test_grid_flags_accept_exactly_the_formats_finite_values(fmt):
     f = get_format(fmt)
     _narrow.compile_all()
     flags = _narrow.grid_flags
-    scale, (L, _, _, _, _) = _narrow.params(f.precision, f.emin, f.max_finite)
+    scale, L, _, _, _, _ = _narrow.lanes(f.precision, f.emin, f.max_finite)
     rng = np.random.default_rng(7)
     pats = (rng.integers(0, 2**32, 3000, dtype=np.uint64) & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):

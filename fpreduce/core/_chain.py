@@ -47,9 +47,9 @@ are numbered in the tree's post-order, as stochastic rounding draws them. Every 
 is rounded as :func:`fpreduce.core._tall._add1` (``kind`` 0..4), kinds 3 (p <= 52) by the
 exact-sum path above.
 
-numba caches each compiled function with the file that defines it: after editing
-``_kernels_round.py``, whose functions are inlined here, touch this file too (or clear
-``__pycache__``). The rounding functions are passed to the loops as arguments (LLVM
+The kernel cache is keyed by a digest of the kernels' sources
+(:func:`fpreduce.base.jit.source_digest`): an edit of ``_kernels_round.py``, whose functions are
+inlined here, starts a new cache. The rounding functions are passed to the loops as arguments (LLVM
 inlines them; numba's own inlining of 9..15 specialized loops compiled 2..4 times
 slower). Compiled only: without numba the engine's numpy paths run (the same bits;
 tests/test_chain.py compares the kernels with ``reduce_reference`` and the numpy

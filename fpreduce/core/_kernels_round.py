@@ -18,10 +18,13 @@ innocuously for p <= 25), and stochastic rounding the documented law of
 in float64. Overflow follows :func:`fpreduce.core.rounding.overflow_value`, signed
 zeros IEEE 754 6.3, NaN propagates, Inf stays (NaN for a format without Inf).
 
-:func:`add_round32` does the same in float32 for formats of p <= 23 bits (bf16,
-tf32, fp16, fp8): the float32 sum and its float32 TwoSum remainder (exact but for a
-float32 overflow, which then rounds by mode), float32's bits (twice the lanes of
-float64 when vectorized), the same bits as :func:`add_round`.
+:func:`add_round32` does the same in float32 for formats of p <= 11 bits and emin >=
+-126 (bf16, tf32, fp16, fp8): the float32 sum and its float32 TwoSum remainder (exact
+but for a float32 overflow, which then rounds by mode), float32's bits (twice the lanes
+of float64 when vectorized), the same bits as :func:`add_round`. Both round by the one
+:func:`round_bits`, written once for a binary word and typed by the sum's
+(:func:`word`: fraction bits, bias, masks), so the two words cannot drift apart: the
+subnormal-edge defect of session 9 had to be fixed in each of two copies.
 
 :func:`add_fp64` is the fp64 accumulator's directed and stochastic addition: the
 float64 sum, stepped one ulp (bit pattern +- 1) toward the remainder when the mode
@@ -75,95 +78,81 @@ element_seed = counter.draw  # splitmix64(key + (e + 1) G): the first half of el
 uniform = counter.uniform  # the uniform of addition ``t`` of the element of seed ``z1``: 53 bits over 2**53
 
 
+def word(s):  # type: ignore[no-untyped-def]
+    """The constants of the binary word ``s`` is (float32 or float64): (fraction bits, exponent bias, the
+    magnitude mask, Inf's pattern, the fraction mask, the value just above the largest finite, 2**(bias + 1);
+    float64's is beyond float64: Inf, never reached by a format of p <= 52). Compiled: chosen by ``s``'s type."""
+    if isinstance(s, np.float32):
+        return _WORD32
+    return _WORD64
+
+
+_WORD32 = (23, 127, 0x7FFFFFFF, 0x7F800000, 0x7FFFFF, 2.0**128)
+_WORD64 = (52, 1023, _ABS, 0x7FF0000000000000, _FRAC, np.inf)
+
+
+def word_bits(s):  # type: ignore[no-untyped-def]
+    """The bit pattern of ``s`` (float32 or float64) as an int64 (float32's sign extended)."""
+    return f32_bits(s) if isinstance(s, np.float32) else f64_bits(s)
+
+
+def bits_word(b, s):  # type: ignore[no-untyped-def]
+    """The value of bit pattern ``b`` in ``s``'s word, as a float64 (exact)."""
+    return np.float64(bits_f32(b)) if isinstance(s, np.float32) else bits_f64(b)
+
+
 def round_bits(s, err, sh, eminb, maxf, big, mode, u):  # type: ignore[no-untyped-def]
-    """``s + err`` (s finite, nonzero: a float64 sum, err its exact remainder) rounded to the format.
+    """``s + err`` (s finite, nonzero: a float32 or float64 sum, err its exact remainder) rounded to the format.
 
-    ``sh = 53 - p``, ``eminb = emin + 1023``; ``maxf``, ``big`` (Inf, or NaN without Inf):
-    the overflow values; ``mode`` 0..4 as in ``_tall``; ``u`` the stochastic draw. The
-    neighbours ``lo <= |exact| <= hi`` on the grid come from the bits of ``s`` alone
-    (when ``s`` is on the grid and the remainder points to zero, ``lo`` is the grid
-    point below ``s``: half a quantum below at a normal binade's start), and ``err`` only
-    picks among them, so the remainder's latency overlaps the bit work. Branch free
-    (``&``, ``|``, selects), so a loop of it vectorizes. The values of a format are
-    multiples of its smallest subnormal ``smin``, so a nonzero ``s`` keeps ``d <= 52``;
-    ``d = 52`` (``smin <= |s| < 2 smin``: a wide addend or a fused product, see
-    :mod:`fpreduce.core._steps`) keeps one bit, the implicit one: the kept significand
-    is odd, and the grid point below ``s = smin`` is 0 (bit arithmetic would give
-    ``smin / 4``).
+    One rounder for both words, typed by ``s`` (:func:`word`: float32's bits give twice the
+    lanes of float64 when vectorized, for p <= 23 and emin >= -126). ``sh`` = (the word's
+    precision) - p, ``eminb`` = emin + the word's bias; ``maxf``, ``big`` (Inf, or NaN
+    without Inf): the overflow values; ``mode`` 0..4 (:data:`fpreduce.core.grid.MODE_CODES`);
+    ``u`` the stochastic draw. The neighbours ``lo <= |exact| <= hi`` on the grid come from
+    the bits of ``s`` alone (when ``s`` is on the grid and the remainder points to zero,
+    ``lo`` is the grid point below ``s``: half a quantum below at a normal binade's
+    start), and ``err`` only picks among them, so the remainder's latency overlaps the bit
+    work. Branch free (``&``, ``|``, selects), so a loop of it vectorizes. The word's own
+    subnormals have the bit weight of its first binade (``E`` at least 1). The values of a
+    format are multiples of its smallest subnormal ``smin``, so a nonzero ``s`` keeps at
+    most all the fraction's bits discarded; all of them (``smin <= |s| < 2 smin``: a wide
+    addend or a fused product, see :mod:`fpreduce.core._steps`) keeps one bit, the
+    implicit one: the kept significand is odd, and the grid point below ``s = smin`` is 0
+    (bit arithmetic would give ``smin / 4``). The stochastic fraction is computed in
+    float64, ``((s - lo) + err)`` exact then one rounding, times ``2**-k``: the same float64
+    value from either word.
     """
-    b = f64_bits(s)
+    frac, bias, absm, infb, fracm, above = word(s)
+    b = word_bits(s)
     neg = b < 0
-    mag = b & _ABS
-    E = mag >> 52
+    mag = b & absm
+    E = max(mag >> frac, 1)
     below = max(eminb - E, 0)
-    d = min(sh + below, 52)  # the discarded bits
-    low = mag & ((1 << d) - 1)
-    trunc = mag - low
-    step = 1 << d
-    nz = err != 0.0
-    inward = (low == 0) & nz & ((err > 0.0) == neg)  # on the grid, the exact sum just below |s|
-    first = (mag & _FRAC) == 0  # a binade's first value: one bit below it is worth half a bit here
-    half_step = first & (eminb < E)  # and the grid below is finer (normal), or the same (subnormal)
-    top = d == 52  # smin <= |s| < 2 smin: the kept significand is s's implicit bit (1)
-    lo = (mag - (step << 1 if (first & (eminb >= E)) else step)) if inward else trunc
-    lo = 0 if (inward & top) else lo  # s = smin, the exact sum below it: 0 lies below
-    hi = mag if inward else trunc + step
-    inexact = (low != 0) | nz
-    k = E - 1075 + d - (1 if (inward & half_step) else 0)  # the quantum 2**k between lo and hi
-    if mode == 0:  # the float64 sum double-rounds innocuously (p <= 25)
-        lo, hi = trunc, trunc + step
-        away = (low > (step >> 1)) | ((low == (step >> 1)) & (((trunc & step) != 0) | top))
-    elif mode == 4:
-        sl = -bits_f64(hi) if neg else bits_f64(lo)  # the exact sum rounded down (signed)
-        up = u < ((s - sl) + err) * bits_f64((1023 - k) << 52)  # frac of the gap above sl: no division
-        away = inexact & (up != neg)
-    else:
-        away = inexact & (((mode == 2) & (not neg)) | ((mode == 3) & neg))
-    r = bits_f64(hi if away else lo)
-    outward = (mode == 0) | (mode == 4) | ((mode == 2) & (not neg)) | ((mode == 3) & neg)
-    r = (big if outward else maxf) if r > maxf else r
-    return -r if neg else r
-
-
-def round_bits32(s, err, sh, eminb, maxf, big, mode, u):  # type: ignore[no-untyped-def]
-    """:func:`round_bits` on a float32 sum ``s`` and its float32 remainder (p <= 23, emin >= -126).
-
-    ``sh = 24 - p``, ``eminb = emin + 127``. The same neighbours and rules on float32's
-    bits (twice the lanes of float64 when vectorized); float32's subnormals have the
-    bit weight of its first binade, so below 2**-126 one bit is worth one bit. The
-    stochastic fraction is computed in float64 as ``(s - lo) + err`` (exact, then one
-    rounding: the same float64 value as :func:`round_bits` computes).
-    """
-    b = f32_bits(s)
-    neg = b < 0
-    mag = b & 0x7FFFFFFF
-    E = max(mag >> 23, 1)  # float32 subnormals: the first binade's bit weight
-    below = max(eminb - E, 0)
-    d = min(sh + below, 23)
+    d = min(sh + below, frac)  # the discarded bits
     low = mag & ((1 << d) - 1)
     trunc = mag - low
     step = 1 << d
     nz = err != 0
-    inward = (low == 0) & nz & ((err > 0) == neg)
-    first = (mag & 0x7FFFFF) == 0
-    half_step = first & (eminb < E)
-    top = d == 23  # as round_bits' d == 52 (a float32 sum of two values of the format is never there inexact)
+    inward = (low == 0) & nz & ((err > 0) == neg)  # on the grid, the exact sum just below |s|
+    first = (mag & fracm) == 0  # a binade's first value: one bit below it is worth half a bit here
+    half_step = first & (eminb < E)  # and the grid below is finer (normal), or the same (subnormal)
+    top = d == frac  # smin <= |s| < 2 smin: the kept significand is s's implicit bit (1)
     lo = (mag - (step << 1 if (first & (eminb >= E) & (E >= 2)) else step)) if inward else trunc
-    lo = 0 if (inward & top) else lo
+    lo = 0 if (inward & top) else lo  # s = smin, the exact sum below it: 0 lies below
     hi = mag if inward else trunc + step
     inexact = (low != 0) | nz
-    k = E - 150 + d - (1 if (inward & half_step) else 0)
-    if mode == 0:
+    k = E - (bias + frac) + d - (1 if (inward & half_step) else 0)  # the quantum 2**k between lo and hi
+    if mode == 0:  # the word's sum double-rounds innocuously (p <= 25 in float64, p <= 11 in float32)
         lo, hi = trunc, trunc + step
         away = (low > (step >> 1)) | ((low == (step >> 1)) & (((trunc & step) != 0) | top))
     elif mode == 4:
-        hv = np.float64(bits_f32(hi)) if hi < 0x7F800000 else np.float64(2.0**128)  # above the top: 2**128, not Inf
-        sl = -hv if neg else np.float64(bits_f32(lo))  # (float64: s - sl is exact, as in float32 below the top)
-        frac = ((np.float64(s) - sl) + np.float64(err)) * bits_f64((1023 - k) << 52)
-        away = inexact & ((u < frac) != neg)
+        hv = bits_word(hi, s) if hi < infb else above  # above the top: 2**(bias + 1), not Inf
+        sl = -hv if neg else bits_word(lo, s)  # the exact sum rounded down (signed)
+        fr = ((np.float64(s) - sl) + np.float64(err)) * bits_f64((1023 - k) << 52)  # frac of the gap: no division
+        away = inexact & ((u < fr) != neg)
     else:
         away = inexact & (((mode == 2) & (not neg)) | ((mode == 3) & neg))
-    r = np.float64(bits_f32(hi if away else lo))
+    r = bits_word(hi if away else lo, s)
     outward = (mode == 0) | (mode == 4) | ((mode == 2) & (not neg)) | ((mode == 3) & neg)
     r = (big if outward else maxf) if r > maxf else r
     return -r if neg else r
@@ -174,7 +163,7 @@ def add_round32(x, y, sh, eminb, maxf, big, has_inf, mode, u):  # type: ignore[n
     s = x + y
     bb = s - x
     err = (x - (s - bb)) + (y - bb)
-    r = round_bits32(s, err, sh, eminb, maxf, big, mode, u)
+    r = round_bits(s, err, sh, eminb, maxf, big, mode, u)
     r = signed_zero(np.float64(x), np.float64(y), mode) if s == 0 else r
     fin = (x - x == 0) & (y - y == 0)
     outward = (mode == 0) | (mode == 4) | ((mode == 2) & (s > 0)) | ((mode == 3) & (s < 0))
@@ -236,13 +225,15 @@ def add_any(x, y, how, c, mode, u):  # type: ignore[no-untyped-def]
 
 
 def _consts(grid):  # type: ignore[no-untyped-def]
-    """(how, (53 - p, emin + 1023, max_finite, the overflow value, has Inf), mode) from ``_tall._kind``'s ``grid``.
+    """(how, (53 - p, emin + 1023, max_finite, the overflow value, has Inf), mode) of a :class:`Grid`.
 
-    ``how``: 0 for the formats of p <= 23 bits (float32 arithmetic), 1 for fp32, 2 for fp64.
+    ``how``: 2 for fp64; 0 (float32 words) for the formats of p <= 11 bits and emin >= -126
+    (bf16, tf32, fp16, fp8: a float32 sum's double rounding to nearest is innocuous, 24 >= 2p + 2,
+    and their range is float32's); 1 (float64 words) for the others (fp32: 53 >= 2p + 2).
     """
     has_inf = grid.has_inf
     c = (53 - grid.p, grid.emin + 1023, grid.maxf, np.inf if has_inf else np.nan, has_inf)
-    return (2 if grid.p == 53 else 1 if grid.p == 24 else 0), c, grid.mode
+    return (2 if grid.p == 53 else 0 if grid.p <= 11 and grid.emin >= -126 else 1), c, grid.mode
 
 
 def _rows_m(D, A, B, how, c, mode, z, t):  # type: ignore[no-untyped-def]
@@ -326,9 +317,9 @@ def left_any(X, perm, j, grid, z1):  # type: ignore[no-untyped-def]
     return (left_wide if X.dtype == np.float64 else left_round)(X, perm, j, grid, z1)
 
 
+_WORDS = ("word", "word_bits", "bits_word")  # typed by the sum's word when compiled (overloads)
 _NAMES = (
     "round_bits",
-    "round_bits32",
     "add_round32",
     "signed_zero",
     "add_round",
@@ -344,7 +335,7 @@ _NAMES = (
 )
 
 
-_PLAIN = {name: globals()[name] for name in (*_NAMES, "f64_bits", "bits_f64", "f32_bits", "bits_f32")}
+_PLAIN = {name: globals()[name] for name in (*_NAMES, *_WORDS, "f64_bits", "bits_f64", "f32_bits", "bits_f32")}
 
 
 def plain() -> dict[str, Any]:
@@ -402,6 +393,25 @@ def compile_all() -> None:
     g["bits_f64"] = cast(types.int64, types.float64, ir.DoubleType())
     g["f32_bits"] = cast32(types.float32, types.int64, True)
     g["bits_f32"] = cast32(types.int64, types.float32, False)
+
+    def word_of(s):  # type: ignore[no-untyped-def]
+        w = _WORD32 if s == types.float32 else _WORD64
+        return lambda s: w
+
+    def word_bits_of(s):  # type: ignore[no-untyped-def]
+        fn = g["f32_bits"] if s == types.float32 else g["f64_bits"]
+        return lambda s: fn(s)
+
+    def bits_word_of(b, s):  # type: ignore[no-untyped-def]
+        if s == types.float32:
+            fn = g["bits_f32"]
+            return lambda b, s: np.float64(fn(b))
+        fn = g["bits_f64"]
+        return lambda b, s: fn(b)
+
+    overload(word, inline="always")(word_of)  # the rounder's word, by the sum's type: one source, two words
+    overload(word_bits, inline="always")(word_bits_of)
+    overload(bits_word, inline="always")(bits_word_of)
     overload(rows_any)(rows_by_dtype)  # the compiler picks by dtype: each kernel compiles its own loops only
     overload(left_any)(left_by_dtype)
     for name in _NAMES:  # the row loops are called, the scalar functions inlined into them

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import struct
 import types
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -103,18 +103,30 @@ def u2f(b):  # type: ignore[no-untyped-def]
     return np.float32(struct.unpack("<f", struct.pack("<I", int(b) & 0xFFFFFFFF))[0])
 
 
-def params(p: int, emin: int, max_finite: float) -> tuple[float, np.ndarray]:
-    """(the scale ``2**(-126 - emin)``, [L, step, d, limit, 0]) of a format of p <= 24 bits and emin >= -126.
+class Lanes(NamedTuple):
+    """A format of p <= 24 bits and emin >= -126 scaled onto float32's grid (the module docstring): the numbers
+    its 32-bit lanes read. Build it with :func:`lanes`."""
 
-    ``d = 24 - p`` the discarded bits, ``L = 2**d - 1``, ``step = 2**d``; ``limit``: the
-    largest finite value's scaled pattern minus ``step``: a float32 sum of a larger
-    magnitude may round beyond it (or is Inf or NaN). The last entry: 1 when the rows'
-    inputs are fp16 values checked as read (:func:`fp16_flags`), set by :func:`fold_left`.
+    scale: float  # 2**(-126 - emin): the format's values times it are float32 values, its subnormals float32's
+    L: np.uint32  # 2**d - 1: the discarded low bits (d = 24 - p)
+    step: np.uint32  # 2**d: one quantum in bit patterns
+    d: int
+    limit: np.uint32  # the scaled largest finite value's pattern minus ``step``: a larger sum may overflow
+    fp16_check: bool  # the rows' inputs are fp16 values checked as read (:func:`fp16_flags`), not by raw bits
+
+
+def lanes(p: int, emin: int, max_finite: float, fp16_check: bool = False) -> Lanes:
+    """The :class:`Lanes` of a format of p <= 24 bits and emin >= -126.
+
+    A float32 sum of a magnitude above ``limit`` may round beyond the largest finite value (or is Inf or NaN).
     """
     d = 24 - p
     scale = 2.0 ** (-126 - emin)
     top = int(np.float32(max_finite * scale).view(np.uint32))
-    return scale, np.array([(1 << d) - 1, 1 << d, d, top - (1 << d), 0], dtype=np.uint32)
+    return Lanes(scale, np.uint32((1 << d) - 1), np.uint32(1 << d), d, np.uint32(top - (1 << d)), bool(fp16_check))
+
+
+NO_LANES = Lanes(1.0, np.uint32(0), np.uint32(0), 0, np.uint32(0), False)  # the kinds that do not scale
 
 
 def add_narrow(a, b, mode, L, step, d, u):  # type: ignore[no-untyped-def]
@@ -216,7 +228,7 @@ def _row5(o, x, xb, scale, mode, L, step, d, z, t, grid, c16):  # type: ignore[n
     return seen, big
 
 
-def _row_kind(o, x, xb, kind, grid, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
+def _row_kind(o, x, xb, kind, grid, lanes, mode, z, t):  # type: ignore[no-untyped-def]
     """o <- o + x, one row of the left fold by kind (``_tall``'s 0, 1, 2; 5: :func:`add_narrow` in ``mode``).
 
     Rows are slices indexed from 0 (numba then proves the indices nonnegative: no
@@ -231,14 +243,14 @@ def _row_kind(o, x, xb, kind, grid, nprm, scale, mode, z, t):  # type: ignore[no
         return _row_near(o, x, xb, grid)
     if kind == 2:
         return _row_fp16(o, x, xb, grid)
-    return _row_k5(o, x, xb, grid, nprm, scale, mode, z, t)
+    return _row_k5(o, x, xb, grid, lanes, mode, z, t)
 
 
-def _row_of(o, x, xb, kind, grid, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
+def _row_of(o, x, xb, kind, grid, lanes, mode, z, t):  # type: ignore[no-untyped-def]
     """:func:`_row_kind`; compiled (:func:`compile_all`), a constant ``kind`` and ``mode`` pick their one loop
     when the caller is typed, so a kernel compiles that loop alone (numba inlines a callee's every branch before it
     prunes them: every kind's and mode's loop inlined is ~90 s of compilation)."""
-    return _row_kind(o, x, xb, kind, grid, nprm, scale, mode, z, t)
+    return _row_kind(o, x, xb, kind, grid, lanes, mode, z, t)
 
 
 def _row_fp32(o, x, xb):  # type: ignore[no-untyped-def]
@@ -278,13 +290,13 @@ def _row_fp16(o, x, xb, grid):  # type: ignore[no-untyped-def]
     return seen, np.uint32(0)
 
 
-def _row_k5(o, x, xb, grid, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
-    """Kind 5: :func:`_row5` in ``mode`` with :func:`params`' ``nprm`` unpacked."""
-    L, step, d, c16 = nprm[0], nprm[1], np.int64(nprm[2]), nprm[4] != 0
-    return _row5(o, x, xb, np.float32(scale), mode, L, step, d, z, t, grid, c16)
+def _row_k5(o, x, xb, grid, lanes, mode, z, t):  # type: ignore[no-untyped-def]
+    """Kind 5: :func:`_row5` in ``mode`` with the :class:`Lanes` unpacked."""
+    L, step, d, c16 = lanes.L, lanes.step, np.int64(lanes.d), lanes.fp16_check
+    return _row5(o, x, xb, np.float32(lanes.scale), mode, L, step, d, z, t, grid, c16)
 
 
-def left_rows(X, Xb, perm, out, kind, mode, grid, nprm, scale, key, e0, c0):  # type: ignore[no-untyped-def]
+def left_rows(X, Xb, perm, out, kind, mode, grid, lanes, key, e0, c0):  # type: ignore[no-untyped-def]
     """out <- the left fold of X's columns ``c0 .. c0 + out.size - 1`` in the row order ``perm``, row by row.
 
     Float32 rows, in place in ``out`` (see the module); column ``c0 + j`` is element ``e0 + j``.
@@ -298,7 +310,7 @@ def left_rows(X, Xb, perm, out, kind, mode, grid, nprm, scale, key, e0, c0):  # 
     """
     n, m = X.shape[0], out.size
     c1 = c0 + m  # rows are sliced X[r][c0:c1] (contiguous: the loops vectorize), never X[:, c0:c1]
-    sc, c16 = row_input(kind, nprm, scale)
+    sc, c16 = row_input(kind, lanes)
     big = np.uint32(0)
     seen = first_row(out, X[perm[0]][c0:c1], Xb[perm[0]][c0:c1], sc, c16)
     if kind == 5 and mode == 4:  # (constants in a kernel of :func:`_segs_kernel`: one branch is compiled)
@@ -310,15 +322,15 @@ def left_rows(X, Xb, perm, out, kind, mode, grid, nprm, scale, key, e0, c0):  # 
             for k in range(1, n):
                 r = perm[k]
                 x, xb = X[r][c0 + lo : c0 + hi], Xb[r][c0 + lo : c0 + hi]
-                bits, mag = _row_of(out[lo:hi], x, xb, 5, grid, nprm, scale, 4, z, k - 1)
+                bits, mag = _row_of(out[lo:hi], x, xb, 5, grid, lanes, 4, z, k - 1)
                 seen, big = seen | bits, max(big, mag)
     else:  # whole rows
         z = np.zeros(0, dtype=np.uint64)
         for k in range(1, n):
             r = perm[k]
-            bits, mag = _row_of(out, X[r][c0:c1], Xb[r][c0:c1], kind, grid, nprm, scale, mode, z, k - 1)
+            bits, mag = _row_of(out, X[r][c0:c1], Xb[r][c0:c1], kind, grid, lanes, mode, z, k - 1)
             seen, big = seen | bits, max(big, mag)
-    scale_back(out, sc, scale)
+    scale_back(out, sc, lanes.scale)
     return seen, big
 
 
@@ -329,9 +341,9 @@ def row_mode(kind: int, grid: Grid) -> int:
     return grid.mode + (4 if code(int(kind), grid) != 0 else 0) if kind == Kind.LANES else 0
 
 
-def row_input(kind, nprm, scale):  # type: ignore[no-untyped-def]
+def row_input(kind, lanes):  # type: ignore[no-untyped-def]
     """(the inputs' scale, float32; whether the inputs are checked by :func:`fp16_flags` rather than their raw bits)."""
-    return np.float32(scale if kind == 5 else 1.0), kind == 2 or nprm[4] != 0
+    return np.float32(lanes.scale if kind == 5 else 1.0), kind == 2 or lanes.fp16_check
 
 
 def first_row(o, x, xb, sc, c16):  # type: ignore[no-untyped-def]
@@ -413,7 +425,7 @@ def scaled(grid: Grid) -> tuple[float, Grid] | None:
     return scale, out
 
 
-def left_segs(X, Xb, perms, los, his, out, kind, mode, grid, nprm, scale, key, e0):  # type: ignore[no-untyped-def]
+def left_segs(X, Xb, perms, los, his, out, kind, mode, grid, lanes, key, e0):  # type: ignore[no-untyped-def]
     """:func:`left_rows` of each segment ``s``: columns ``los[s] .. his[s] - 1`` in the row order ``perms[s]``."""
     seen = np.uint32(0)
     big = np.uint32(0)
@@ -421,7 +433,7 @@ def left_segs(X, Xb, perms, los, his, out, kind, mode, grid, nprm, scale, key, e
     hw.begin(hwm)  # kinds 0 and 5 in a directed mode: the hardware rounds (the additions and exact scalings only)
     for s in range(los.size):
         a, b = los[s], his[s]
-        bits, mag = left_rows(X, Xb, perms[s], out[a:b], kind, mode, grid, nprm, scale, key, e0 + a, a)
+        bits, mag = left_rows(X, Xb, perms[s], out[a:b], kind, mode, grid, lanes, key, e0 + a, a)
         seen, big = seen | bits, max(big, mag)
     hw.end(hwm)
     return seen, big
@@ -437,8 +449,8 @@ def _segs_kernel(kind: int, mode: int) -> Any:
     every other kind's and mode's loops before typing: a first use compiles its own loops, ~2 s, not all ~90 s)."""
     if (kind, mode) not in _SEGS:
 
-        def left_segs_of(X, Xb, perms, los, his, out, grid, nprm, scale, key, e0):  # type: ignore[no-untyped-def]
-            return left_segs(X, Xb, perms, los, his, out, kind, mode, grid, nprm, scale, key, e0)
+        def left_segs_of(X, Xb, perms, los, his, out, grid, lanes, key, e0):  # type: ignore[no-untyped-def]
+            return left_segs(X, Xb, perms, los, his, out, kind, mode, grid, lanes, key, e0)
 
         _SEGS[kind, mode] = jit.kernel(left_segs_of, f"left folds of wide rows ({describe(kind, mode)})", 2.0)
     return _SEGS[kind, mode]
@@ -492,7 +504,7 @@ def compile_all() -> None:
     _COMPILED.append(g["left_segs"])
 
 
-def _pick_row(o, x, xb, kind, grid, nprm, scale, mode, z, t):  # type: ignore[no-untyped-def]
+def _pick_row(o, x, xb, kind, grid, lanes, mode, z, t):  # type: ignore[no-untyped-def]
     """:func:`_row_of`'s implementation for numba's argument types: the one loop of a literal kind (and mode),
     else :func:`_row_kind`'s every loop."""
     g = globals()
@@ -500,13 +512,13 @@ def _pick_row(o, x, xb, kind, grid, nprm, scale, mode, z, t):  # type: ignore[no
     if k in (0, 1, 2):
         row = g[("_row_fp32", "_row_near", "_row_fp16")[k]]
         if k == 0:
-            return lambda o, x, xb, kind, grid, nprm, scale, mode, z, t: row(o, x, xb)
-        return lambda o, x, xb, kind, grid, nprm, scale, mode, z, t: row(o, x, xb, grid)
+            return lambda o, x, xb, kind, grid, lanes, mode, z, t: row(o, x, xb)
+        return lambda o, x, xb, kind, grid, lanes, mode, z, t: row(o, x, xb, grid)
     if k == 5 and m is not None:
         k5 = g["_row_k5"]
-        return lambda o, x, xb, kind, grid, nprm, scale, mode, z, t: k5(o, x, xb, grid, nprm, scale, m, z, t)
+        return lambda o, x, xb, kind, grid, lanes, mode, z, t: k5(o, x, xb, grid, lanes, m, z, t)
     rows = g["_row_kind"]
-    return lambda o, x, xb, kind, grid, nprm, scale, mode, z, t: rows(o, x, xb, kind, grid, nprm, scale, mode, z, t)
+    return lambda o, x, xb, kind, grid, lanes, mode, z, t: rows(o, x, xb, kind, grid, lanes, mode, z, t)
 
 
 def wide_kind(kind: Kind, grid: Grid) -> Kind | None:
@@ -541,33 +553,29 @@ def fold_left(
     Veltkamp's range (kind 1): the caller folds again by the exact scalar path.
     """
     compile_all()
-    scale, nprm = row_params(kind, grid, low)
+    lns = row_params(kind, grid, low)
     m = X.shape[1]
     los, his = (np.zeros(1, dtype=np.int64), np.full(1, m, dtype=np.int64)) if cols is None else cols
     perms = np.asarray(perms, dtype=np.int64).reshape(los.size, -1)
     out = np.empty(m, dtype=np.float32)
     fold = _segs_kernel(int(kind), row_mode(kind, grid))
     with np.errstate(over="ignore", invalid="ignore"):
-        seen, big = fold(X, X.view(np.uint32), perms, los, his, out, grid, nprm, scale, key, e0)
-    return answer(out, seen, big, kind, nprm, low)
+        seen, big = fold(X, X.view(np.uint32), perms, los, his, out, grid, lns, key, e0)
+    return answer(out, seen, big, kind, lns, low)
 
 
-def row_params(kind: int, grid: Grid, low: int) -> tuple[float, np.ndarray]:
-    """(scale, nprm) of the row loops for ``kind`` (5: :func:`params`; fp16 inputs checked as read when ``low``
-    says so, ``_tall``'s lazy16), else (1, zeros)."""
-    scale, nprm = 1.0, np.zeros(5, dtype=np.uint32)
+def row_params(kind: int, grid: Grid, low: int) -> Lanes:
+    """The row loops' :class:`Lanes` for ``kind`` (LANES: :func:`lanes`; fp16 inputs checked as read when
+    ``low`` says so, ``_tall``'s lazy16), else :data:`NO_LANES`."""
     if kind == Kind.LANES:
-        scale, nprm = params(grid.p, grid.emin, float(grid.maxf))
-        nprm[4] = low == FP16_CHECK
-    return scale, nprm
+        return lanes(grid.p, grid.emin, float(grid.maxf), low == FP16_CHECK)
+    return NO_LANES
 
 
-def answer(
-    out: np.ndarray, seen: int, big: int, kind: int, nprm: np.ndarray, low: int
-) -> tuple[np.ndarray | None, bool]:
+def answer(out: np.ndarray, seen: int, big: int, kind: int, lns: Lanes, low: int) -> tuple[np.ndarray | None, bool]:
     """:func:`fold_left`'s (out, done) from a row fold's check ``seen`` and largest pattern ``big``."""
     if seen & low:
         return None, True
     if kind == Kind.LANES:
-        return out, bool(big <= nprm[3])  # (add_hw answers every sum: its rows leave big at 0)
+        return out, bool(big <= lns.limit)  # (add_hw answers every sum: its rows leave big at 0)
     return out, kind != Kind.SPLIT or not np.isnan(out.max(initial=0.0))

@@ -62,13 +62,13 @@ def _action(p, q, o):  # type: ignore[no-untyped-def]
     return 2 if q < o else 0
 
 
-def left_rot(X, Xb, B, offs, los, his, out, kind, mode, grid, nprm, scale):  # type: ignore[no-untyped-def]
+def left_rot(X, Xb, B, offs, los, his, out, kind, mode, grid, lanes):  # type: ignore[no-untyped-def]
     """out <- every segment ``[los[s], his[s])`` of X's columns folded left in the rows ``B`` rotated by
     ``offs[s]``, row by row (module docstring); (the OR of the inputs' check, max |s|) as ``left_segs``.
     ``mode``: the row loops' (``_narrow.row_mode``); compiled per kind and mode by :func:`_rot_kernel`."""
     n = B.size
     hwm = hw.code(kind, grid)
-    sc, c16 = _narrow.row_input(kind, nprm, scale)  # (as left_rows)
+    sc, c16 = _narrow.row_input(kind, lanes)  # (as left_rows)
     z = np.zeros(0, dtype=np.uint64)
     seen = np.uint32(0)
     big = np.uint32(0)
@@ -87,11 +87,11 @@ def left_rot(X, Xb, B, offs, los, his, out, kind, mode, grid, nprm, scale):  # t
                 if act == 1:
                     seen |= _narrow.first_row(o, x, xb, sc, c16)
                 elif act == 2:
-                    bits, mag = _narrow._row_of(o, x, xb, kind, grid, nprm, scale, mode, z, 0)
+                    bits, mag = _narrow._row_of(o, x, xb, kind, grid, lanes, mode, z, 0)
                     seen, big = seen | bits, max(big, mag)
                 s = e
     hw.end(hwm)
-    _narrow.scale_back(out, sc, scale)
+    _narrow.scale_back(out, sc, lanes.scale)
     return seen, big
 
 
@@ -106,12 +106,12 @@ def fold_rot(
     """``_narrow.fold_left`` of segments ``cols`` whose orders are the rotations ``rot`` (:func:`rotations`) of
     one order, by :func:`left_rot`: the same (out, done), the same bits. Not for stochastic rounding."""
     compile_all()
-    scale, nprm = _narrow.row_params(kind, grid, low)
+    lns = _narrow.row_params(kind, grid, low)
     out = np.empty(X.shape[1], dtype=np.float32)
     fold = _rot_kernel(int(kind), _narrow.row_mode(kind, grid))
     with np.errstate(over="ignore", invalid="ignore"):
-        seen, big = fold(X, X.view(np.uint32), rot[0], rot[1], cols[0], cols[1], out, grid, nprm, scale)
-    return _narrow.answer(out, seen, big, kind, nprm, low)
+        seen, big = fold(X, X.view(np.uint32), rot[0], rot[1], cols[0], cols[1], out, grid, lns)
+    return _narrow.answer(out, seen, big, kind, lns, low)
 
 
 _ROT: dict[tuple[int, int], Any] = {}
@@ -121,8 +121,8 @@ def _rot_kernel(kind: int, mode: int) -> Any:
     """:func:`left_rot` compiled for one kind and row mode (closure constants, as ``_narrow``'s left folds)."""
     if (kind, mode) not in _ROT:
 
-        def left_rot_of(X, Xb, B, offs, los, his, out, grid, nprm, scale):  # type: ignore[no-untyped-def]
-            return left_rot(X, Xb, B, offs, los, his, out, kind, mode, grid, nprm, scale)
+        def left_rot_of(X, Xb, B, offs, los, his, out, grid, lanes):  # type: ignore[no-untyped-def]
+            return left_rot(X, Xb, B, offs, los, his, out, kind, mode, grid, lanes)
 
         _ROT[kind, mode] = jit.kernel(left_rot_of, f"rings row by row ({_narrow.describe(kind, mode)})", 2.0)
     return _ROT[kind, mode]

@@ -43,10 +43,10 @@ prunes the other kinds' loops by their literal values):
   run row by row in place (:func:`fpreduce.core._narrow.left_rows`).
 
 Every addition of the row-block kernel writes a row other than its operands' (a spare
-row, renamed), so that numba vectorizes it. numba caches each compiled function with
-the file that defines it: after editing a module whose functions are inlined in
-another (``_kernels_round.py`` here and in ``_chain.py``), touch the importing file
-too (or clear ``__pycache__``), or the stale inlined copy stays in the cache.
+row, renamed), so that numba vectorizes it. (numba checks a cached kernel against its
+own file only; the cache directory is keyed by a digest of the kernels' sources,
+:func:`fpreduce.base.jit.source_digest`, so an edit of the inlined ``_kernels_round.py``
+starts a new cache rather than loading a stale inlined copy.)
 
 A few columns (up to ``routes.NARROW``, or ``routes.CHAIN`` for the sequential plan and directed or
 stochastic pairwise, fp64's directed modes excepted) go to :mod:`fpreduce.core._chain`: left
@@ -498,8 +498,8 @@ def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False, lazy16: 
         if fin.name == "fp16" and lazy16:
             return A, _narrow.FP16_CHECK
         if fin.emin > -126 and fin.max_finite <= np.finfo(np.float32).max:  # fp16, fp8: one compiled pass
-            scale, nprm = _narrow.params(fin.precision, fin.emin, fin.max_finite)
-            if _kernels()[3](A.reshape(-1), np.float32(scale), nprm[0], np.float32(fin.max_finite)):
+            ln = _narrow.lanes(fin.precision, fin.emin, fin.max_finite)
+            if _kernels()[3](A.reshape(-1), np.float32(ln.scale), ln.L, np.float32(fin.max_finite)):
                 return A, 0
     ldr = _Loader(A, fin, fa, ar.mode, ar.rng, np.dtype(np.float32 if narrow else np.float64))
     ldr.premul = load.premul
