@@ -6,7 +6,7 @@ has the full map and ``tests/test_layers.py`` enforces it):
 * ``fpreduce.base``: errors, the compiled-kernel switch, dtype guards (imports nothing);
 * ``fpreduce.plans``: reduction trees of the collectives and order drawing;
 * ``fpreduce.core``: formats, rounding, exact oracle, engine, algorithms, metrics;
-* ``fpreduce.analysis``: order outcomes and hypothesis strategies;
+* ``fpreduce.analysis``: order outcomes, hypothesis strategies, reveal (a black box's tree as a plan);
 * ``fpreduce.run``: configuration, gradient sources, the experiment runner, run directories;
 * ``fpreduce.report``: figures and PDF reports of a run directory;
 * ``fpreduce.backends``: the real libraries (Open MPI, gloo) and runs on them;
@@ -44,6 +44,8 @@ __all__ = [
     "Format",
     "InvalidArgument",
     "Mode",
+    "NotATree",
+    "Revelation",
     "Route",
     "OrderOutcomes",
     "Results",
@@ -67,6 +69,8 @@ __all__ = [
     "plans",
     "reduce",
     "reduce_reference",
+    "reveal",
+    "revelation",
     "round_inputs",
     "round_to",
     "stagnation",
@@ -81,6 +85,10 @@ __all__ = [
 _LAZY = {
     "OrderOutcomes": "fpreduce.analysis.outcomes",
     "order_outcomes": "fpreduce.analysis.outcomes",
+    "NotATree": "fpreduce.analysis.reveal",
+    "Revelation": "fpreduce.analysis.reveal",
+    "reveal": "fpreduce.analysis.reveal",
+    "revelation": "fpreduce.analysis.reveal",
     "load_config": "fpreduce.run.config",
     "run_experiment": "fpreduce.run.runner",
     "Results": "fpreduce.run.rundir",

@@ -1,7 +1,7 @@
 """The ``fpreduce`` command: parses arguments, calls the library, prints.
 
 Each group of commands lives in its own module (``_experiment``: run, sweep, plot,
-report; ``_numbers``: sum, verify; ``_timing``: scale, price, calibrate) and adds its
+report; ``_numbers``: sum, verify; ``_timing``: scale, price, calibrate; ``_reveal``: reveal) and adds its
 parsers with ``add_commands``. Bad input (unknown names, unreadable files, bad values)
 prints one line ``fpreduce: error: ...`` and exits with status 2; never a traceback.
 """
@@ -17,7 +17,7 @@ import warnings
 from fpreduce._version import __version__
 from fpreduce.base import jit
 from fpreduce.base.errors import FpreduceWarning, InvalidArgument
-from fpreduce.cli import _experiment, _inspect, _numbers, _replay, _timing
+from fpreduce.cli import _experiment, _inspect, _numbers, _replay, _reveal, _timing
 
 DESCRIPTION = """\
 fpreduce: how much does the order of a floating-point sum change your results?
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--version", action="version", version=__version__)
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
-    for module in (_experiment, _replay, _inspect, _numbers, _timing):
+    for module in (_experiment, _replay, _inspect, _numbers, _timing, _reveal):
         module.add_commands(sub)
     return ap
 

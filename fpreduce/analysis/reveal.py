@@ -1,0 +1,537 @@
+"""Reveal: the summation tree of a black-box reduction, as a plan verified bit for bit.
+
+``revelation(fn, n, format=...)`` finds the tree a function ``fn`` (a 1-D array of ``n``
+values of the format's storage dtype -> the reduced scalar) sums along, with masked probes
+(FPRev, Xie et al., USENIX ATC 2025): every summand is the unit ``u`` except ``+M`` at
+leaf ``i`` and ``-M`` at leaf ``j``, ``M`` the smallest power of two with ``(n-2) u``
+absorbed by ``M`` *and* by ``-M`` in the format (:func:`probe_scale`). In a tree that
+rounds every partial sum to the format, the units added beside ``M`` or ``-M`` inside the
+smallest subtree holding both vanish, ``M - M`` is exactly 0, and the units outside that
+subtree are counted exactly: ``fn`` returns ``(n - L[i, j]) u`` with ``L[i, j]`` the
+number of leaves of that subtree (the size of the lowest common ancestor).
+
+Two ways to rebuild the tree from those sizes (``method``):
+
+* ``basic``: all ``n (n-1) / 2`` pairs, then leaves join bottom-up by increasing size
+  (FPRev's basic algorithm; nodes of more than two children, fused multi-term additions,
+  show as such);
+* ``fast`` (default): a pivot leaf ``q`` of a subtree ``G`` is probed against the rest
+  of ``G`` (``|G| - 1`` calls): the sizes seen from ``q`` are its ancestors, the leaves at
+  one size are the sibling subtree of ``q``'s path there, and each is revealed the same
+  way. Pivots are drawn at random (``seed``): a left fold of 1024 takes about 2n calls,
+  balanced trees about n log2(n) / 2.
+
+Whatever the method, the revealed plan is then run by :func:`fpreduce.reduce` against
+``fn`` on ``verify`` random inputs in the format (normal, heavy-tailed, cancelling): the
+verdict is ``tree`` only with 0 differing bits. When no binary tree in the format
+explains the probes (cancellation comes back exact: a wider accumulator; sizes that are
+not a tree; a node of k > 2 children) the verdict says so, with the probe as evidence.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.core.engine import reduce
+from fpreduce.core.formats import Format, as_native, format_name, get_format
+from fpreduce.core.rounding import round_to
+from fpreduce.plans import FAMILIES, Plan, Tree, fold, parse
+
+__all__ = [
+    "METHODS",
+    "NotATree",
+    "Revelation",
+    "canonical",
+    "match_family",
+    "probe_scale",
+    "reveal",
+    "revelation",
+    "tree_text",
+]
+
+#: How the tree is rebuilt from the probes: all pairs, or pivots.
+METHODS = ("fast", "basic")
+
+#: Verdicts: one binary tree explains every bit; no binary tree in the format does (with
+#: the probe that shows it); the function is not one fixed tree (its outputs vary between
+#: calls, or the revealed tree fails on random data).
+Verdict = Literal["tree", "not a binary tree", "no fixed tree"]
+
+_BLOCK_CELLS = 1 << 22  # (n x columns) values verified per call of reduce: bounded memory
+
+
+@dataclass(frozen=True, eq=False)
+class Revelation:
+    """What a reveal found and how it was checked.
+
+    Attributes:
+        n, format: the number of summands and the format of every value and partial sum.
+        verdict: ``tree`` (``plan`` explains every bit checked), ``not a binary tree``
+            or ``no fixed tree`` (``plan`` is None; ``evidence`` says why).
+        plan: the revealed tree as a :class:`~fpreduce.plans.Plan` (children ordered by
+            their smallest leaf), or None.
+        evidence: one paragraph: the probe or the input that decided the verdict.
+        unit, big: the probes' summand ``u`` and mask ``M`` (:func:`probe_scale`).
+        calls: calls of ``fn`` to reveal (probes, the all-unit sum included).
+        probe_seconds: seconds spent revealing.
+        checked: random inputs summed by both ``fn`` and the plan; differing: of them,
+            how many gave different bits; verify_seconds: seconds spent verifying.
+        method: ``fast`` or ``basic``.
+    """
+
+    n: int
+    format: str
+    verdict: Verdict
+    plan: Plan | None
+    evidence: str
+    unit: float
+    big: float
+    calls: int
+    probe_seconds: float
+    checked: int = 0
+    differing: int = 0
+    verify_seconds: float = 0.0
+    method: str = "fast"
+
+
+class NotATree(InvalidArgument):
+    """``reveal`` found no binary tree in the format that explains the function (``.revelation`` says why)."""
+
+    def __init__(self, found: Revelation) -> None:
+        super().__init__(f"{found.verdict}: {found.evidence}")
+        self.revelation = found
+
+
+def probe_scale(fmt: str | Format, n: int) -> tuple[float, float]:
+    """The unit ``u`` and mask ``M`` of the probes of ``n`` summands in ``fmt``.
+
+    ``M = 2**e`` with ``(n - 2) u <= 2**(e - p - 1)``: any sum of up to ``n - 2`` units
+    added to ``M`` or to ``-M`` (whose lower neighbour is half an ulp closer) rounds back
+    to it, and no more than that, so a wider accumulator (``M / u`` below its own
+    ``2**p``) keeps the units: exact cancellation shows. ``u = 1`` while ``M`` fits below
+    ``2**emax``, else a smaller power of two (fp16 from n = 11: ``u = 2**-7`` at n = 1000).
+
+    Raises:
+        InvalidArgument: ``n`` over ``2**p`` (sums of units would round) or no ``u``
+            above the format's smallest normal (fp8 at large n).
+    """
+    f = get_format(fmt)
+    p = f.precision
+    if not 2 <= n <= 2**p:
+        raise InvalidArgument(f"n must be 2..{2**p} to reveal a sum in {f.name} (counts of units exact), got {n}")
+    ratio = p + 1 + max(0, math.ceil(math.log2(max(n - 2, 1))))  # log2(M / u)
+    top = min(f.emax, ratio)
+    if top - ratio < f.emin:
+        raise InvalidArgument(f"n={n} is too large to reveal in {f.name}: its range holds no mask M for it")
+    return 2.0 ** (top - ratio), 2.0**top
+
+
+class _Probes:
+    """``fn`` under masked probes: the size of the subtree that joins two leaves."""
+
+    def __init__(self, fn: Callable[[Any], Any], n: int, f: Format) -> None:
+        self.fn, self.n, self.f = fn, n, f
+        self.unit, self.big = probe_scale(f, n)
+        self.base = as_native(np.full(n, self.unit), f)
+        self.calls = 0
+
+    def value(self, x: Any) -> float:
+        """``fn(x)`` as a float64 scalar (refusing a vector or an exception, in one line)."""
+        self.calls += 1
+        return call_scalar(self.fn, x)
+
+    def size(self, i: int, j: int) -> int:
+        """L[i, j]: the leaves of the smallest subtree holding i and j, from ``fn``'s count of the others."""
+        x = self.base.copy()
+        x[i], x[j] = self.big, -self.big
+        v = self.value(x)
+        count = v / self.unit
+        if not (math.isfinite(count) and count == int(count) and 0 <= count <= self.n - 2):
+            raise _Refused(f"probe +M at {i}, -M at {j} returned {v!r}, not a count of units {self.unit!r}")
+        return self.n - int(count)
+
+
+class _Refused(Exception):
+    """The probes show no binary tree in the format (the message is the evidence)."""
+
+
+def call_scalar(fn: Callable[[Any], Any], x: Any) -> float:
+    """``fn(x)`` as a float64 scalar: numpy scalars, 0-d arrays, torch tensors, Python floats.
+
+    Raises:
+        InvalidArgument: ``fn`` raised, or returned no scalar.
+    """
+    try:
+        out = fn(x)
+    except Exception as e:  # the black box's own failure, whatever it is: one line
+        raise InvalidArgument(f"the function raised {type(e).__name__}: {e}") from None
+    if hasattr(out, "detach"):  # a torch tensor (any dtype: its values are exact in float64)
+        out = out.detach().cpu().double().numpy()
+    try:
+        a = np.asarray(out)
+        if a.ndim != 0:
+            raise InvalidArgument(f"the function must return one scalar, got shape {a.shape}")
+        return float(a.astype(np.float64))
+    except (TypeError, ValueError) as e:
+        if isinstance(e, InvalidArgument):
+            raise
+        raise InvalidArgument(f"the function must return one number, got {type(out).__name__}") from None
+
+
+def _reveal_fast(probes: _Probes, rng: np.random.Generator) -> Tree:
+    """The tree by pivots: each subtree's pivot against the rest of it (no recursion: trees are deep)."""
+    spines: list[tuple[int, list[int]]] = []  # per task: its pivot, the tasks of its siblings up the path
+    tasks: list[list[int]] = [list(range(probes.n))]
+    for group in tasks:  # (grows while walked)
+        q = group[int(rng.integers(len(group)))]
+        sizes: dict[int, list[int]] = {}
+        for j in group:
+            if j != q:
+                sizes.setdefault(probes.size(q, j), []).append(j)
+        below = 1
+        kids = []
+        for s in sorted(sizes):
+            below += len(sizes[s])
+            if s != below:
+                raise _Refused(_not_subtree(q, s, below, sizes, probes.n))
+            kids.append(len(tasks))
+            tasks.append(sizes[s])
+        spines.append((q, kids))
+    built: list[Tree] = [0] * len(tasks)
+    for t in range(len(tasks) - 1, -1, -1):  # a task's siblings come after it
+        q, kids = spines[t] if t < len(spines) else (tasks[t][0], [])
+        node: Tree = q
+        for k in kids:
+            node = (node, built[k])
+        built[t] = node
+    return built[0]
+
+
+def _not_subtree(q: int, s: int, below: int, sizes: dict[int, list[int]], n: int) -> str:
+    """The evidence of a pivot's sizes that no binary tree has."""
+    if len(sizes) == 1 and s == 2 and below > 2:
+        return (
+            f"cancellation comes back exact: with +M at leaf {q}, -M at any of {below - 1} other leaves "
+            f"returns all {n - 2} other units, as if {q} were added first to each of them: the sum is not "
+            "rounded to the format at every addition (a wider accumulator, or one rounding of the whole sum)"
+        )
+    leaves = sorted(sizes[s])
+    shown = ", ".join(map(str, leaves[:8])) + (", ..." if len(leaves) > 8 else "")
+    return (
+        f"the probes of leaf {q} say the subtree joining it with leaves {shown} holds {s} leaves, "
+        f"but {below} leaves lie within it: not one binary tree (a fused addition of more than two terms, "
+        "or a sum that is not a tree in the format)"
+    )
+
+
+def _reveal_basic(probes: _Probes) -> Tree:
+    """FPRev's basic algorithm: every pair probed, leaves joined bottom-up by increasing subtree size."""
+    n = probes.n
+    L = np.zeros((n, n), dtype=np.int64)
+    for i in range(n):
+        for j in range(i + 1, n):
+            L[i, j] = L[j, i] = probes.size(i, j)
+    root = _join_by_size(L)
+    if not np.array_equal(_sizes_of(root, n), L):
+        raise _Refused(_basic_evidence(L, n))
+    return root
+
+
+def _join_by_size(L: NDArray[np.int64]) -> Tree:
+    """Clusters merged level by level: the pairs of size s join the clusters they connect."""
+    n = L.shape[0]
+    owner = list(range(n))  # leaf -> its cluster's id
+    nodes: dict[int, Any] = {i: i for i in range(n)}
+    iu, ju = np.triu_indices(n, 1)
+    for s in np.unique(L[iu, ju]):
+        pick = L[iu, ju] == s
+        links: dict[int, set[int]] = {}
+        for i, j in zip(iu[pick].tolist(), ju[pick].tolist(), strict=True):
+            a, b = owner[i], owner[j]
+            if a != b:
+                links.setdefault(a, set()).add(b)
+                links.setdefault(b, set()).add(a)
+        for comp in _components(links):
+            new = min(comp)
+            merged = tuple(nodes.pop(c) for c in sorted(comp))
+            nodes[new] = merged
+            for leaf in range(n):
+                if owner[leaf] in comp:
+                    owner[leaf] = new
+    if len(nodes) != 1:
+        raise _Refused("the probes leave the leaves in more than one tree")
+    return next(iter(nodes.values()))  # type: ignore[no-any-return]
+
+
+def _components(links: dict[int, set[int]]) -> list[set[int]]:
+    seen: set[int] = set()
+    out = []
+    for start in links:
+        if start in seen:
+            continue
+        comp, stack = set(), [start]
+        while stack:
+            c = stack.pop()
+            if c not in comp:
+                comp.add(c)
+                stack.extend(links[c] - comp)
+        seen |= comp
+        out.append(comp)
+    return out
+
+
+def _leaf_sets(root: Any) -> list[tuple[list[list[int]], int]]:
+    """Every inner node (any number of children) as (its children's leaves, its size), without recursion."""
+    out: list[tuple[list[list[int]], int]] = []
+    order: list[Any] = []
+    stack = [root]
+    while stack:
+        t = stack.pop()
+        if not isinstance(t, int):
+            order.append(t)
+            stack.extend(t)
+    leaves: dict[int, list[int]] = {}
+    for t in reversed(order):
+        kids = [[c] if isinstance(c, int) else leaves[id(c)] for c in t]
+        leaves[id(t)] = [v for k in kids for v in k]
+        out.append((kids, len(leaves[id(t)])))
+    return out
+
+
+def _sizes_of(root: Any, n: int) -> NDArray[np.int64]:
+    """L of a tree: the size of the smallest subtree joining each pair."""
+    L = np.zeros((n, n), dtype=np.int64)
+    for kids, size in _leaf_sets(root):
+        for a in range(len(kids)):
+            for b in range(a + 1, len(kids)):
+                L[np.ix_(kids[a], kids[b])] = size
+                L[np.ix_(kids[b], kids[a])] = size
+    return L
+
+
+def _basic_evidence(L: NDArray[np.int64], n: int) -> str:
+    off = L[~np.eye(n, dtype=bool)]
+    if np.all(off == 2) and n > 2:
+        return (
+            f"cancellation comes back exact: every probe (+M, -M at any two of {n} leaves) returns all "
+            f"{n - 2} other units: the sum is not rounded to the format at every addition (a wider accumulator)"
+        )
+    return "the probed subtree sizes are not those of any tree (a sum that is not a tree in the format)"
+
+
+def _multiway(root: Any) -> str | None:
+    """The evidence of a node of more than two children (FPRev's fused multi-term addition), if any."""
+    wide = [(len(kids), size) for kids, size in _leaf_sets(root) if len(kids) > 2]
+    if not wide:
+        return None
+    k, size = max(wide)
+    return (
+        f"{len(wide)} node(s) add more than two terms at once (the widest: {k} terms, {size} leaves): "
+        "a fused multi-term addition, not a binary tree in the format"
+    )
+
+
+def canonical(root: Tree) -> Tree:
+    """The same tree with every node's children ordered by their smallest leaf (addition commutes)."""
+
+    def combine(a: tuple[int, Tree], b: tuple[int, Tree]) -> tuple[int, Tree]:
+        return (a[0], (a[1], b[1])) if a[0] < b[0] else (b[0], (b[1], a[1]))
+
+    out: tuple[int, Tree] = fold(root, lambda i: (i, i), combine)
+    return out[1]
+
+
+def _key(plan: Plan) -> tuple[bytes, bytes]:
+    """Equal for two plans exactly when their trees are equal up to commutativity (compared flat: trees are deep)."""
+    c = Plan(plan.name, plan.n, canonical(plan.root))
+    leaves = np.array(c.leaves(), dtype=np.int64)
+    return leaves.tobytes(), c.depths()[leaves].tobytes()
+
+
+def _candidates(n: int) -> list[str]:
+    """The project's plan texts a revealed tree over n leaves is compared with."""
+    ks = sorted({*range(2, min(n, 16) + 1), *(2**e for e in range(5, n.bit_length()))})
+    fixed = [f for f in ("sequential", "reverse", "pairwise", "numpy", "rd", "linear") if f in FAMILIES]
+    return fixed + [f"kary:{k}" for k in ks if k < n] + [f"blocked:{k}" for k in ks if k < n]
+
+
+def match_family(plan: Plan) -> list[str]:
+    """The plan texts of the project's families (``sequential``, ``numpy``, ``kary:4``, ...) whose tree is
+    ``plan``'s, up to commutativity; empty when none is."""
+    key = _key(plan)
+    out = []
+    for text in _candidates(plan.n):
+        other = parse(text, plan.n)
+        if isinstance(other, Plan) and _key(other) == key:
+            out.append(text)
+    return out
+
+
+def tree_text(plan: Plan) -> str:
+    """The plan as the text :func:`fpreduce.plans.parse` (and ``fpreduce run``) reads: ``((0,1),2)``."""
+    return str(fold(plan.root, str, lambda a, b: f"({a},{b})"))
+
+
+def _random_inputs(f: Format, n: int, count: int, rng: np.random.Generator) -> Any:
+    """(count, n) values of ``f`` in its storage dtype, one input per row.
+
+    A third normal, a third heavy-tailed (binades spread), a third cancelling.
+    """
+    k = np.arange(count) % 3
+    X = rng.standard_normal((n, count))
+    hi = min(20, math.floor(math.log2(f.max_finite / (4 * n))))
+    lo = max(hi - 40, f.emin + 1)
+    heavy = np.sign(X) * np.exp2(rng.uniform(lo, hi, size=X.shape))
+    mirror = -X[rng.permutation(n)] * (1 + 2.0**-8 * rng.standard_normal(X.shape))
+    cancel = np.where(rng.random(X.shape) < 0.5, X, mirror)
+    X = np.where(k == 1, heavy, np.where(k == 2, cancel, X)).T  # (count, n): a row per input
+    native = X.astype(as_native(np.zeros(1), f).dtype)  # numpy's and ml_dtypes' casts: values of the format
+    if format_name(native.dtype) != f.name:  # a format without a dtype of its own (tf32)
+        native = as_native(round_to(X, f), f)
+    return np.ascontiguousarray(native)
+
+
+_KINDS = ("normal", "heavy-tailed", "cancelling")
+
+
+def _verify(
+    fn: Callable[[Any], Any], plan: Plan, f: Format, count: int, rng: np.random.Generator
+) -> tuple[int, int, str]:
+    """(inputs checked, differing, evidence): ``fn`` against ``plan`` through :func:`reduce` on random inputs.
+
+    The first 64 inputs are summed twice by ``fn``: a function whose bits vary between calls
+    is no fixed tree, and the check stops there.
+    """
+    n, differing, first = plan.n, 0, ""
+    chunk = max(1, min(count, _BLOCK_CELLS // n))
+    for start in range(0, count, chunk):
+        rows = _random_inputs(f, n, min(chunk, count - start), rng)
+        got = np.array([call_scalar(fn, r) for r in rows])
+        if start == 0:
+            again = np.array([call_scalar(fn, r) for r in rows[:64]])
+            if (varies := _differ(again, got[: again.size])).any():
+                j = int(np.flatnonzero(varies)[0])
+                return (
+                    again.size,
+                    int(varies.sum()),
+                    (
+                        f"{int(varies.sum())} of {again.size} inputs summed twice gave different bits "
+                        f"(input {j}: {got[j]!r}, then {again[j]!r}): the function varies between calls"
+                    ),
+                )
+        want = np.asarray(reduce(rows.T, plan, input=f, accumulate=f), dtype=np.float64)
+        bad = _differ(got, want)
+        if bad.any() and not first:
+            j = int(np.flatnonzero(bad)[0])
+            first = f"first: input {start + j} ({_KINDS[j % 3]}): fn gave {got[j]!r}, the plan {want[j]!r}"
+        differing += int(bad.sum())
+    if differing:
+        first = f"{differing} of {count} random inputs differ from the probed tree (the data decide); {first}"
+    return count, differing, first
+
+
+def _differ(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.bool_]:
+    return (a.view(np.uint64) != b.view(np.uint64)) & ~(np.isnan(a) & np.isnan(b))
+
+
+def revelation(
+    fn: Callable[[Any], Any],
+    n: int,
+    *,
+    format: str | Format = "fp32",
+    method: str = "fast",
+    verify: int = 10_000,
+    seed: int = 0,
+) -> Revelation:
+    """Reveal the tree ``fn`` sums ``n`` values of ``format`` along, and verify it on ``verify`` random inputs.
+
+    Args:
+        fn: a 1-D array of ``n`` values of the format's storage dtype (float32,
+            float16, ml_dtypes' bfloat16, ...) -> the reduced scalar (a number, 0-d
+            array or tensor).
+        n: number of summands (2 .. 2**p: :func:`probe_scale`).
+        format: the format of the inputs and of every partial sum.
+        method: ``fast`` (pivots, about n log n calls at most on balanced trees) or
+            ``basic`` (all n (n-1) / 2 pairs).
+        verify: random inputs (normal, heavy-tailed, cancelling) to check the plan on.
+        seed: the pivots' and the random inputs' seed.
+
+    Returns:
+        A :class:`Revelation`: the verdict, the plan (when ``tree``), the evidence and counts.
+
+    Raises:
+        InvalidArgument: bad arguments, or ``fn`` raised, returned no scalar, or does
+            not sum (n units do not give n units).
+    """
+    f = get_format(format)
+    if method not in METHODS:
+        raise unknown_name("reveal method", method, METHODS)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise InvalidArgument(f"n must be an integer, got {n!r}")
+    if isinstance(verify, bool) or not isinstance(verify, (int, np.integer)) or verify < 1:
+        raise InvalidArgument(f"verify must be a positive number of random inputs, got {verify!r}")
+    probes = _Probes(fn, int(n), f)
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    total = probes.value(probes.base.copy())
+    if total != n * probes.unit:
+        raise InvalidArgument(f"the function does not sum its inputs: {n} values {probes.unit!r} gave {total!r}")
+    base = Revelation(int(n), f.name, "not a binary tree", None, "", probes.unit, probes.big, 0, 0.0, method=method)
+    try:
+        root = _reveal_fast(probes, rng) if method == "fast" else _reveal_basic(probes)
+        if (wide := _multiway(root)) is not None:
+            raise _Refused(wide)
+    except _Refused as e:
+        return replace(base, evidence=str(e), calls=probes.calls, probe_seconds=_since(t0))
+    probed = replace(base, calls=probes.calls, probe_seconds=_since(t0))
+    plan = Plan("tree", int(n), canonical(root))
+    t1 = time.perf_counter()
+    checked, differing, what = _verify(fn, plan, f, int(verify), rng)
+    done = replace(probed, checked=checked, differing=differing, verify_seconds=_since(t1))
+    if differing:
+        return replace(done, verdict="no fixed tree", evidence=what)
+    ok = f"0 of {checked} random inputs (normal, heavy-tailed, cancelling) differ in any bit"
+    return replace(done, verdict="tree", plan=plan, evidence=ok)
+
+
+def _since(t0: float) -> float:
+    return time.perf_counter() - t0
+
+
+def reveal(
+    fn: Callable[[Any], Any],
+    n: int,
+    *,
+    format: str | Format = "fp32",
+    method: str = "fast",
+    verify: int = 10_000,
+    seed: int = 0,
+) -> Plan:
+    """The plan ``fn`` sums ``n`` values of ``format`` along, verified bit for bit (see :func:`revelation`).
+
+    ``reduce(X, plan, input=format, accumulate=format)[j] == fn(X[:, j])`` on every input checked.
+
+    >>> def left_fold(x):
+    ...     s = x[0]
+    ...     for v in x[1:]:
+    ...         s = s + v
+    ...     return s
+    >>> reveal(left_fold, 5, verify=100).draw()
+    '((((0+1)+2)+3)+4)'
+
+    Raises:
+        NotATree: no binary tree in the format explains ``fn`` (``.revelation`` has the evidence).
+        InvalidArgument: as :func:`revelation`.
+    """
+    found = revelation(fn, n, format=format, method=method, verify=verify, seed=seed)
+    if found.plan is None:
+        raise NotATree(found)
+    return found.plan

@@ -1,0 +1,116 @@
+"""``fpreduce reveal``: a black box's summation tree (built-in targets or MODULE:FUNCTION), verified."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from fpreduce.base import jsonfile
+from fpreduce.base.errors import InvalidArgument, unknown_name
+
+#: Built-in targets: what each sums (a 1-D array of the format's storage dtype -> a scalar).
+TARGETS = {
+    "numpy.sum": "np.sum(x)",
+    "numpy.dot": "np.dot(x, ones): the dot product with a vector of ones (BLAS for fp32/fp64)",
+    "torch.sum": "torch.sum of the CPU tensor of x (torch 2.x)",
+}
+
+_DRAWN = 32  # trees of at most this many leaves are drawn
+
+
+def _numpy_sum(x: Any) -> Any:
+    return np.sum(x)
+
+
+@lru_cache(maxsize=8)
+def _ones(n: int, dtype: np.dtype) -> Any:
+    return np.ones(n, dtype=dtype)
+
+
+def _numpy_dot(x: Any) -> Any:
+    return np.dot(x, _ones(x.size, x.dtype))
+
+
+def _torch_sum(x: Any) -> Any:
+    import torch
+
+    views = {"bfloat16": (np.int16, torch.bfloat16)}
+    if x.dtype.name in views:  # ml_dtypes' bfloat16: the same bits, seen by torch
+        ints, dt = views[x.dtype.name]
+        return torch.from_numpy(x.view(ints)).view(dt).sum()
+    if x.dtype not in (np.float16, np.float32, np.float64):
+        raise InvalidArgument(f"torch.sum: no torch dtype for {x.dtype.name} here")
+    return torch.from_numpy(x).sum()
+
+
+def target(name: str) -> Callable[[Any], Any]:
+    """A built-in target, or ``MODULE:FUNCTION`` (e.g. ``math:fsum``, ``mypkg.ops:my_sum``) imported."""
+    builtin = {"numpy.sum": _numpy_sum, "numpy.dot": _numpy_dot, "torch.sum": _torch_sum}
+    if name in builtin:
+        return builtin[name]
+    if ":" not in name:
+        raise unknown_name("reveal target", name, [*TARGETS, "MODULE:FUNCTION"])
+    module, _, attr = name.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+    except ImportError as e:
+        raise InvalidArgument(f"reveal target {name!r}: cannot import {module!r} ({e})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise InvalidArgument(f"reveal target {name!r}: {module!r} has no {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise InvalidArgument(f"reveal target {name!r} is not a function")
+    return obj  # type: ignore[no-any-return]
+
+
+def _cmd_reveal(args: argparse.Namespace) -> int:
+    from fpreduce.analysis.reveal import match_family, revelation, tree_text
+
+    fn = target(args.target)
+    found = revelation(fn, args.n, format=args.format, method=args.method, verify=args.verify, seed=args.seed)
+    families = match_family(found.plan) if found.plan is not None else []
+    text = None if found.plan is None else (families[0] if families else tree_text(found.plan))
+    if args.json:
+        doc = {k: getattr(found, k) for k in found.__dataclass_fields__ if k != "plan"}
+        print(jsonfile.dumps({"target": args.target, **doc, "families": families, "plan": text}))
+        return 0 if found.plan is not None else 1
+    how = f"{found.method}: {found.calls} calls, {found.probe_seconds:.2f} s; unit {found.unit:g}, mask {found.big:g}"
+    print(f"{args.target}, n={found.n}, {found.format}: {found.verdict} ({how})")
+    if found.plan is None:
+        print(f"evidence: {found.evidence}")
+        return 1
+    print(f"verified: {found.evidence} ({found.verify_seconds:.2f} s)")
+    print(f"family: {', '.join(families) if families else 'none of the project plans (an explicit tree)'}")
+    if found.n <= _DRAWN:
+        print(f"tree: {found.plan.draw()}")
+    print(f"plan: {text}")
+    shown = repr(text) if families else "PLAN"
+    fmt = repr(found.format)
+    print(f"reuse: fr.reduce(X, {shown}, input={fmt}, accumulate={fmt}), or plan = {shown} in a run")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``reveal``."""
+    r = sub.add_parser(
+        "reveal",
+        help="reveal the summation tree of a black box (numpy.sum, numpy.dot, torch.sum, MODULE:FUNCTION) "
+        "by masked probes, as a plan verified bit for bit (exit 0 a tree, 1 none)",
+    )
+    r.add_argument("target", help="numpy.sum, numpy.dot, torch.sum, or MODULE:FUNCTION (a 1-D array -> a scalar)")
+    r.add_argument("--n", type=int, required=True, help="number of summands")
+    r.add_argument("--format", default="fp32", help="format of the inputs and every partial sum (default fp32)")
+    r.add_argument("--method", default="fast", help="fast (pivots, default) or basic (all n(n-1)/2 pairs)")
+    r.add_argument("--verify", type=int, default=10_000, help="random inputs to verify on (default 10000)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the pivots and the random inputs (default 0)")
+    r.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
+    r.set_defaults(func=_cmd_reveal)
+
+
+__all__ = ["TARGETS", "add_commands", "target"]

@@ -1,0 +1,164 @@
+"""Reveal: black boxes whose tree is known are revealed as that tree, verified; the others get a verdict."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fpreduce as fr
+from fpreduce.analysis import reveal as rv
+from fpreduce.cli import main
+from fpreduce.plans import fold
+
+
+def scalar_fold(plan, fmt):
+    """A black box summing along ``plan`` one scalar addition at a time (numpy / ml_dtypes scalars of the
+    format: float32 holds every sum of two fp16 or bf16 values to well within double-rounding safety)."""
+
+    def fn(x):
+        return fold(plan.root, lambda i: x[i], lambda a, b: a + b)
+
+    return fn
+
+
+def engine_box(plan, fmt):
+    """fr.reduce itself as the black box (one column)."""
+
+    def fn(x):
+        return fr.reduce(x[:, None], plan, input=fmt, accumulate=fmt)[0]
+
+    return fn
+
+
+def same_tree(a, b):
+    return rv._key(a) == rv._key(b)
+
+
+@pytest.mark.parametrize("text", ["sequential", "reverse", "pairwise", "numpy", "kary:3", "blocked:5", "rd"])
+@pytest.mark.parametrize("n", [2, 3, 7, 33, 100])
+def test_known_plans_are_revealed_exactly(text, n):
+    plan = fr.plans.parse(text, n)
+    found = rv.revelation(scalar_fold(plan, "fp32"), n, verify=60, seed=n)
+    assert found.verdict == "tree"
+    assert (found.differing, found.checked) == (0, 60)
+    assert same_tree(found.plan, plan)
+    families = rv.match_family(found.plan)
+    assert text in families or (n < 4 and families)  # (kary:3 at n = 2 is the one tree there, named otherwise)
+    assert all(same_tree(fr.plans.parse(f, n), plan) for f in families)
+
+
+@pytest.mark.parametrize("text", ["sequential", "pairwise", "kary:4"])
+def test_basic_method_agrees_and_counts_all_pairs(text):
+    n = 13
+    plan = fr.plans.parse(text, n)
+    found = rv.revelation(scalar_fold(plan, "fp32"), n, method="basic", verify=30)
+    assert same_tree(found.plan, plan)
+    assert found.calls == 1 + n * (n - 1) // 2
+
+
+def test_engine_as_black_box_in_bf16_and_fp16():
+    for fmt, n in (("bf16", 40), ("fp16", 61)):
+        plan = fr.plans.random_tree(n, np.random.default_rng(n))
+        found = rv.revelation(engine_box(plan, fmt), n, format=fmt, verify=200)
+        assert found.verdict == "tree", found.evidence
+        assert same_tree(found.plan, plan)
+
+
+@settings(max_examples=max(5, settings.default.max_examples // 2))
+@given(
+    n=st.integers(2, 48),
+    seed=st.integers(0, 2**32 - 1),
+    fmt=st.sampled_from(["fp32", "bf16", "fp16", "fp64"]),
+)
+def test_random_trees_are_revealed_up_to_commutativity(n, seed, fmt):
+    plan = fr.plans.random_tree(n, np.random.default_rng(seed))
+    found = rv.revelation(scalar_fold(plan, fmt), n, format=fmt, verify=40, seed=seed)
+    assert found.verdict == "tree"
+    assert same_tree(found.plan, plan)
+    assert found.calls <= 1 + n * (n - 1) // 2
+    X = rv._random_inputs(fr.get_format(fmt), n, 20, np.random.default_rng(seed))
+    got = fr.reduce(X.T, found.plan, input=fmt, accumulate=fmt)
+    want = fr.reduce(X.T, plan, input=fmt, accumulate=fmt)
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_numpy_sum_is_the_numpy_plan_verified_on_ten_thousand_inputs():
+    n = 1000
+    found = rv.revelation(np.sum, n)
+    assert found.verdict == "tree"
+    assert (found.differing, found.checked) == (0, 10_000)
+    assert rv.match_family(found.plan) == ["numpy"]
+    assert found.calls <= n * np.log2(n)
+
+
+def test_wider_accumulation_is_not_a_binary_tree():
+    def wide(x):  # fp64 accumulation, one rounding to fp32
+        return np.float32(np.sum(x.astype(np.float64)))
+
+    for method in rv.METHODS:
+        found = rv.revelation(wide, 50, method=method)
+        assert found.verdict == "not a binary tree"
+        assert found.plan is None
+        assert "cancellation comes back exact" in found.evidence
+    with pytest.raises(rv.NotATree, match="cancellation comes back exact") as e:
+        fr.reveal(wide, 20)
+    assert e.value.revelation.calls == 20  # the all-units sum and one pivot's probes decide it
+
+
+def test_a_fused_three_term_node_is_named():
+    # L of the tree ((0, 1, 2), 3): a node adding three terms at once
+    L = rv._sizes_of(((0, 1, 2), 3), 4)
+    assert L[0, 1] == L[1, 2] == 3
+    assert L[0, 3] == 4
+    root = rv._join_by_size(L)
+    assert "more than two terms" in rv._multiway(root)
+
+
+def test_probe_scale_absorbs_in_the_format_only():
+    for fmt in ("fp32", "fp16", "bf16", "fp64", "fp8_e4m3"):
+        f = fr.get_format(fmt)
+        for n in (3, min(17, 2**f.precision), min(2**f.precision, 2048)):
+            u, M = rv.probe_scale(f, n)
+            assert f.max_finite >= M
+            assert u >= 2.0**f.emin
+            for s in (M, -M):
+                assert fr.round_to(np.array([s + (n - 2) * u]), f)[0] == s
+            if f.precision < 53:
+                assert M + (n - 2) * u != M or n == 2  # in fp64 the units stay
+
+
+def test_bad_functions_and_arguments_are_one_line():
+    with pytest.raises(fr.InvalidArgument, match="one scalar"):
+        fr.reveal(lambda x: x, 8)
+    with pytest.raises(fr.InvalidArgument, match="raised ZeroDivisionError"):
+        fr.reveal(lambda x: 1 / 0, 8)
+    with pytest.raises(fr.InvalidArgument, match="does not sum"):
+        fr.reveal(np.mean, 8)
+    with pytest.raises(fr.InvalidArgument, match="n must be 2..256"):
+        fr.reveal(np.sum, 300, format="bf16")
+    with pytest.raises(fr.InvalidArgument, match="reveal method"):
+        fr.reveal(np.sum, 8, method="fastest")
+    rng = np.random.default_rng(0)
+
+    def shuffled(x):  # a different order every call
+        return np.sum(x[rng.permutation(x.size)])
+
+    found = rv.revelation(shuffled, 64, verify=200)
+    assert found.verdict in ("no fixed tree", "not a binary tree")
+    assert found.plan is None
+
+
+def test_cli_reveal(capsys):
+    assert main(["reveal", "numpy.sum", "--n", "20", "--verify", "500"]) == 0
+    out = capsys.readouterr().out
+    assert "family: numpy" in out
+    assert "0 of 500" in out
+    assert "plan: numpy" in out
+    assert main(["reveal", "math:fsum", "--n", "10", "--verify", "100"]) == 1
+    assert "cancellation comes back exact" in capsys.readouterr().out
+    assert main(["reveal", "numpy.nosuch", "--n", "10"]) == 2
+    assert capsys.readouterr().err.startswith("fpreduce: error: unknown reveal target")
+    assert main(["reveal", "numpy.sum", "--n", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fpreduce: error: n must be")
+    assert err.count("\n") == 1
