@@ -1,5 +1,7 @@
 """Reveal: black boxes whose tree is known are revealed as that tree, verified; the others get a verdict."""
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -91,18 +93,37 @@ def test_numpy_sum_is_the_numpy_plan_verified_on_ten_thousand_inputs():
     assert found.calls <= n * np.log2(n)
 
 
-def test_wider_accumulation_is_not_a_binary_tree():
-    def wide(x):  # fp64 accumulation, one rounding to fp32
-        return np.float32(np.sum(x.astype(np.float64)))
+def wide_sum(x):
+    """numpy's pairwise sum in fp64 of fp32 inputs, rounded once to fp32."""
+    return np.float32(np.sum(x.astype(np.float64)))
 
+
+def test_wider_accumulation_is_not_a_binary_tree_in_the_format():
     for method in rv.METHODS:
-        found = rv.revelation(wide, 50, method=method)
+        found = rv.revelation(wide_sum, 50, accumulate="fp32", method=method)
         assert found.verdict == "not a binary tree"
         assert found.plan is None
         assert "cancellation comes back exact" in found.evidence
     with pytest.raises(rv.NotATree, match="cancellation comes back exact") as e:
-        fr.reveal(wide, 20)
-    assert e.value.revelation.calls == 20  # the all-units sum and one pivot's probes decide it
+        fr.reveal(wide_sum, 20)
+    assert e.value.revelation.verdict == "wider accumulator"
+
+
+def test_a_wider_accumulator_is_revealed_and_verified():
+    found = rv.revelation(wide_sum, 50, verify=2000)
+    assert found.verdict == "wider accumulator"
+    assert (found.format, found.accumulate, found.checked, found.differing) == ("fp32", "fp64", 2000, 0)
+    assert rv.match_family(found.plan) == ["numpy"]
+    assert same_tree(fr.reveal(wide_sum, 50, accumulate="fp64", verify=100), fr.plans.numpy_pairwise(50))
+    fp16 = rv.revelation(np.sum, 300, format="fp16", verify=2000)  # numpy sums float16 in float32
+    assert (fp16.verdict, fp16.accumulate, fp16.differing) == ("wider accumulator", "fp32", 0)
+    assert rv.match_family(fp16.plan) == ["numpy"]
+
+
+def test_one_rounding_of_the_exact_sum_is_no_tree():
+    found = rv.revelation(lambda x: np.float32(math.fsum(x.tolist())), 30)
+    assert found.verdict == "not a binary tree"
+    assert "exact in fp64 too" in found.evidence
 
 
 def test_a_fused_three_term_node_is_named():

@@ -63,7 +63,10 @@ METHODS = ("fast", "basic")
 #: Verdicts: one binary tree explains every bit; no binary tree in the format does (with
 #: the probe that shows it); the function is not one fixed tree (its outputs vary between
 #: calls, or the revealed tree fails on random data).
-Verdict = Literal["tree", "not a binary tree", "no fixed tree"]
+Verdict = Literal["tree", "wider accumulator", "not a binary tree", "no fixed tree"]
+
+#: The accumulators tried, narrowest first, when cancellation comes back exact in the format.
+WIDER = ("fp32", "fp64")
 
 _BLOCK_CELLS = 1 << 22  # (n x columns) values verified per call of reduce: bounded memory
 
@@ -74,8 +77,10 @@ class Revelation:
 
     Attributes:
         n, format: the number of summands and the format of every value and partial sum.
-        verdict: ``tree`` (``plan`` explains every bit checked), ``not a binary tree``
-            or ``no fixed tree`` (``plan`` is None; ``evidence`` says why).
+        verdict: ``tree`` (``plan`` explains every bit checked), ``wider accumulator``
+            (``plan`` does with every partial sum rounded to ``accumulate``, the result
+            once to ``format``), ``not a binary tree`` or ``no fixed tree`` (``plan`` is
+            None; ``evidence`` says why).
         plan: the revealed tree as a :class:`~fpreduce.plans.Plan` (children ordered by
             their smallest leaf), or None.
         evidence: one paragraph: the probe or the input that decided the verdict.
@@ -85,6 +90,7 @@ class Revelation:
         checked: random inputs summed by both ``fn`` and the plan; differing: of them,
             how many gave different bits; verify_seconds: seconds spent verifying.
         method: ``fast`` or ``basic``.
+        accumulate: the format of the plan's partial sums (``format`` but for a wider accumulator).
     """
 
     n: int
@@ -100,6 +106,11 @@ class Revelation:
     differing: int = 0
     verify_seconds: float = 0.0
     method: str = "fast"
+    accumulate: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.accumulate:
+            object.__setattr__(self, "accumulate", self.format)
 
 
 class NotATree(InvalidArgument):
@@ -110,36 +121,39 @@ class NotATree(InvalidArgument):
         self.revelation = found
 
 
-def probe_scale(fmt: str | Format, n: int) -> tuple[float, float]:
-    """The unit ``u`` and mask ``M`` of the probes of ``n`` summands in ``fmt``.
+def probe_scale(fmt: str | Format, n: int, accumulate: str | Format | None = None) -> tuple[float, float]:
+    """The unit ``u`` and mask ``M`` of the probes of ``n`` summands of ``fmt`` summed in ``accumulate``.
 
-    ``M = 2**e`` with ``(n - 2) u <= 2**(e - p - 1)``: any sum of up to ``n - 2`` units
-    added to ``M`` or to ``-M`` (whose lower neighbour is half an ulp closer) rounds back
-    to it, and no more than that, so a wider accumulator (``M / u`` below its own
-    ``2**p``) keeps the units: exact cancellation shows. ``u = 1`` while ``M`` fits below
-    ``2**emax``, else a smaller power of two (fp16 from n = 11: ``u = 2**-7`` at n = 1000).
+    ``M = 2**e`` with ``(n - 2) u <= 2**(e - p - 1)`` (``p`` the accumulator's precision,
+    default ``fmt``'s): any sum of up to ``n - 2`` units added to ``M`` or to ``-M`` (whose
+    lower neighbour is half an ulp closer) rounds back to it, and no more than that, so a
+    wider accumulator (``M / u`` below its own ``2**p``) keeps the units: exact cancellation
+    shows. ``u = 1`` while ``M`` fits below ``fmt``'s ``2**emax``, else a smaller power of two
+    (fp16 from n = 11: ``u = 2**-7`` at n = 1000; subnormal units for a wide accumulator).
 
     Raises:
-        InvalidArgument: ``n`` over ``2**p`` (sums of units would round) or no ``u``
-            above the format's smallest normal (fp8 at large n).
+        InvalidArgument: ``n`` over ``2**p`` of either format (sums of units would round),
+            or no unit in ``fmt`` small enough (fp8 at large n, fp16 into fp64).
     """
     f = get_format(fmt)
-    p = f.precision
-    if not 2 <= n <= 2**p:
-        raise InvalidArgument(f"n must be 2..{2**p} to reveal a sum in {f.name} (counts of units exact), got {n}")
-    ratio = p + 1 + max(0, math.ceil(math.log2(max(n - 2, 1))))  # log2(M / u)
+    a = f if accumulate is None else get_format(accumulate)
+    most = 2 ** min(f.precision, a.precision)
+    if not 2 <= n <= most:
+        raise InvalidArgument(f"n must be 2..{most} to reveal a sum of {f.name} (counts of units exact), got {n}")
+    ratio = a.precision + 1 + max(0, math.ceil(math.log2(max(n - 2, 1))))  # log2(M / u)
     top = min(f.emax, ratio)
-    if top - ratio < f.emin:
-        raise InvalidArgument(f"n={n} is too large to reveal in {f.name}: its range holds no mask M for it")
+    if top - ratio < f.emin - f.precision + 1:
+        into = "" if a is f else f" summed in {a.name}"
+        raise InvalidArgument(f"n={n} is too large to reveal {f.name}{into}: its range holds no mask M for it")
     return 2.0 ** (top - ratio), 2.0**top
 
 
 class _Probes:
     """``fn`` under masked probes: the size of the subtree that joins two leaves."""
 
-    def __init__(self, fn: Callable[[Any], Any], n: int, f: Format) -> None:
+    def __init__(self, fn: Callable[[Any], Any], n: int, f: Format, a: Format) -> None:
         self.fn, self.n, self.f = fn, n, f
-        self.unit, self.big = probe_scale(f, n)
+        self.unit, self.big = probe_scale(f, n, a)
         self.base = as_native(np.full(n, self.unit), f)
         self.calls = 0
 
@@ -160,7 +174,11 @@ class _Probes:
 
 
 class _Refused(Exception):
-    """The probes show no binary tree in the format (the message is the evidence)."""
+    """The probes show no binary tree in the format (the message is the evidence; ``exact``: exact cancellation)."""
+
+    def __init__(self, evidence: str, exact: bool = False) -> None:
+        super().__init__(evidence)
+        self.exact = exact
 
 
 def call_scalar(fn: Callable[[Any], Any], x: Any) -> float:
@@ -201,7 +219,7 @@ def _reveal_fast(probes: _Probes, rng: np.random.Generator) -> Tree:
         for s in sorted(sizes):
             below += len(sizes[s])
             if s != below:
-                raise _Refused(_not_subtree(q, s, below, sizes, probes.n))
+                raise _Refused(_not_subtree(q, s, below, sizes, probes.n), exact=len(sizes) == 1 and s == 2 < below)
             kids.append(len(tasks))
             tasks.append(sizes[s])
         spines.append((q, kids))
@@ -241,7 +259,7 @@ def _reveal_basic(probes: _Probes) -> Tree:
             L[i, j] = L[j, i] = probes.size(i, j)
     root = _join_by_size(L)
     if not np.array_equal(_sizes_of(root, n), L):
-        raise _Refused(_basic_evidence(L, n))
+        raise _Refused(_basic_evidence(L, n), exact=bool(np.all(L[~np.eye(n, dtype=bool)] == 2)) and n > 2)
     return root
 
 
@@ -403,7 +421,7 @@ _KINDS = ("normal", "heavy-tailed", "cancelling")
 
 
 def _verify(
-    fn: Callable[[Any], Any], plan: Plan, f: Format, count: int, rng: np.random.Generator
+    fn: Callable[[Any], Any], plan: Plan, f: Format, a: Format, count: int, rng: np.random.Generator
 ) -> tuple[int, int, str]:
     """(inputs checked, differing, evidence): ``fn`` against ``plan`` through :func:`reduce` on random inputs.
 
@@ -415,6 +433,8 @@ def _verify(
     for start in range(0, count, chunk):
         rows = _random_inputs(f, n, min(chunk, count - start), rng)
         got = np.array([call_scalar(fn, r) for r in rows])
+        if (wider := _not_in(got, f)) is not None:
+            return rows.shape[0], rows.shape[0], wider
         if start == 0:
             again = np.array([call_scalar(fn, r) for r in rows[:64]])
             if (varies := _differ(again, got[: again.size])).any():
@@ -427,7 +447,7 @@ def _verify(
                         f"(input {j}: {got[j]!r}, then {again[j]!r}): the function varies between calls"
                     ),
                 )
-        want = np.asarray(reduce(rows.T, plan, input=f, accumulate=f), dtype=np.float64)
+        want = np.asarray(reduce(rows.T, plan, input=f, accumulate=a, output=f), dtype=np.float64)
         bad = _differ(got, want)
         if bad.any() and not first:
             j = int(np.flatnonzero(bad)[0])
@@ -436,6 +456,20 @@ def _verify(
     if differing:
         first = f"{differing} of {count} random inputs differ from the probed tree (the data decide); {first}"
     return count, differing, first
+
+
+def _not_in(got: NDArray[np.float64], f: Format) -> str | None:
+    """The evidence of a result that is no value of ``f`` (the function returns a wider result), if any."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = np.asarray(round_to(got, f), dtype=np.float64)
+    off = _differ(rounded, got)
+    if not off.any():
+        return None
+    j = int(np.flatnonzero(off)[0])
+    return (
+        f"{int(off.sum())} of {got.size} results are no {f.name} value (input {j}: {got[j]!r}): "
+        f"the function returns a result wider than {f.name}"
+    )
 
 
 def _differ(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.bool_]:
@@ -447,6 +481,7 @@ def revelation(
     n: int,
     *,
     format: str | Format = "fp32",
+    accumulate: str | Format | None = None,
     method: str = "fast",
     verify: int = 10_000,
     seed: int = 0,
@@ -458,14 +493,17 @@ def revelation(
             float16, ml_dtypes' bfloat16, ...) -> the reduced scalar (a number, 0-d
             array or tensor).
         n: number of summands (2 .. 2**p: :func:`probe_scale`).
-        format: the format of the inputs and of every partial sum.
+        format: the format of the inputs, the result and (by default) every partial sum.
+        accumulate: the format of the partial sums, when not ``format``. Left out, and
+            cancellation comes back exact in ``format``, the wider accumulators of
+            :data:`WIDER` are probed in turn (verdict ``wider accumulator``).
         method: ``fast`` (pivots, about n log n calls at most on balanced trees) or
             ``basic`` (all n (n-1) / 2 pairs).
         verify: random inputs (normal, heavy-tailed, cancelling) to check the plan on.
         seed: the pivots' and the random inputs' seed.
 
     Returns:
-        A :class:`Revelation`: the verdict, the plan (when ``tree``), the evidence and counts.
+        A :class:`Revelation`: the verdict, the plan (a tree found), the evidence and counts.
 
     Raises:
         InvalidArgument: bad arguments, or ``fn`` raised, returned no scalar, or does
@@ -478,28 +516,57 @@ def revelation(
         raise InvalidArgument(f"n must be an integer, got {n!r}")
     if isinstance(verify, bool) or not isinstance(verify, (int, np.integer)) or verify < 1:
         raise InvalidArgument(f"verify must be a positive number of random inputs, got {verify!r}")
-    probes = _Probes(fn, int(n), f)
     rng = np.random.default_rng(seed)
+    first, exact = _attempt(fn, int(n), f, get_format(accumulate or f), method, int(verify), rng)
+    if not exact or accumulate is not None:
+        return first
+    calls, notes = first.calls, []
+    for wide in (get_format(w) for w in WIDER):
+        if wide.precision <= f.precision:
+            continue
+        try:
+            found, exact = _attempt(fn, int(n), f, wide, method, int(verify), rng)
+        except InvalidArgument as e:  # no probe of this n reaches that accumulator
+            notes.append(str(e))
+            break
+        calls += found.calls
+        if found.plan is not None:
+            why = f"{first.evidence}. Summed in {wide.name} and rounded once to {f.name}: {found.evidence}"
+            return replace(found, verdict="wider accumulator", evidence=why, calls=calls)
+        if not exact:
+            notes.append(f"in {wide.name}: {found.evidence}")
+            break
+        notes.append(f"cancellation is exact in {wide.name} too")
+    return replace(first, evidence="; ".join([first.evidence, *notes]), calls=calls)
+
+
+def _attempt(
+    fn: Callable[[Any], Any], n: int, f: Format, a: Format, method: str, verify: int, rng: np.random.Generator
+) -> tuple[Revelation, bool]:
+    """One reveal with partial sums in ``a``, then its verification; and whether cancellation came back exact."""
+    probes = _Probes(fn, n, f, a)
     t0 = time.perf_counter()
     total = probes.value(probes.base.copy())
     if total != n * probes.unit:
         raise InvalidArgument(f"the function does not sum its inputs: {n} values {probes.unit!r} gave {total!r}")
-    base = Revelation(int(n), f.name, "not a binary tree", None, "", probes.unit, probes.big, 0, 0.0, method=method)
+    base = Revelation(
+        n, f.name, "not a binary tree", None, "", probes.unit, probes.big, 0, 0.0, method=method, accumulate=a.name
+    )
     try:
         root = _reveal_fast(probes, rng) if method == "fast" else _reveal_basic(probes)
         if (wide := _multiway(root)) is not None:
             raise _Refused(wide)
     except _Refused as e:
-        return replace(base, evidence=str(e), calls=probes.calls, probe_seconds=_since(t0))
+        return replace(base, evidence=str(e), calls=probes.calls, probe_seconds=_since(t0)), e.exact
     probed = replace(base, calls=probes.calls, probe_seconds=_since(t0))
-    plan = Plan("tree", int(n), canonical(root))
+    plan = Plan("tree", n, canonical(root))
     t1 = time.perf_counter()
-    checked, differing, what = _verify(fn, plan, f, int(verify), rng)
+    checked, differing, what = _verify(fn, plan, f, a, verify, rng)
     done = replace(probed, checked=checked, differing=differing, verify_seconds=_since(t1))
     if differing:
-        return replace(done, verdict="no fixed tree", evidence=what)
+        return replace(done, verdict="no fixed tree", evidence=what), False
     ok = f"0 of {checked} random inputs (normal, heavy-tailed, cancelling) differ in any bit"
-    return replace(done, verdict="tree", plan=plan, evidence=ok)
+    return replace(done, verdict="tree", plan=plan, evidence=ok), False
 
 
 def _since(t0: float) -> float:
@@ -511,13 +578,15 @@ def reveal(
     n: int,
     *,
     format: str | Format = "fp32",
+    accumulate: str | Format | None = None,
     method: str = "fast",
     verify: int = 10_000,
     seed: int = 0,
 ) -> Plan:
     """The plan ``fn`` sums ``n`` values of ``format`` along, verified bit for bit (see :func:`revelation`).
 
-    ``reduce(X, plan, input=format, accumulate=format)[j] == fn(X[:, j])`` on every input checked.
+    ``reduce(X, plan, input=format, accumulate=format)[j] == fn(X[:, j])`` on every input
+    checked (``accumulate=accumulate, output=format`` when ``accumulate`` is given).
 
     >>> def left_fold(x):
     ...     s = x[0]
@@ -528,10 +597,11 @@ def reveal(
     '((((0+1)+2)+3)+4)'
 
     Raises:
-        NotATree: no binary tree in the format explains ``fn`` (``.revelation`` has the evidence).
+        NotATree: no binary tree in the format (or ``accumulate``) explains ``fn``
+            (``.revelation`` has the evidence, and a wider accumulator's plan if one does).
         InvalidArgument: as :func:`revelation`.
     """
-    found = revelation(fn, n, format=format, method=method, verify=verify, seed=seed)
-    if found.plan is None:
+    found = revelation(fn, n, format=format, accumulate=accumulate, method=method, verify=verify, seed=seed)
+    if found.plan is None or found.accumulate != get_format(accumulate or format).name:
         raise NotATree(found)
     return found.plan

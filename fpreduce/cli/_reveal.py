@@ -73,7 +73,15 @@ def _cmd_reveal(args: argparse.Namespace) -> int:
     from fpreduce.analysis.reveal import match_family, revelation, tree_text
 
     fn = target(args.target)
-    found = revelation(fn, args.n, format=args.format, method=args.method, verify=args.verify, seed=args.seed)
+    found = revelation(
+        fn,
+        args.n,
+        format=args.format,
+        accumulate=args.accumulate,
+        method=args.method,
+        verify=args.verify,
+        seed=args.seed,
+    )
     families = match_family(found.plan) if found.plan is not None else []
     text = None if found.plan is None else (families[0] if families else tree_text(found.plan))
     if args.json:
@@ -85,14 +93,16 @@ def _cmd_reveal(args: argparse.Namespace) -> int:
     if found.plan is None:
         print(f"evidence: {found.evidence}")
         return 1
-    print(f"verified: {found.evidence} ({found.verify_seconds:.2f} s)")
+    print(f"{'verified' if found.verdict == 'tree' else 'evidence'}: {found.evidence} ({found.verify_seconds:.2f} s)")
     print(f"family: {', '.join(families) if families else 'none of the project plans (an explicit tree)'}")
     if found.n <= _DRAWN:
         print(f"tree: {found.plan.draw()}")
     print(f"plan: {text}")
-    shown = repr(text) if families else "PLAN"
-    fmt = repr(found.format)
-    print(f"reuse: fr.reduce(X, {shown}, input={fmt}, accumulate={fmt}), or plan = {shown} in a run")
+    shown, fmt = (repr(text) if families else "PLAN"), repr(found.format)
+    formats = f"input={fmt}, accumulate={found.accumulate!r}" + (
+        f", output={fmt}" if found.accumulate != found.format else ""
+    )
+    print(f"reuse: fr.reduce(X, {shown}, {formats}), or plan = {shown} in a run")
     return 0
 
 
@@ -106,6 +116,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     r.add_argument("target", help="numpy.sum, numpy.dot, torch.sum, or MODULE:FUNCTION (a 1-D array -> a scalar)")
     r.add_argument("--n", type=int, required=True, help="number of summands")
     r.add_argument("--format", default="fp32", help="format of the inputs and every partial sum (default fp32)")
+    r.add_argument(
+        "--accumulate",
+        default=None,
+        help="format of the partial sums (default: --format, then fp32 and fp64 if cancellation is exact)",
+    )
     r.add_argument("--method", default="fast", help="fast (pivots, default) or basic (all n(n-1)/2 pairs)")
     r.add_argument("--verify", type=int, default=10_000, help="random inputs to verify on (default 10000)")
     r.add_argument("--seed", type=int, default=0, help="seed of the pivots and the random inputs (default 0)")
