@@ -40,7 +40,11 @@ def test_example_reproduces_eight_and_ten() -> None:
     assert 9.5 < ring[16] < 10.5
     hier = {r.workers: r.speedup for r in rows if r.plan == "hier:8"}
     assert set(hier) == {8, 16, 32, 64}  # hier:8 needs N divisible by 8
-    assert hier[64] > ring[64]
+    # its 8 shards share the node's one NIC (issue 25): ahead of the ring at 16, behind it from 32
+    assert [round(hier[n], 1) for n in (16, 32, 64)] == [11.7, 13.4, 12.7]
+    assert hier[16] > ring[16]
+    assert hier[64] < ring[64]
+    assert cfg.profile.nics_per_node == 1  # the example states its topology
     table = format_table(rows)
     assert table.count("\n") == len(rows) + 1
     assert rows_as_dicts(rows[:1])[0]["busbw"] == float("inf")  # N = 1: no communication

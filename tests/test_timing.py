@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import fpreduce as fr
@@ -38,6 +39,7 @@ profiles = st.builds(
     alpha_intra=st.floats(0, 1e-3),
     beta_intra=st.floats(1e-12, 1e-6),
     gpus_per_node=st.integers(1, 16),
+    nics_per_node=st.integers(1, 8),
 )
 
 
@@ -54,6 +56,75 @@ def test_closed_form_equals_timeline_flat(plan: str, n: int, nbytes: float, pr: 
 def test_closed_form_equals_timeline_hier(g: int, nodes: int, nbytes: float, pr: T.Profile) -> None:
     n = g * nodes
     assert _close(T.cost(f"hier:{g}", n, nbytes, pr), T.timeline(f"hier:{g}", n, nbytes, pr).end)
+
+
+@given(
+    st.sampled_from(["ring", "rd", "rabenseifner", "linear", "hier", "tree"]),
+    st.sampled_from([1, 2, 4, 8]),
+    st.integers(0, 4),
+    st.floats(0, 1e9),
+    profiles,
+)
+def test_closed_forms_of_shared_nics_equal_the_timeline(
+    family: str, g: int, k: int, nbytes: float, base: T.Profile
+) -> None:
+    """Nodes of G workers whose flows share their NICs: the step-by-step closed forms are the timeline's end.
+
+    Every point here has uniform steps (N = G 2^k), so ``cost`` takes its closed form, never the timeline.
+    """
+    n = g << k
+    pr = replace(base, gpus_per_node=g)
+    plan = {"hier": f"hier:{g}", "tree": f"tree:nccl:{g}"}.get(family, family)
+    if family in ("rd", "rabenseifner") and n > 1:
+        assert T._butterfly_cost(family, T._Net.of(pr, g), n, nbytes, pr.gamma) is not None
+    assert _close(T.cost(plan, n, nbytes, pr), T.timeline(plan, n, nbytes, pr).end)
+
+
+def test_a_node_shares_its_nics() -> None:
+    """hier:8 sends a node's 8 shards across at once: through one NIC they take 8 times one shard's time."""
+    pr = T.Profile(alpha=0.0, beta=1 / 12.5e9, gamma=0.0, alpha_intra=0.0, beta_intra=1 / 150e9, gpus_per_node=8)
+    ring8 = 2 * 7 / 8 * 1e8 / 150e9
+    assert math.isclose(T.cost("hier:8", 16, 1e8, pr), ring8 + 1e8 / 12.5e9)  # 8 x 12.5 MB through one NIC
+    eight = replace(pr, nics_per_node=8)
+    assert math.isclose(T.cost("hier:8", 16, 1e8, eight), ring8 + 1e8 / 8 / 12.5e9)  # one shard per NIC
+    # rd: three steps inside the node, then all 8 workers send their whole vector across
+    assert math.isclose(T.cost("rd", 16, 1e8, pr), 3 * 1e8 / 150e9 + 8 * 1e8 / 12.5e9)
+    # the ring: one flow leaves each node, so the NIC is not shared
+    assert math.isclose(T.cost("ring", 16, 1e8, pr), 2 * 15 / 16 * 1e8 / 12.5e9)
+    tl = T.timeline("hier:8", 16, 1e8, pr)
+    crossing = [m for m in tl.messages if m[0] // 8 != m[1] // 8]
+    assert len(crossing) == 16
+    assert all(math.isclose(t1 - t0, 1e8 / 12.5e9) for _, _, t0, t1 in crossing)
+
+
+@given(
+    st.sampled_from(["ring", "rd", "rabenseifner", "linear", "hier", "tree"]),
+    st.integers(1, 6),
+    st.integers(1, 8),
+    st.integers(1, 4),
+    st.floats(1e3, 1e9),
+    st.floats(1e8, 1e12),
+    st.floats(1e8, 1e12),
+    st.floats(0, 1e-5),
+)
+@example("hier", 8, 2, 1, 1e8, 12.5e9, 150e9, 5e-6)  # issue 25: hier:8 gave busbw 82 GB/s on a 12.5 GB/s NIC
+@example("rd", 8, 4, 1, 1e8, 12.5e9, 150e9, 5e-6)  # and rd's steps across nodes
+@settings(max_examples=3 * settings.default.max_examples)  # ~1 ms each
+def test_no_plan_beats_its_links(
+    family: str, g: int, nodes: int, nics: int, nbytes: float, bw: float, bw_intra: float, alpha: float
+) -> None:
+    """busbw never exceeds what the workers' links and the nodes' NICs allow (closed form and timeline)."""
+    n = g * nodes
+    pr = T.Profile(alpha=alpha, beta=1 / bw, gamma=0.0, alpha_intra=alpha / 5, beta_intra=1 / bw_intra)
+    pr = replace(pr, gpus_per_node=g, nics_per_node=nics)
+    plan = {"hier": f"hier:{g}", "tree": f"tree:nccl:{g}"}.get(family, family)
+    bound = T.busbw_bound(plan, n, pr)
+    for seconds in (T.cost(plan, n, nbytes, pr), T.timeline(plan, n, nbytes, pr).end):
+        bus = T.bus_bandwidth(nbytes, seconds, n)[1]
+        assert bus <= bound * (1 + 1e-9), (plan, n, bus, bound)
+    if nodes > 1:  # the nodes' own busbw never exceeds their NICs
+        alg = nbytes / T.cost(plan, n, nbytes, pr)
+        assert alg * 2 * (nodes - 1) / nodes <= nics * bw * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 7, 8, 16, 24, 64])
@@ -84,17 +155,18 @@ def test_ring_is_bandwidth_optimal_and_rd_latency_optimal() -> None:
     st.integers(1, 12).map(lambda k: 2 * k),
     st.lists(st.floats(0, 1e-2), min_size=24, max_size=24),
     st.floats(0, 1.0),
+    st.sampled_from([PROFILE, replace(PROFILE, gpus_per_node=4, nics_per_node=2)]),
 )
-def test_timeline_laws(plan: str, n: int, delays: list[float], shift: float) -> None:
+def test_timeline_laws(plan: str, n: int, delays: list[float], shift: float, pr: T.Profile) -> None:
     """Starting later never ends earlier; shifting every start shifts the end; nobody ends before it starts."""
     ready = np.array(delays[:n])
-    tl = T.timeline(plan, n, 1e6, PROFILE, ready=ready)
+    tl = T.timeline(plan, n, 1e6, pr, ready=ready)
     assert (tl.done >= tl.ready).all()
-    assert tl.end >= T.timeline(plan, n, 1e6, PROFILE).end + ready.min() - 1e-15
+    assert tl.end >= T.timeline(plan, n, 1e6, pr).end + ready.min() - 1e-15
     later = ready.copy()
     later[n // 2] += 1e-3
-    assert T.timeline(plan, n, 1e6, PROFILE, ready=later).end >= tl.end - 1e-15
-    shifted = T.timeline(plan, n, 1e6, PROFILE, ready=ready + shift).end
+    assert T.timeline(plan, n, 1e6, pr, ready=later).end >= tl.end - 1e-15
+    shifted = T.timeline(plan, n, 1e6, pr, ready=ready + shift).end
     assert math.isclose(shifted, tl.end + shift, rel_tol=1e-9, abs_tol=1e-12)
     for s, d, t0, t1 in tl.messages:
         assert 0 <= s < n
@@ -150,6 +222,9 @@ def test_profile_from_table() -> None:
         T.Profile(beta=0.0)
     with pytest.raises(fr.InvalidArgument, match="alpha"):
         T.Profile(alpha=-1.0)
+    assert T.Profile.from_dict({"nics_per_node": 4}).nics_per_node == 4
+    with pytest.raises(fr.InvalidArgument, match="nics_per_node"):
+        T.Profile.from_dict({"nics_per_node": 0})
 
 
 @pytest.mark.parametrize(
