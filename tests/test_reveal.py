@@ -183,3 +183,10 @@ def test_cli_reveal(capsys):
     err = capsys.readouterr().err
     assert err.startswith("fpreduce: error: n must be")
     assert err.count("\n") == 1
+
+
+def test_a_left_fold_of_1024_takes_at_most_n_log2_n_calls():
+    n = 1024
+    found = rv.revelation(lambda x: np.cumsum(x)[-1], n, verify=200)  # numpy's cumsum: one running sum
+    assert rv.match_family(found.plan)[0] == "sequential"
+    assert found.calls <= n * np.log2(n) / 3  # 2n to 3n by the pivots drawn
