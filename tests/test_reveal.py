@@ -155,7 +155,7 @@ def test_bad_functions_and_arguments_are_one_line():
         fr.reveal(lambda x: 1 / 0, 8)
     with pytest.raises(fr.InvalidArgument, match="does not sum"):
         fr.reveal(np.mean, 8)
-    with pytest.raises(fr.InvalidArgument, match="n must be 2..256"):
+    with pytest.raises(fr.InvalidArgument, match="n must be 1..256"):
         fr.reveal(np.sum, 300, format="bf16")
     with pytest.raises(fr.InvalidArgument, match="reveal method"):
         fr.reveal(np.sum, 8, method="fastest")
@@ -179,7 +179,7 @@ def test_cli_reveal(capsys):
     assert "cancellation comes back exact" in capsys.readouterr().out
     assert main(["reveal", "numpy.nosuch", "--n", "10"]) == 2
     assert capsys.readouterr().err.startswith("fpreduce: error: unknown reveal target")
-    assert main(["reveal", "numpy.sum", "--n", "1"]) == 2
+    assert main(["reveal", "numpy.sum", "--n", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fpreduce: error: n must be")
     assert err.count("\n") == 1
@@ -190,3 +190,11 @@ def test_a_left_fold_of_1024_takes_at_most_n_log2_n_calls():
     found = rv.revelation(lambda x: np.cumsum(x)[-1], n, verify=200)  # numpy's cumsum: one running sum
     assert rv.match_family(found.plan)[0] == "sequential"
     assert found.calls <= n * np.log2(n) / 3  # 2n to 3n by the pivots drawn
+
+
+def test_numpy_sum_is_the_numpy_plan_at_every_n_to_130():
+    """n < 8 in order, 8..128 eight strided accumulators, above 128 halves: each regime and its edges."""
+    for n in range(1, 131):
+        found = rv.revelation(np.sum, n, verify=24, seed=n)
+        assert found.verdict == "tree"
+        assert "numpy" in rv.match_family(found.plan) or n == 1

@@ -138,8 +138,8 @@ def probe_scale(fmt: str | Format, n: int, accumulate: str | Format | None = Non
     f = get_format(fmt)
     a = f if accumulate is None else get_format(accumulate)
     most = 2 ** min(f.precision, a.precision)
-    if not 2 <= n <= most:
-        raise InvalidArgument(f"n must be 2..{most} to reveal a sum of {f.name} (counts of units exact), got {n}")
+    if not 1 <= n <= most:
+        raise InvalidArgument(f"n must be 1..{most} to reveal a sum of {f.name} (counts of units exact), got {n}")
     ratio = a.precision + 1 + max(0, math.ceil(math.log2(max(n - 2, 1))))  # log2(M / u)
     top = min(f.emax, ratio)
     if top - ratio < f.emin - f.precision + 1:
@@ -432,11 +432,11 @@ def _verify(
     chunk = max(1, min(count, _BLOCK_CELLS // n))
     for start in range(0, count, chunk):
         rows = _random_inputs(f, n, min(chunk, count - start), rng)
-        got = np.array([call_scalar(fn, r) for r in rows])
+        got = np.array([call_scalar(fn, r.copy()) for r in rows])  # (a function may write its input)
         if (wider := _not_in(got, f)) is not None:
             return rows.shape[0], rows.shape[0], wider
         if start == 0:
-            again = np.array([call_scalar(fn, r) for r in rows[:64]])
+            again = np.array([call_scalar(fn, r.copy()) for r in rows[:64]])
             if (varies := _differ(again, got[: again.size])).any():
                 j = int(np.flatnonzero(varies)[0])
                 return (
@@ -492,7 +492,7 @@ def revelation(
         fn: a 1-D array of ``n`` values of the format's storage dtype (float32,
             float16, ml_dtypes' bfloat16, ...) -> the reduced scalar (a number, 0-d
             array or tensor).
-        n: number of summands (2 .. 2**p: :func:`probe_scale`).
+        n: number of summands (1 .. 2**p: :func:`probe_scale`).
         format: the format of the inputs, the result and (by default) every partial sum.
         accumulate: the format of the partial sums, when not ``format``. Left out, and
             cancellation comes back exact in ``format``, the wider accumulators of
@@ -553,7 +553,7 @@ def _attempt(
         n, f.name, "not a binary tree", None, "", probes.unit, probes.big, 0, 0.0, method=method, accumulate=a.name
     )
     try:
-        root = _reveal_fast(probes, rng) if method == "fast" else _reveal_basic(probes)
+        root = 0 if n == 1 else _reveal_fast(probes, rng) if method == "fast" else _reveal_basic(probes)
         if (wide := _multiway(root)) is not None:
             raise _Refused(wide)
     except _Refused as e:
