@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,15 @@ def test_example_reproduces_eight_and_ten() -> None:
     assert [round(hier[n], 1) for n in (16, 32, 64)] == [11.7, 13.4, 12.7]
     assert hier[16] > ring[16]
     assert hier[64] < ring[64]
-    assert cfg.profile.nics_per_node == 1  # the example states its topology
+    text = EXAMPLE.read_text()  # the example states its topology, and what its comments quote holds
+    assert "gpus_per_node = 8" in text
+    assert "nics_per_node = 1" in text
+    assert [round(ring[64], 1), round({r.workers: r.speedup for r in rows if r.plan == "rd"}[16], 1)] == [17.6, 4.4]
+    wide = scaling(
+        [16, 32, 64], ["hier:8"], compute=cfg.compute, nbytes=cfg.nbytes, profile=replace(cfg.profile, nics_per_node=8)
+    )
+    assert [round(r.speedup, 1) for r in wide] == [14.7, 25.3, 37.8]  # a NIC per GPU: the shards do not share
+    assert all(r.busbw <= r.busbw_bound for r in rows)
     table = format_table(rows)
     assert table.count("\n") == len(rows) + 1
     assert rows_as_dicts(rows[:1])[0]["busbw"] == float("inf")  # N = 1: no communication
@@ -109,6 +118,21 @@ def test_findings_follow_the_numbers() -> None:
     assert "falls below 80% at N = 16" in text
     fast = scaling([1, 8, 16], ["ring"], compute=400.0, nbytes=1e8, profile=NODE)  # compute dominates
     assert "stays at or above 80% up to N = 16" in findings(fast)[0]
+    hier = scaling([8, 16, 32, 64], ["hier:8", "ring"], compute=0.4, nbytes=1e8, profile=NODE)
+    said = findings(hier)
+    assert "peaks at N = 32 (13.5x)" in said[0]
+    assert "of the 14.1 GB/s its links allow" in said[0]
+    assert said[-1] == "Fastest point: ring on 64 workers, 17.7x."
+
+
+def test_cluster_text_states_the_topology() -> None:
+    from fpreduce.report.scaling import cluster_text
+
+    text = cluster_text(NODE)
+    assert "nodes of 8 workers" in text
+    assert "1 NIC of 12.5 GB/s per node" in text
+    assert "8 shards sent across together move at 1.56 GB/s each" in text
+    assert "3 NICs of 12.5 GB/s per node" in cluster_text(replace(NODE, nics_per_node=3))
 
 
 def test_a_foreign_directory_is_never_written(tmp_path: Path) -> None:

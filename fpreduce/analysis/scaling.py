@@ -8,7 +8,9 @@ backward pass). Speed-up is ``step(1) / step(N)``, efficiency ``speed-up / N``.
 Why "8 workers gave nearly 8x, 16 only 10x": with 8 GPUs in one node the ring runs over
 NVLink and costs little next to the compute; at 16 it crosses the slower network between
 nodes, and its ``2 (N-1)/N n beta`` no longer shrinks as N grows while the compute does.
-``examples/scaling.toml`` states a profile that shows it.
+``examples/scaling.toml`` states a profile that shows it, and its topology (GPUs and NICs
+per node: the flows that leave a node at once share its NICs, :mod:`fpreduce.core.timing`).
+Each row carries the bus bandwidth the plan's links allow beside the one it reaches.
 
 >>> from fpreduce.core.timing import Profile
 >>> pr = Profile(alpha=5e-6, beta=1 / 12.5e9, gamma=0.0, alpha_intra=1e-6, beta_intra=1 / 150e9, gpus_per_node=8)
@@ -27,7 +29,7 @@ from typing import Any
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.base.tomlfile import read_toml
-from fpreduce.core.timing import Profile, bus_bandwidth, cost
+from fpreduce.core.timing import Profile, bus_bandwidth, busbw_bound, cost
 from fpreduce.plans import FAMILIES, parse
 
 __all__ = [
@@ -55,6 +57,8 @@ class ScaleRow:
         efficiency: ``speedup / N``.
         algbw: nccl-tests' algorithm bandwidth of the all-reduce (B/s; inf for N = 1).
         busbw: its bus bandwidth ``algbw * 2 (N-1) / N``.
+        busbw_bound: the most bus bandwidth the links the plan crosses allow
+            (:func:`fpreduce.core.timing.busbw_bound`; inf for N = 1).
     """
 
     plan: str
@@ -66,6 +70,7 @@ class ScaleRow:
     efficiency: float
     algbw: float
     busbw: float
+    busbw_bound: float = math.inf  # absent from studies written before the bound
 
 
 def _supported(plan: str, n: int) -> bool:
@@ -112,7 +117,8 @@ def scaling(
             step = compute / n + comm
             alg, bus = bus_bandwidth(nbytes, comm, n)
             speed = compute / step
-            out.append(ScaleRow(plan, n, compute / n, comm, step, speed, speed / n, alg, bus))
+            bound = busbw_bound(plan, n, profile)
+            out.append(ScaleRow(plan, n, compute / n, comm, step, speed, speed / n, alg, bus, bound))
     return out
 
 
@@ -176,15 +182,15 @@ def scale_config_from_dict(d: Mapping[str, Any], *, where: str = "config") -> Sc
 
 
 def format_table(rows: Sequence[ScaleRow]) -> str:
-    """The rows as an aligned text table (times in ms, bandwidths in GB/s)."""
+    """The rows as an aligned text table (times in ms, bandwidths in GB/s; ``bound``: what the links allow)."""
     head = f"{'plan':<14}{'N':>5}{'compute ms':>12}{'comm ms':>10}{'step ms':>10}{'speed-up':>10}{'effic.':>8}"
-    head += f"{'busbw GB/s':>12}"
+    head += f"{'busbw GB/s':>12}{'bound':>8}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        bus = "-" if math.isinf(r.busbw) else f"{r.busbw / 1e9:.1f}"
+        bus, bound = ("-" if math.isinf(v) else f"{v / 1e9:.1f}" for v in (r.busbw, r.busbw_bound))
         lines.append(
             f"{r.plan:<14}{r.workers:>5}{r.compute_s * 1e3:>12.2f}{r.comm_s * 1e3:>10.2f}{r.step_s * 1e3:>10.2f}"
-            f"{r.speedup:>10.2f}{r.efficiency:>8.0%}{bus:>12}"
+            f"{r.speedup:>10.2f}{r.efficiency:>8.0%}{bus:>12}{bound:>8}"
         )
     return "\n".join(lines)
 

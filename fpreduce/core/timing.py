@@ -198,11 +198,11 @@ class _Net:
         """How many times longer a byte takes when ``flows`` flows share the node's NICs (>= 1)."""
         return max(1.0, flows / self.nics)
 
-    def seconds(self, s: int, d: int, b: float, share: float = 1.0) -> float:
-        """One message of ``b`` bytes from ``s`` to ``d``, its NIC shared ``share`` ways if it leaves the node."""
+    def link(self, s: int, d: int, share: float = 1.0) -> tuple[float, float]:
+        """``(alpha, beta)`` of a message from ``s`` to ``d``, its NIC shared ``share`` ways if it leaves the node."""
         if self.cross(s, d):
-            return self.alpha + b * self.beta * share
-        return self.alpha_intra + b * self.beta_intra
+            return self.alpha, self.beta * share
+        return self.alpha_intra, self.beta_intra
 
 
 def _plan(plan: AnyPlan | str, n: int) -> AnyPlan:
@@ -451,7 +451,8 @@ class _Sim:
             out, inn = self._nic(s // self.net.g, 0), self._nic(d // self.net.g, 1)
             i, j = out.index(min(out)), inn.index(min(inn))
             t0 = max(t0, out[i], inn[j])
-        t1 = t0 + self.net.seconds(s, d, b)
+        a, beta = self.net.link(s, d)
+        t1 = t0 + a + b * beta
         if cross:
             out[i] = inn[j] = t1
         self.t[s] = max(self.t[s], t1)
@@ -468,7 +469,8 @@ class _Sim:
         for s, d in pairs:
             share = max(self.net.share(out[s // g]), self.net.share(inn[d // g])) if self.net.cross(s, d) else 1.0
             t0 = max(t[s], t[d])
-            t1 = t0 + self.net.seconds(s, d, b, share)
+            a, beta = self.net.link(s, d, share)
+            t1 = t0 + a + b * beta
             new[s] = max(new[s], t1)
             new[d] = max(new[d], t1 + b * gamma)
             self.messages.append((s, d, float(t0), float(t1)))

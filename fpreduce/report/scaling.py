@@ -2,8 +2,10 @@
 
 A pure function of a study directory (its ``scale.json``, read through
 :func:`fpreduce.run.rundir.read_study`). Every sentence is computed from the rows it
-describes (:func:`findings`); the figure draws speed-up against N with the ideal line,
-and per plan the all-reduce's time against the compute per worker.
+describes (:func:`findings`) and the cluster's profile (:func:`cluster_text`); the figure
+draws speed-up against N with the ideal line, and per plan the all-reduce's time against
+the compute per worker, both with the node boundaries marked (the workers of one node
+shaded, the number of nodes on the top axis).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from fpreduce.report._figure import legend, new_figure, save_figures, series_sty
 from fpreduce.report.pdf import Doc, draw_png, render
 from fpreduce.run import rundir
 
-__all__ = ["findings", "plot_scaling", "write_scale_report"]
+__all__ = ["cluster_text", "findings", "plot_scaling", "write_scale_report"]
 
 
 def _by_plan(rows: Sequence[ScaleRow]) -> dict[str, list[ScaleRow]]:
@@ -28,6 +30,34 @@ def _by_plan(rows: Sequence[ScaleRow]) -> dict[str, list[ScaleRow]]:
     for r in rows:
         out.setdefault(r.plan, []).append(r)
     return out
+
+
+def _gb(v: float) -> str:
+    x = v / 1e9
+    return f"{x:.0f} GB/s" if x >= 100 else f"{x:.1f} GB/s" if x >= 10 else f"{x:.2f} GB/s"
+
+
+def cluster_text(p: Any) -> str:
+    """The cluster's links and topology in one paragraph, from its profile (a ``Profile`` or its fields)."""
+    g, nics = p.gpus_per_node, getattr(p, "nics_per_node", 1)
+    if not hasattr(p, "nics_per_node"):
+        return (
+            f"Cluster: nodes of {g}, {_gb(1 / p.beta_intra)} inside a node and {_gb(1 / p.beta)} between nodes. "
+            "A study written before the model shared a node's NICs: its times let every flow leaving a node "
+            "use a whole NIC (rerun it)."
+        )
+    share = (
+        f"Flows that leave or enter a node at once share its {'NIC' if nics == 1 else f'{nics} NICs'}: "
+        f"{g} shards sent across together move at {_gb(min(1, nics / g) / p.beta)} each."
+        if g > 1
+        else f"One worker per node: its {'NIC is' if nics == 1 else f'{nics} NICs are'} its own."
+    )
+    return (
+        f"Cluster: nodes of {g} worker{'s' if g > 1 else ''} (worker i on node i // {g}), "
+        f"{p.alpha_intra * 1e6:g} us and {_gb(1 / p.beta_intra)} between two workers of a node; "
+        f"{nics} NIC{'s' if nics > 1 else ''} of {_gb(1 / p.beta)} per node, {p.alpha * 1e6:g} us "
+        f"between nodes; reduction " + (f"{_gb(1 / p.gamma)}. " if p.gamma > 0 else "free. ") + share
+    )
 
 
 def findings(rows: Sequence[ScaleRow], *, knee: float = 0.8) -> list[str]:
@@ -39,8 +69,14 @@ def findings(rows: Sequence[ScaleRow], *, knee: float = 0.8) -> list[str]:
         s = (
             f"{plan}: {big.speedup:.1f}x on {big.workers} workers ({big.efficiency:.0%} of ideal); "
             f"the all-reduce takes {big.comm_s * 1e3:.2f} ms of a {big.step_s * 1e3:.2f} ms step "
-            f"({big.comm_s / big.step_s:.0%})."
+            f"({big.comm_s / big.step_s:.0%})"
         )
+        if np.isfinite(big.busbw_bound) and np.isfinite(big.busbw):
+            s += f", at a busbw of {_gb(big.busbw)} of the {_gb(big.busbw_bound)} its links allow"
+        s += "."
+        peak = max(rs, key=lambda r: (r.speedup, -r.workers))
+        if peak is not big:
+            s += f" Its speed-up peaks at N = {peak.workers} ({peak.speedup:.1f}x): more workers make the step slower."
         below = [r for r in rs if r.workers > 1 and r.efficiency < knee]
         if below:
             first = below[0]
@@ -56,8 +92,22 @@ def findings(rows: Sequence[ScaleRow], *, knee: float = 0.8) -> list[str]:
     return out
 
 
-def plot_scaling(rows: Sequence[ScaleRow], out_dir: Path, *, title: str = "Speed-up") -> list[Path]:
-    """``out_dir/speedup.png|pdf``: speed-up vs N (ideal dashed) and each plan's step time split."""
+def _mark_nodes(ax: Any, ns: Sequence[int], g: int) -> None:
+    """Shade the workers of one node and label the top axis with the number of nodes (boundaries at N = k g)."""
+    if g > 1 and max(ns) > 1:
+        ax.axvspan(min(ns) / 1.15, min(g, max(ns)) * 1.07, color="0.85", alpha=0.5, lw=0, zorder=0)
+    if max(ns) > g:
+        ax.axvline(g * 1.07 if g > 1 else 1.0, color="0.35", lw=0.8, ls="-.")
+    top = ax.secondary_xaxis("top")
+    top.set_xticks(ns, [str(-(-n // g)) for n in ns])
+    top.set_xlabel(f"nodes of {g}", fontsize=8)
+    top.tick_params(labelsize=8)
+
+
+def plot_scaling(
+    rows: Sequence[ScaleRow], out_dir: Path, *, title: str = "Speed-up", gpus_per_node: int = 1
+) -> list[Path]:
+    """``out_dir/speedup.png|pdf``: speed-up vs N (ideal dashed) and each plan's step time split, nodes marked."""
 
     def build():  # type: ignore[no-untyped-def]
         fig, (ax, bx) = new_figure(title, "compute of the global batch split N ways + one all-reduce", 1, 2)
@@ -79,6 +129,15 @@ def plot_scaling(rows: Sequence[ScaleRow], out_dir: Path, *, title: str = "Speed
             a.set_xticks(ns, [str(n) for n in ns])
             a.set_xlabel("workers N")
             a.grid(True)
+            _mark_nodes(a, ns, gpus_per_node)
+        if gpus_per_node > 1:
+            from matplotlib.patches import Patch
+
+            entries.append((Patch(color="0.85", alpha=0.5), f"inside one node ({gpus_per_node} workers)"))
+        if max(ns) > gpus_per_node:
+            from matplotlib.lines import Line2D
+
+            entries.append((Line2D([], [], color="0.35", lw=0.8, ls="-."), "beyond: across nodes (NICs)"))
         ax.set_ylabel("speed-up over one worker")
         ax.set_yscale("log", base=2)
         lo = min(1.0, min(r.speedup for r in rows))
@@ -105,7 +164,7 @@ def write_scale_report(study_dir: str | Path) -> list[Path]:
     doc = rundir.read_study(out, "scale")
     rows, name = _rows(doc), doc["name"]
     p = SimpleNamespace(**doc["profile"])
-    figs = plot_scaling(rows, out / "figures", title=f"Speed-up: {name}")
+    figs = plot_scaling(rows, out / "figures", title=f"Speed-up: {name}", gpus_per_node=p.gpus_per_node)
     png = next(f for f in figs if f.suffix == ".png")
 
     def body(d: Doc) -> None:
@@ -113,18 +172,22 @@ def write_scale_report(study_dir: str | Path) -> list[Path]:
         d.heading(f"Speed-up of data-parallel training: {name}")
         d.text(
             f"A step computes the gradient of the global batch split over N workers ({doc['compute_s'] * 1e3:g} ms "
-            f"on one worker) and then all-reduces it ({doc['nbytes'] / 1e6:g} MB), with no overlap. Cluster: "
-            f"alpha {p.alpha * 1e6:g} us and {1 / p.beta / 1e9:g} GB/s between nodes, {p.alpha_intra * 1e6:g} us "
-            f"and {1 / p.beta_intra / 1e9:g} GB/s inside a node of {p.gpus_per_node}, reduction "
-            + (f"{1 / p.gamma / 1e9:g} GB/s." if p.gamma > 0 else "free.")
+            f"on one worker) and then all-reduces it ({doc['nbytes'] / 1e6:g} MB), with no overlap."
         )
+        d.text(cluster_text(p))
         for s in findings(rows):
             d.text("- " + s)
+        d.text(
+            "busbw = algbw x 2 (N-1)/N (nccl-tests); bound: the most busbw any all-reduce reaches on these links "
+            "(each worker moves 2 (N-1)/N of the gradient over its fastest link, each of M nodes 2 (M-1)/M through "
+            "its NICs; Patarasuk & Yuan 2009)."
+        )
         d.text(format_table(rows), mono=True, size=7)
         d.figure_page(
             draw_png(png),
             "Left: speed-up against N (dashed: ideal). Right: the all-reduce's time per step against the compute "
-            "per worker; above the dotted line, communication takes more of the step than compute.",
+            "per worker; above the dotted line, communication takes more of the step than compute. Shaded: the "
+            "workers of one node; top axis: the number of nodes.",
         )
 
     render(out / "report.pdf", f"fpreduce scale: {name}", body)
