@@ -48,7 +48,30 @@ GROUPS = {
         fr.exact_sum(X64),
         run_default(),
     ],
+    "modes": lambda: every_mode(),
 }
+
+MODES = ("nearest_even", "toward_zero", "up", "down", "stochastic")
+
+
+def every_mode() -> None:
+    """Every rounding mode of the kernels compiled per mode (the tests' rings, few columns, and the software
+    directed modes of fp32 rows that the processor's rounding otherwise takes): 30-60 s of compiling in the
+    first test process that needs each, measured on a cold cache."""
+    from fpreduce.core import _hwround
+
+    for mode in MODES:
+        fr.reduce(X[:5, :1], "ring:nccl", input="bf16", accumulate="bf16", rounding=mode, seed=1)
+        for acc in ("bf16", "fp16", "fp32"):
+            fr.reduce(X[:4, :2100], "ring:nccl", accumulate=acc, rounding=mode, seed=1)
+    with _hwround.disabled():
+        for mode in MODES[1:4]:
+            for plan, m in (("sequential", 4100), ("pairwise", 4100), ("sequential", 1), ("sequential", 12)):
+                for acc in ("fp32", "fp64", "bf16", "fp16"):
+                    fr.reduce(X[:, :m], plan, input="bf16", accumulate=acc, rounding=mode)
+    fr.reduce(
+        X[:2, :200], "sequential", input="fp32", accumulate="bf16", algorithm="binned", rounding="stochastic", seed=5
+    )
 
 
 def run_default() -> None:
