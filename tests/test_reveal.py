@@ -198,3 +198,20 @@ def test_numpy_sum_is_the_numpy_plan_at_every_n_to_130():
         found = rv.revelation(np.sum, n, verify=24, seed=n)
         assert found.verdict == "tree"
         assert "numpy" in rv.match_family(found.plan) or n == 1
+
+
+def test_hazard_map_groups_the_sizes_one_explanation_covers(capsys):
+    def switch(x):  # a left fold up to 16 values, numpy's tree beyond
+        return np.cumsum(x)[-1] if x.size <= 16 else np.sum(x)
+
+    regions = rv.hazard_map(switch, range(2, 41), verify=20)
+    assert [(r.first, r.last, r.family) for r in regions] == [(2, 16, "sequential"), (17, 40, "numpy")]
+    assert sum(r.sizes for r in regions) == 39
+    with pytest.raises(fr.InvalidArgument, match="ascending"):
+        rv.hazard_map(np.sum, [5, 3])
+    assert main(["reveal", "numpy.sum", "--sweep", "1:40:3", "--verify", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "1..40" in out
+    assert "numpy" in out
+    assert main(["reveal", "numpy.sum", "--sweep", "9:3"]) == 2
+    assert "FIRST:LAST" in capsys.readouterr().err

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -48,8 +48,10 @@ from fpreduce.plans import FAMILIES, Plan, Tree, fold, parse
 __all__ = [
     "METHODS",
     "NotATree",
+    "Region",
     "Revelation",
     "canonical",
+    "hazard_map",
     "match_family",
     "probe_scale",
     "reveal",
@@ -605,3 +607,66 @@ def reveal(
     if found.plan is None or found.accumulate != get_format(accumulate or format).name:
         raise NotATree(found)
     return found.plan
+
+
+@dataclass(frozen=True)
+class Region:
+    """A run of consecutive sizes ``n`` that one explanation covers (a row of the hazard map).
+
+    Attributes:
+        first, last: the sizes (inclusive) of the run, among those swept.
+        verdict, accumulate: as :class:`Revelation`'s, the same at every size of the run.
+        family: the project's plan family every size's tree is (``numpy``, ``sequential``, ...),
+            or ``""``: an explicit tree (one per size) or none.
+        sizes: how many sizes were revealed in the run; calls: their probe calls together.
+    """
+
+    first: int
+    last: int
+    verdict: str
+    accumulate: str
+    family: str
+    sizes: int
+    calls: int
+
+
+def hazard_map(
+    fn: Callable[[Any], Any],
+    sizes: Sequence[int],
+    *,
+    format: str | Format = "fp32",
+    verify: int = 1000,
+    seed: int = 0,
+) -> list[Region]:
+    """Reveal ``fn`` at every size of ``sizes`` (ascending) and group the sizes one explanation covers.
+
+    A new region starts where the verdict, the accumulator or the plan family changes: where
+    the library's tree changes with ``n`` (a determinism hazard: the same data, summed as part
+    of a longer or shorter vector, gives other bits).
+
+    >>> [(r.first, r.last, r.family) for r in hazard_map(lambda x: x.sum(), range(1, 11), verify=10)]
+    [(1, 10, 'numpy')]
+    """
+    ns = [int(n) for n in sizes]
+    if not ns or ns != sorted(set(ns)):
+        raise InvalidArgument(f"sizes must be distinct and ascending, got {list(sizes)[:8]}")
+    seen = []
+    for n in ns:
+        found = revelation(fn, n, format=format, verify=verify, seed=seed)
+        fams = match_family(found.plan) if found.plan is not None else []
+        seen.append((n, found.verdict, found.accumulate, fams or [""], found.calls))
+    out: list[Region] = []
+    i = 0
+    while i < len(seen):  # greedy: the family that covers the longest run from here
+        _, verdict, acc, fams, _ = seen[i]
+        best, end = fams[0], i + 1
+        for fam in fams:
+            j = i + 1
+            while j < len(seen) and seen[j][1:3] == (verdict, acc) and fam in seen[j][3]:
+                j += 1
+            if j > end:
+                best, end = fam, j
+        run = seen[i:end]
+        out.append(Region(run[0][0], run[-1][0], verdict, acc, best, len(run), sum(r[4] for r in run)))
+        i = end
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
+from dataclasses import asdict
 from functools import lru_cache
 from typing import Any
 
@@ -73,14 +74,13 @@ def _cmd_reveal(args: argparse.Namespace) -> int:
     from fpreduce.analysis.reveal import match_family, revelation, tree_text
 
     fn = target(args.target)
+    if (args.n is None) == (args.sweep is None):
+        raise InvalidArgument("reveal takes --n N or --sweep FIRST:LAST[:STEP], one of them")
+    if args.sweep is not None:
+        return _sweep(fn, args)
+    verify = 10_000 if args.verify is None else args.verify
     found = revelation(
-        fn,
-        args.n,
-        format=args.format,
-        accumulate=args.accumulate,
-        method=args.method,
-        verify=args.verify,
-        seed=args.seed,
+        fn, args.n, format=args.format, accumulate=args.accumulate, method=args.method, verify=verify, seed=args.seed
     )
     families = match_family(found.plan) if found.plan is not None else []
     text = None if found.plan is None else (families[0] if families else tree_text(found.plan))
@@ -106,6 +106,46 @@ def _cmd_reveal(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sizes(text: str) -> range:
+    try:
+        parts = [int(v) for v in text.split(":")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (2, 3) or parts[0] < 1 or parts[1] < parts[0] or (len(parts) == 3 and parts[2] < 1):
+        raise InvalidArgument(f"--sweep must be FIRST:LAST[:STEP] with 1 <= FIRST <= LAST, e.g. 1:300, got {text!r}")
+    return range(parts[0], parts[1] + 1, parts[2] if len(parts) == 3 else 1)
+
+
+def _sweep(fn: Callable[[Any], Any], args: argparse.Namespace) -> int:
+    """The hazard map over n: where the verdict, the accumulator or the plan family changes."""
+    from fpreduce.analysis.reveal import hazard_map
+
+    ns = _sizes(args.sweep)
+    verify = 1000 if args.verify is None else args.verify
+    regions = hazard_map(fn, ns, format=args.format, verify=verify, seed=args.seed)
+    if args.json:
+        print(
+            jsonfile.dumps(
+                {
+                    "target": args.target,
+                    "format": args.format,
+                    "verify": verify,
+                    "regions": [asdict(r) for r in regions],
+                }
+            )
+        )
+        return 0
+    print(
+        f"{args.target}, {args.format}, n = {args.sweep}: {len(regions)} region(s), each n verified on {verify} inputs"
+    )
+    print(f"{'n':<12} {'verdict':<18} {'accumulate':<10} plan family")
+    for r in regions:
+        span = str(r.first) if r.first == r.last else f"{r.first}..{r.last}"
+        print(f"{span:<12} {r.verdict:<18} {r.accumulate:<10} {r.family or '-'}")
+    print("a region: consecutive n with one verdict, accumulator and family ('-': an explicit tree per n, or none)")
+    return 0
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """``reveal``."""
     r = sub.add_parser(
@@ -114,7 +154,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "by masked probes, as a plan verified bit for bit (exit 0 a tree, 1 none)",
     )
     r.add_argument("target", help="numpy.sum, numpy.dot, torch.sum, or MODULE:FUNCTION (a 1-D array -> a scalar)")
-    r.add_argument("--n", type=int, required=True, help="number of summands")
+    r.add_argument("--n", type=int, default=None, help="number of summands")
+    r.add_argument(
+        "--sweep", default=None, help="FIRST:LAST[:STEP]: reveal every n of the range, print where the tree changes"
+    )
     r.add_argument("--format", default="fp32", help="format of the inputs and every partial sum (default fp32)")
     r.add_argument(
         "--accumulate",
@@ -122,7 +165,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="format of the partial sums (default: --format, then fp32 and fp64 if cancellation is exact)",
     )
     r.add_argument("--method", default="fast", help="fast (pivots, default) or basic (all n(n-1)/2 pairs)")
-    r.add_argument("--verify", type=int, default=10_000, help="random inputs to verify on (default 10000)")
+    r.add_argument(
+        "--verify", type=int, default=None, help="random inputs to verify on (default 10000; 1000 per n with --sweep)"
+    )
     r.add_argument("--seed", type=int, default=0, help="seed of the pivots and the random inputs (default 0)")
     r.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     r.set_defaults(func=_cmd_reveal)
