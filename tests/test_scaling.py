@@ -133,6 +133,7 @@ def test_cluster_text_states_the_topology() -> None:
     assert "1 NIC of 12.5 GB/s per node" in text
     assert "8 shards sent across together move at 1.56 GB/s each" in text
     assert "3 NICs of 12.5 GB/s per node" in cluster_text(replace(NODE, nics_per_node=3))
+    assert cluster_text(Profile()).startswith("Cluster: one worker per node; 1 NIC of 12.5 GB/s per node")
 
 
 def test_a_foreign_directory_is_never_written(tmp_path: Path) -> None:

@@ -46,17 +46,24 @@ def cluster_text(p: Any) -> str:
             "A study written before the model shared a node's NICs: its times let every flow leaving a node "
             "use a whole NIC (rerun it)."
         )
-    share = (
-        f"Flows that leave or enter a node at once share its {'NIC' if nics == 1 else f'{nics} NICs'}: "
-        f"{g} shards sent across together move at {_gb(min(1, nics / g) / p.beta)} each."
-        if g > 1
-        else f"One worker per node: its {'NIC is' if nics == 1 else f'{nics} NICs are'} its own."
-    )
+    its = "NIC" if nics == 1 else f"{nics} NICs"
+    if g > 1:
+        nodes = (
+            f"nodes of {g} workers (worker i on node i // {g}), {p.alpha_intra * 1e6:g} us and "
+            f"{_gb(1 / p.beta_intra)} between two workers of a node"
+        )
+        share = (
+            f"Flows that leave or enter a node at once share its {its}: {g} shards sent across together "
+            f"move at {_gb(min(1, nics / g) / p.beta)} each."
+        )
+    else:
+        nodes = "one worker per node"
+        verb = "is" if nics == 1 else "are"
+        share = f"Every all-reduce of 2 or more workers crosses the network; a worker's {its} {verb} its own."
+    reduction = f"{_gb(1 / p.gamma)}." if p.gamma > 0 else "free."
     return (
-        f"Cluster: nodes of {g} worker{'s' if g > 1 else ''} (worker i on node i // {g}), "
-        f"{p.alpha_intra * 1e6:g} us and {_gb(1 / p.beta_intra)} between two workers of a node; "
-        f"{nics} NIC{'s' if nics > 1 else ''} of {_gb(1 / p.beta)} per node, {p.alpha * 1e6:g} us "
-        f"between nodes; reduction " + (f"{_gb(1 / p.gamma)}. " if p.gamma > 0 else "free. ") + share
+        f"Cluster: {nodes}; {nics} NIC{'s' if nics > 1 else ''} of {_gb(1 / p.beta)} per node, "
+        f"{p.alpha * 1e6:g} us between nodes; reduction {reduction} {share}"
     )
 
 
@@ -94,10 +101,11 @@ def findings(rows: Sequence[ScaleRow], *, knee: float = 0.8) -> list[str]:
 
 def _mark_nodes(ax: Any, ns: Sequence[int], g: int) -> None:
     """Shade the workers of one node and label the top axis with the number of nodes (boundaries at N = k g)."""
-    if g > 1 and max(ns) > 1:
-        ax.axvspan(min(ns) / 1.15, min(g, max(ns)) * 1.07, color="0.85", alpha=0.5, lw=0, zorder=0)
+    if g == 1:  # every worker its own node: N is the number of nodes
+        return
+    ax.axvspan(min(ns) / 1.15, min(g, max(ns)) * 1.07, color="0.85", alpha=0.5, lw=0, zorder=0)
     if max(ns) > g:
-        ax.axvline(g * 1.07 if g > 1 else 1.0, color="0.35", lw=0.8, ls="-.")
+        ax.axvline(g * 1.07, color="0.35", lw=0.8, ls="-.")
     top = ax.secondary_xaxis("top")
     top.set_xticks(ns, [str(-(-n // g)) for n in ns])
     top.set_xlabel(f"nodes of {g}", fontsize=8)
@@ -134,7 +142,7 @@ def plot_scaling(
             from matplotlib.patches import Patch
 
             entries.append((Patch(color="0.85", alpha=0.5), f"inside one node ({gpus_per_node} workers)"))
-        if max(ns) > gpus_per_node:
+        if max(ns) > gpus_per_node > 1:
             from matplotlib.lines import Line2D
 
             entries.append((Line2D([], [], color="0.35", lw=0.8, ls="-."), "beyond: across nodes (NICs)"))
@@ -186,8 +194,13 @@ def write_scale_report(study_dir: str | Path) -> list[Path]:
         d.figure_page(
             draw_png(png),
             "Left: speed-up against N (dashed: ideal). Right: the all-reduce's time per step against the compute "
-            "per worker; above the dotted line, communication takes more of the step than compute. Shaded: the "
-            "workers of one node; top axis: the number of nodes.",
+            "per worker; above the dotted line, communication takes more of the step than compute. "
+            + (
+                f"Shaded: the {p.gpus_per_node} workers of one node; beyond the dash-dotted line the all-reduce "
+                "crosses nodes; top axis: the number of nodes."
+                if p.gpus_per_node > 1
+                else "One worker per node: N is also the number of nodes."
+            ),
         )
 
     render(out / "report.pdf", f"fpreduce scale: {name}", body)
