@@ -215,3 +215,14 @@ def test_hazard_map_groups_the_sizes_one_explanation_covers(capsys):
     assert "numpy" in out
     assert main(["reveal", "numpy.sum", "--sweep", "9:3"]) == 2
     assert "FIRST:LAST" in capsys.readouterr().err
+
+
+def test_matmul_targets_reduce_over_k():
+    from fpreduce.cli._reveal import target
+
+    for name in ("numpy.matmul", "torch.matmul"):
+        for batch in (1, 5):
+            found = rv.revelation(target(name, batch), 24, verify=100)
+            assert found.verdict == "tree", (name, batch, found.evidence)
+    with pytest.raises(fr.InvalidArgument, match="--batch"):
+        target("numpy.matmul", 0)

@@ -19,6 +19,8 @@ TARGETS = {
     "numpy.sum": "np.sum(x)",
     "numpy.dot": "np.dot(x, ones): the dot product with a vector of ones (BLAS for fp32/fp64)",
     "torch.sum": "torch.sum of the CPU tensor of x (torch 2.x)",
+    "numpy.matmul": "(A @ B)[0, 0]: A's row 0 is x (--batch rows, the others fixed random), B ones (n x 4)",
+    "torch.matmul": "the same with CPU tensors",
 }
 
 _DRAWN = 32  # trees of at most this many leaves are drawn
@@ -37,21 +39,51 @@ def _numpy_dot(x: Any) -> Any:
     return np.dot(x, _ones(x.size, x.dtype))
 
 
-def _torch_sum(x: Any) -> Any:
+def _tensor(x: Any) -> Any:
     import torch
 
-    views = {"bfloat16": (np.int16, torch.bfloat16)}
-    if x.dtype.name in views:  # ml_dtypes' bfloat16: the same bits, seen by torch
-        ints, dt = views[x.dtype.name]
-        return torch.from_numpy(x.view(ints)).view(dt).sum()
+    if x.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: the same bits, seen by torch
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
     if x.dtype not in (np.float16, np.float32, np.float64):
-        raise InvalidArgument(f"torch.sum: no torch dtype for {x.dtype.name} here")
-    return torch.from_numpy(x).sum()
+        raise InvalidArgument(f"torch: no torch dtype for {x.dtype.name} here")
+    return torch.from_numpy(x)
 
 
-def target(name: str) -> Callable[[Any], Any]:
-    """A built-in target, or ``MODULE:FUNCTION`` (e.g. ``math:fsum``, ``mypkg.ops:my_sum``) imported."""
-    builtin = {"numpy.sum": _numpy_sum, "numpy.dot": _numpy_dot, "torch.sum": _torch_sum}
+def _torch_sum(x: Any) -> Any:
+    return _tensor(x).sum()
+
+
+@lru_cache(maxsize=8)
+def _others(batch: int, n: int, dtype: np.dtype) -> Any:
+    """The fixed rows 1..batch-1 of a matmul's left matrix (values of x's format, seeded)."""
+    return np.random.default_rng(0).standard_normal((batch - 1, n)).astype(dtype)
+
+
+def _matmul(batch: int, torch: bool) -> Callable[[Any], Any]:
+    """(A @ B)[0, 0] with A = [x; fixed rows] (batch x n) and B ones (n x 4): the reduction over K = n."""
+
+    def fn(x: Any) -> Any:
+        a = np.concatenate([x[None, :], _others(batch, x.size, x.dtype)])
+        b = _ones(x.size * 4, x.dtype).reshape(x.size, 4)
+        return (_tensor(a) @ _tensor(b))[0, 0] if torch else (a @ b)[0, 0]
+
+    return fn
+
+
+def target(name: str, batch: int = 1) -> Callable[[Any], Any]:
+    """A built-in target, or ``MODULE:FUNCTION`` (e.g. ``math:fsum``, ``mypkg.ops:my_sum``) imported.
+
+    ``batch``: the rows of the matmuls' left matrix (x is row 0).
+    """
+    if batch < 1:
+        raise InvalidArgument(f"--batch must be at least 1, got {batch}")
+    builtin = {
+        "numpy.sum": _numpy_sum,
+        "numpy.dot": _numpy_dot,
+        "torch.sum": _torch_sum,
+        "numpy.matmul": _matmul(batch, torch=False),
+        "torch.matmul": _matmul(batch, torch=True),
+    }
     if name in builtin:
         return builtin[name]
     if ":" not in name:
@@ -73,7 +105,7 @@ def target(name: str) -> Callable[[Any], Any]:
 def _cmd_reveal(args: argparse.Namespace) -> int:
     from fpreduce.analysis.reveal import match_family, revelation, tree_text
 
-    fn = target(args.target)
+    fn = target(args.target, args.batch)
     if (args.n is None) == (args.sweep is None):
         raise InvalidArgument("reveal takes --n N or --sweep FIRST:LAST[:STEP], one of them")
     if args.sweep is not None:
@@ -153,11 +185,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="reveal the summation tree of a black box (numpy.sum, numpy.dot, torch.sum, MODULE:FUNCTION) "
         "by masked probes, as a plan verified bit for bit (exit 0 a tree, 1 none)",
     )
-    r.add_argument("target", help="numpy.sum, numpy.dot, torch.sum, or MODULE:FUNCTION (a 1-D array -> a scalar)")
+    r.add_argument(
+        "target",
+        help="numpy.sum, numpy.dot, numpy.matmul, torch.sum, torch.matmul, or MODULE:FUNCTION (1-D array -> scalar)",
+    )
     r.add_argument("--n", type=int, default=None, help="number of summands")
     r.add_argument(
         "--sweep", default=None, help="FIRST:LAST[:STEP]: reveal every n of the range, print where the tree changes"
     )
+    r.add_argument("--batch", type=int, default=1, help="rows of the matmul targets' left matrix (default 1)")
     r.add_argument("--format", default="fp32", help="format of the inputs and every partial sum (default fp32)")
     r.add_argument(
         "--accumulate",
