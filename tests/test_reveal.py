@@ -226,3 +226,14 @@ def test_matmul_targets_reduce_over_k():
             assert found.verdict == "tree", (name, batch, found.evidence)
     with pytest.raises(fr.InvalidArgument, match="--batch"):
         target("numpy.matmul", 0)
+
+
+def test_cli_reveal_json(capsys):
+    import json
+
+    assert main(["reveal", "numpy.sum", "--n", "12", "--verify", "50", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["verdict"], doc["plan"], doc["checked"], doc["differing"]) == ("tree", "numpy", 50, 0)
+    assert fr.plans.parse(doc["plan"], 12).n == 12
+    assert main(["reveal", "math:fsum", "--n", "12", "--verify", "50", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["plan"] is None

@@ -1,4 +1,4 @@
-"""Analyses built on the core: order outcomes of one sum, hypothesis strategies.
+"""Analyses built on the core: order outcomes of one sum, hypothesis strategies, reveal (a black box's tree).
 
 Imports ``base``, ``plans`` and ``core`` only.
 """
