@@ -405,17 +405,18 @@ def fsrc(path, workers=3):
 
 def test_npy_float64_is_rounded_to_float32(tmp_path):
     a = np.random.default_rng(0).standard_normal((4, 3, 5))
-    a[1, 0, 0], a[2, 1, 1], a[3, 2, 2] = np.nan, -np.inf, 1e300  # passed through / overflow to inf
+    a[1, 0, 0], a[2, 1, 1], a[3, 2, 2] = np.nan, -np.inf, 1e300  # passed through / overflows float32: refused
     np.save(tmp_path / "g.npy", a)
     src = fsrc(tmp_path / "g.npy")
     assert (src.kind, src.max_steps, src.workers, src.elements) == ("file", 4, 3, 5)
-    for t in range(4):
-        with np.errstate(over="ignore"):
-            want = a[t].astype(np.float32)
+    for t in range(3):
+        want = a[t].astype(np.float32)
         got = src.gradients(t)
         assert got.dtype == np.float32
         assert same_bits(got, want)
-    assert np.isinf(src.gradients(3)[2, 2])
+    assert same_bits(src.gradients(3, lo=0, hi=2), a[3, :, :2].astype(np.float32))
+    with pytest.raises(fr.InvalidArgument, match=r"step 3: 1 float64 gradient value\(s\) overflow float32"):
+        src.gradients(3)  # never silently inf (issue 26, item 5)
     with pytest.raises(fr.InvalidArgument, match="< 4"):
         src.gradients(4)
 

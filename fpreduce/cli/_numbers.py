@@ -82,19 +82,23 @@ def _cmd_sum(args: argparse.Namespace) -> int:
 
     x = _load_values(args.values)
     X = x if x.ndim == 2 else x[:, None]
-    bad = ~np.isfinite(X)
-    if bad.any():
-        i, j = np.argwhere(bad)[0]
-        raise InvalidArgument(f"value [{i}{'' if x.ndim == 1 else f', {j}'}] is {X[i, j]}: NaN/Inf are not allowed")
     n, d = X.shape
     opts, plan_list = _sum_options(args, n)
     if args.orders and d != 1:
         raise InvalidArgument("--orders needs a single sum: N values, not an (N, d) array")
-    Xi = round_to(X, opts["input"])
+    Xi = round_to(X, opts["input"])  # rounded to their format before any check
+    overflow = _input_overflow(x, X, Xi, opts["input"])
     ex = exact_sum(Xi)
     s = ex.to_float64()
     out_fmt = opts["output"] or opts["accumulate"]
     doc: dict[str, Any] = {"values": n, "columns": d, **opts, "plans": []}
+    if overflow is not None:
+        doc["input_overflow"] = overflow
+        if np.isnan(s).any():
+            raise InvalidArgument(
+                f"{overflow['text']}; the exact sum of the rounded {opts['input']} inputs is undefined (inf - inf): "
+                "use a wider --input"
+            )
     if d == 1:
         doc.update(exact=float(s[0]), exact_hex=float(s[0]).hex(), exact_is_rounded=bool(ex.lo[0] != 0))
     for name, p in plan_list:
@@ -130,6 +134,28 @@ def _cmd_sum(args: argparse.Namespace) -> int:
     return 0
 
 
+def _input_overflow(x: np.ndarray, X: np.ndarray, Xi: np.ndarray, fmt: str) -> dict[str, Any] | None:
+    """The inputs that overflow ``fmt`` when rounded to it (None if none); NaN/Inf given as values are refused."""
+    from fpreduce.core.formats import get_format
+
+    bad = ~np.isfinite(Xi)
+    if not bad.any():
+        return None
+    given = bad & ~np.isfinite(X)
+    at = np.argwhere(given if given.any() else bad)[0]
+    i, j = int(at[0]), int(at[1])
+    where = f"value [{i}{'' if x.ndim == 1 else f', {j}'}]"
+    if given.any():
+        raise InvalidArgument(f"{where} is {X[i, j]}: NaN/Inf are not allowed")
+    top = get_format(fmt).max_finite
+    count = int(bad.sum())
+    text = (
+        f"{count} input{'s' if count > 1 else ''} overflow{'' if count > 1 else 's'} {fmt} "
+        f"(largest finite {top:.8g}): {where} = {X[i, j]:.17g} rounds to {Xi[i, j]}"
+    )
+    return {"format": fmt, "count": count, "first": [i, j] if x.ndim == 2 else i, "max_finite": top, "text": text}
+
+
 def _sum_text(doc: dict[str, Any]) -> str:
     """The human-readable form of ``sum``'s result document."""
     from fpreduce.core.routes import render
@@ -140,6 +166,8 @@ def _sum_text(doc: dict[str, Any]) -> str:
         f"{doc['values']} values{cols}, {doc['input']} -> {doc['accumulate']}{out}, "
         f"{doc['rounding']}, algorithm {doc['algorithm']}"
     ]
+    if "input_overflow" in doc:
+        lines.append("overflow: " + doc["input_overflow"]["text"])
     if "exact" in doc:
         lines.append(
             f"exact sum of the {doc['input']} inputs: {doc['exact']!r} ({doc['exact_hex']})"

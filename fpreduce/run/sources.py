@@ -297,6 +297,7 @@ class FileSource(Source):
             path = path / "grads"  # a fpreduce.torch recording: its local gradients
         self._files: list[Path] | None = None
         self._array: Any = None
+        self._path, self._layout = path, {}
         if path.is_dir():
             files = sorted(
                 (f for f in path.iterdir() if f.suffix == ".npy" and f.is_file()),
@@ -305,6 +306,7 @@ class FileSource(Source):
             if not files:
                 raise InvalidArgument(f"{path}: no .npy files in this directory")
             shapes = {_npy_header(f, 2)[0] for f in files}
+            self._layout = {f: _npy_header(f, 2) for f in files}
             if len(shapes) > 1:
                 raise InvalidArgument(f"{path}: per-step files differ in shape: {sorted(shapes)}")
             self._files, self.max_steps = files, len(files)
@@ -313,7 +315,7 @@ class FileSource(Source):
             if path.suffix == ".npz":
                 self._array = _load_npz(path)
             else:
-                _npy_header(path, 3)
+                self._layout = {path: _npy_header(path, 3)}
                 self._array = _load(path, mmap_mode="r")
             self.max_steps, _, self.elements = self._check_shape(path, self._array.shape)
         else:
@@ -334,15 +336,62 @@ class FileSource(Source):
         """Float32 (workers, hi - lo) gradients of ``step``, elements lo..hi-1 (float64 rounded to nearest fp32)."""
         check_step(step, self.max_steps)
         lo, hi = _check_range(lo, hi, self.elements)
-        if self._files is not None:
-            f = self._files[step]
-            a = _load(f, mmap_mode="r")
-            if a.shape != (self.workers, self.elements):
-                raise InvalidArgument(f"{f}: shape {a.shape}, expected {(self.workers, self.elements)}")
+        f = self._files[step] if self._files is not None else self._path
+        if f in self._layout:  # a .npy file: read by offset, never through a mapping a truncation turns into SIGBUS
+            if self._files is not None and _npy_header(f, 2) != self._layout[f]:  # the file as it is now
+                raise InvalidArgument(f"{f}: changed while the run reads it: shape {_npy_header(f, 2)[0]}")
+            a = _read_rows(f, self._layout[f], None if self._files is not None else step, lo, hi)
         else:
-            a = self._array[step]
+            a = self._array[step][:, lo:hi]
         with np.errstate(over="ignore"):
-            return np.array(a[:, lo:hi], dtype=np.float32)
+            out = np.array(a, dtype=np.float32)
+        if a.dtype.itemsize == 8 and not np.isfinite(out).all():
+            _refuse_overflow(f, step, lo, a, out)
+        return out
+
+
+def _read_rows(
+    path: Path, layout: tuple[tuple[int, ...], np.dtype[Any], int, bool], step: int | None, lo: int, hi: int
+) -> NDArray[Any]:
+    """Elements lo..hi-1 of every worker (of ``step`` in a 3-d file) of a .npy file, by reads, never through a
+    mapping: a file shorter than its header says (truncated while a run reads it) is a one-line error."""
+    shape, dtype, offset, fortran = layout
+    workers, size, want = shape[-2], dtype.itemsize, offset + math.prod(shape) * dtype.itemsize
+    first = 0 if step is None else step * workers
+    out = np.empty((workers, hi - lo), dtype=dtype)
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            have = os.fstat(fh.fileno()).st_size
+            if have < want:
+                raise InvalidArgument(f"{path}: truncated while the run reads it ({have} bytes, header says {want})")
+            if fortran:  # element (s, w, e) at s + S w + S W e: the columns lo..hi-1 of every row, then pick ours
+                block = np.empty((hi - lo, *shape[-2::-1]), dtype=dtype)
+                fh.seek(offset + lo * math.prod(shape[:-1]) * size)
+                got, need = fh.readinto(block.data.cast("B")), block.nbytes
+                out[:] = (block if step is None else block[..., step]).T
+            for w in [] if fortran else range(workers):
+                fh.seek(offset + ((first + w) * shape[-1] + lo) * size)
+                got, need = fh.readinto(out[w].data.cast("B")), (hi - lo) * size
+                if got != need:
+                    break
+    except OSError as e:
+        raise InvalidArgument(f"{path}: cannot be read ({e.strerror or e})") from None
+    if got != need:
+        raise InvalidArgument(f"{path}: truncated while the run reads it")
+    return out
+
+
+def _refuse_overflow(path: Path, step: int, lo: int, a: NDArray[Any], out: NDArray[np.float32]) -> None:
+    """A float64 gradient beyond float32's range would silently become ±Inf: refused, counted, the first named."""
+    over = ~np.isfinite(out) & np.isfinite(np.asarray(a))
+    if not over.any():
+        return  # Inf/NaN recorded as such are the recording's own values
+    w, e = (int(v) for v in np.argwhere(over)[0])
+    raise InvalidArgument(
+        f"{path}: step {step}: {int(over.sum())} float64 gradient value(s) overflow float32 (largest finite "
+        f"{float(np.finfo(np.float32).max):.8g}), first worker {w} element {lo + e} = {float(a[w, e]):.17g}; "
+        "a run reads gradients as float32: rescale the recording"
+    )
 
 
 def file_shape(path: str | Path) -> tuple[int, int, int]:
@@ -351,21 +400,23 @@ def file_shape(path: str | Path) -> tuple[int, int, int]:
     return f.max_steps, f.workers, f.elements
 
 
-def _npy_header(path: Path, ndim: int) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    """Shape and dtype from a .npy header, checked (and the file long enough to hold them), without reading the data."""
+def _npy_header(path: Path, ndim: int) -> tuple[tuple[int, ...], np.dtype[Any], int, bool]:
+    """Shape, dtype, data offset and Fortran order from a .npy header, checked (and the file long enough to
+    hold them), without reading the data."""
     try:
         with open(path, "rb") as fh:
             fmt = np.lib.format
             version = fmt.read_magic(fh)
             read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-            shape, _, dtype = read(fh)
-            have, want = os.fstat(fh.fileno()).st_size - fh.tell(), math.prod(shape) * dtype.itemsize
+            shape, fortran, dtype = read(fh)
+            offset = fh.tell()
+            have, want = os.fstat(fh.fileno()).st_size - offset, math.prod(shape) * dtype.itemsize
     except _DAMAGED as e:
         raise InvalidArgument(f"{path}: not a readable .npy file ({e})") from None
     _check_array(path, shape, dtype, ndim)
     if have < want:
         raise InvalidArgument(f"{path}: truncated .npy file ({have} bytes of data, its header says {want})")
-    return shape, dtype
+    return shape, dtype, offset, bool(fortran)
 
 
 def _check_array(path: Path, shape: tuple[int, ...], dtype: np.dtype[Any], ndim: int) -> None:
