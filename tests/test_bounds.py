@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -72,3 +74,53 @@ def test_a_source_truncated_while_a_run_reads_it_is_an_error_not_sigbus(tmp_path
         fh.truncate(victim.stat().st_size - 4096)
     with pytest.raises(InvalidArgument, match="truncated"):
         src.gradients(2)
+
+
+# item 8: loopback-only MPI launches, a loud warning for an mpirun that is not contained
+
+LOOPBACK_FLAGS = "--mca btl_tcp_if_include lo --mca oob_tcp_if_include lo"
+
+
+def test_sweep_executor_mpi_spawns_with_loopback_transports(monkeypatch):
+    from fpreduce.backends import distributed
+
+    btl, oob = (f"OMPI_MCA_{k}" for k in distributed.LOOPBACK_MCA)
+    for k in (btl, oob, "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # stop before MPI_Init: what matters is the env it would see
+    with pytest.raises(InvalidArgument, match="mpi4py"):
+        distributed.mpi_pool(1)
+    assert os.environ[btl] == "lo"
+    assert os.environ[oob] == "lo"
+    monkeypatch.setenv(btl, "eth0")  # the user's own setting is kept
+    with pytest.raises(InvalidArgument):
+        distributed.mpi_pool(1)
+    assert os.environ[btl] == "eth0"
+
+
+def test_distributed_under_an_uncontained_mpirun_warns_with_the_mca_settings(monkeypatch):
+    from fpreduce.backends import distributed, mpi
+
+    job = {"OMPI_COMM_WORLD_SIZE": "2"}
+    assert distributed.listener_warning({}, ["lo", "eth0"]) is None  # not under mpirun
+    assert distributed.listener_warning(job, ["lo"]) is None  # a private network namespace
+    lo = {f"OMPI_MCA_{k}": "lo" for k in distributed.LOOPBACK_MCA}
+    assert distributed.listener_warning({**job, **lo}, ["lo", "eth0"]) is None
+    shm = {"OMPI_MCA_btl": "self,vader", "OMPI_MCA_oob_tcp_if_include": "lo"}
+    assert distributed.listener_warning({**job, **shm}, ["lo", "eth0"]) is None
+    loud = distributed.listener_warning({**job, "OMPI_MCA_btl": "^openib"}, ["lo", "eth0"])
+    assert loud is not None
+    assert LOOPBACK_FLAGS in loud
+    assert "eth0" in loud
+
+    class Comm:
+        def Get_rank(self) -> int:  # noqa: N802 - mpi4py's name
+            return 0
+
+        def Get_size(self) -> int:  # noqa: N802
+            return 2
+
+    monkeypatch.setattr(distributed, "listener_warning", lambda: loud)
+    with pytest.warns(mpi.ExposedListenerWarning, match="LISTENERS NOT CONTAINED"):
+        distributed.DistributedRun(None, Comm())  # type: ignore[arg-type]

@@ -38,7 +38,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,48 @@ __all__ = ["DistributedRun", "launch", "mpi_pool"]
 
 _TELL, _GIVE = 17, 18  # message tags: rank 0 to the others, the others to rank 0
 _POLL_S = 0.001
+
+
+#: the Open MPI settings that keep a job's transports (and what its out-of-band channel advertises) on loopback
+LOOPBACK_MCA = {"btl_tcp_if_include": "lo", "oob_tcp_if_include": "lo"}
+_LOOPBACK_FLAGS = " ".join(f"--mca {k} {v}" for k, v in LOOPBACK_MCA.items())
+
+
+def loopback_env(env: dict[str, str] | os._Environ[str] = os.environ) -> None:
+    """Default the job's Open MPI transports to loopback (``OMPI_MCA_*``), unless the caller set them."""
+    for k, v in LOOPBACK_MCA.items():
+        env.setdefault(f"OMPI_MCA_{k}", v)
+
+
+def listener_warning(env: Mapping[str, str] | None = None, interfaces: Sequence[str] | None = None) -> str | None:
+    """What to say when this process is a rank of an ``mpirun`` whose listeners are not contained: not in a
+    network namespace holding only ``lo`` and without the loopback MCA settings (None when contained or
+    not under mpirun). ``interfaces``: this namespace's network interfaces (default /sys/class/net)."""
+    env = os.environ if env is None else env
+    if "OMPI_COMM_WORLD_SIZE" not in env:
+        return None  # not an Open MPI job (srun, mpich, a singleton): nothing of ours to say
+    if interfaces is None:
+        try:
+            interfaces = os.listdir("/sys/class/net")
+        except OSError:
+            interfaces = ["unknown"]
+    if set(interfaces) <= {"lo"}:
+        return None  # a private network namespace: nothing but loopback to listen on
+    btl = env.get("OMPI_MCA_btl", "")
+    named = "tcp" in btl.lstrip("^").split(",")
+    tcp_off = (btl.startswith("^") and named) or (bool(btl) and not btl.startswith("^") and not named)
+    missing = [
+        k for k in LOOPBACK_MCA if env.get(f"OMPI_MCA_{k}") != "lo" and not (k == "btl_tcp_if_include" and tcp_off)
+    ]
+    if not missing:
+        return None
+    return (
+        "LISTENERS NOT CONTAINED: this --distributed run's mpirun lets its ranks and daemons talk (and listen) on "
+        f"every network interface ({', '.join(sorted(set(interfaces) - {'lo'}))}): {', '.join(missing)} not set to lo. "
+        f"For a one-machine run pass `mpirun {_LOOPBACK_FLAGS} ...` (or export "
+        + " ".join(f"OMPI_MCA_{k}={v}" for k, v in LOOPBACK_MCA.items())
+        + "), and run mpirun under `unshare -n` to close the listening ports themselves"
+    )
 
 
 def _one_line(e: BaseException) -> str:
@@ -77,6 +120,9 @@ class DistributedRun:
         self.cfg, self.comm = cfg, comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.root = self.rank == 0
+        loud = listener_warning() if self.root else None
+        if loud:
+            warnings.warn(loud, mpi.ExposedListenerWarning, stacklevel=2)
         self.spans: list[tuple[int, int]] = []
         self.merge_time = 0.0  # rank 0: gathering the shares (waiting included) and merging them
         self.wait_time = 0.0  # of which waiting for the shares and counts
@@ -282,12 +328,17 @@ def mpi_pool(jobs: int = 1) -> Executor:
     (InvalidArgument, in one line, where spawning is not possible, e.g. a singleton Open MPI without a launcher)."""
     if "mpi4py.MPI" not in sys.modules:  # before MPI_Init: spawn --jobs workers even beyond the cores (as --jobs does)
         os.environ.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        if "OMPI_COMM_WORLD_SIZE" not in os.environ:  # spawned workers are on this machine: loopback, unless set
+            loopback_env()
     try:
         from mpi4py import MPI
         from mpi4py.futures import MPIPoolExecutor
     except ImportError:
         raise InvalidArgument("--executor mpi needs the Python package mpi4py: pip install 'fpreduce[mpi]'") from None
     if MPI.COMM_WORLD.Get_size() > 1:  # under `python -m mpi4py.futures`: its static pool
+        loud = listener_warning()
+        if loud:
+            warnings.warn(loud.replace("--distributed run", "sweep"), mpi.ExposedListenerWarning, stacklevel=2)
         return MPIPoolExecutor()  # type: ignore[no-any-return]
     ex = MPIPoolExecutor(max_workers=jobs)
     try:
