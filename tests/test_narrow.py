@@ -15,7 +15,7 @@ from test_tall import data, same
 import fpreduce as fr
 from fpreduce.base import jit
 from fpreduce.core import _kernels_round as kr
-from fpreduce.core import _narrow
+from fpreduce.core import _narrow, routes
 from fpreduce.core.formats import get_format
 
 NARROW = ["fp32", "bf16", "tf32", "fp16", "fp8_e5m2", "fp8_e4m3"]
@@ -158,9 +158,8 @@ def test_tree_rows_equal_numpy_and_reference(acc, mode):
 @pytest.mark.parametrize("mode", ["nearest_even", *DIRECTED, "stochastic"])
 def test_fp64_accumulator_adds_float32_rows_as_read(inp, mode):
     """fp64 folds of wide float32 rows (no float64 copy): numpy, the reference, pieces; unrounded inputs loaded."""
-    from fpreduce.core import _tall
 
-    m = _tall._WIDTH + 50
+    m = routes.WIDTH + 50
     X = data(inp, 5, m, 21, specials=True)
     kw = {"input": inp, "accumulate": "fp64", "rounding": mode}
     got = fr.reduce(X, "sequential", seed=2, **kw)

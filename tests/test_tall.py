@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import fpreduce as fr
 from fpreduce.base import jit
-from fpreduce.core import _fastpath, _tall
+from fpreduce.core import _fastpath, _tall, routes
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core.formats import get_format
 
@@ -88,7 +88,7 @@ def test_compiled_fold_equals_numpy_and_fraction_reference(n, m, acc, mode, plan
 def test_block_kernel_many_columns(acc, mode, monkeypatch):
     """More columns than one block of the row kernel, and more than the register path takes."""
     monkeypatch.setattr(_tall, "_WIDE", _tall._WIDTH)  # blocks of _WIDTH columns
-    n, m = 5, _tall._WIDTH + 37
+    n, m = 5, routes.WIDTH + 37
     X = data("bf16", n, m, 3, True)
     for plan in ("sequential", "pairwise", "((0,(1,2)),(3,4))"):
         kw = {"input": "bf16", "accumulate": acc, "rounding": mode}
@@ -136,7 +136,7 @@ def test_inputs_that_need_rounding_are_loaded():
 )
 def test_wide_rows_check_their_inputs_as_they_are_read(plan, inp, acc, mode):
     """Inputs of a wide fold are checked while folding: a value not in the input format makes it load and refold."""
-    X = fr.round_to(np.random.default_rng(6).standard_normal((6, 3 * _tall._WIDTH)), inp).astype(np.float32)
+    X = fr.round_to(np.random.default_rng(6).standard_normal((6, 3 * routes.WIDTH)), inp).astype(np.float32)
     kw = {"input": inp, "accumulate": acc, "rounding": mode}
     ok = fr.reduce(X, plan, **kw)
     with jit.disabled():
