@@ -159,7 +159,7 @@ def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
     plans = ["ring", "rd", "rabenseifner", "linear", "sequential", "pairwise"]
     cfg.write_text(f"[scale]\nworkers = {list(range(1, 201))}\nplans = {plans}\n")  # 1200 rows, ~100 KB
     p = subprocess.Popen(
-        [sys.executable, "-m", "fpreduce.cli", "scale", str(cfg), "--no-report"],
+        [sys.executable, "-m", "fpreduce.cli", "scale", str(cfg), "--print-only"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         bufsize=0,
@@ -172,3 +172,20 @@ def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
     p.stderr.close()
     assert p.wait(timeout=60) == 0
     assert err == ""
+
+
+def test_scale_prints_algbw_and_busbw_over_message_sizes(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`fpreduce scale --bytes 1M,16M --print-only`: nccl-tests' columns, one row per size; nothing written."""
+    from fpreduce.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["scale", "--bytes", "1M,16M", "--print-only"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["plan", "N", "bytes"]
+    assert "algbw GB/s  busbw GB/s" in lines[0]
+    assert {line.split()[2] for line in lines[2:]} == {"1M", "16M"}
+    assert not list(tmp_path.iterdir())
+    assert main(["scale", "--bytes", "1Q", "--print-only"]) == 2
+    assert capsys.readouterr().err == "fpreduce: error: --bytes: '1Q' is not a size such as 1M, 256K, 1G or 4096\n"
+    assert main(["scale", "--bytes", "4K,64K", "--no-report", "--out", "s"]) == 0  # scale.json only, as price
+    assert sorted(p.name for p in (tmp_path / "s").iterdir() if not p.name.startswith(".")) == ["scale.json"]

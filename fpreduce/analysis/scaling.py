@@ -40,6 +40,7 @@ __all__ = [
     "rows_as_dicts",
     "scale_config_from_dict",
     "scaling",
+    "size_text",
 ]
 
 
@@ -71,6 +72,7 @@ class ScaleRow:
     algbw: float
     busbw: float
     busbw_bound: float = math.inf  # absent from studies written before the bound
+    nbytes: float = math.nan  # the message's bytes; absent from studies written before message-size sweeps
 
 
 def _supported(plan: str, n: int) -> bool:
@@ -82,7 +84,12 @@ def _supported(plan: str, n: int) -> bool:
 
 
 def scaling(
-    workers: Sequence[int], plans: Sequence[str], *, compute: float, nbytes: float, profile: Profile | None = None
+    workers: Sequence[int],
+    plans: Sequence[str],
+    *,
+    compute: float,
+    nbytes: float | Sequence[float],
+    profile: Profile | None = None,
 ) -> list[ScaleRow]:
     """The speed-up curve of each plan over ``workers``; points a plan cannot run (G not dividing N) are left out.
 
@@ -90,7 +97,8 @@ def scaling(
         workers: the N to evaluate (each >= 1).
         plans: plan texts (``ring``, ``rd``, ``hier:8``, ...).
         compute: seconds to compute the gradient of the whole global batch on one worker.
-        nbytes: the gradient's size in bytes.
+        nbytes: the gradient's size in bytes, or several sizes (nccl-tests' message-size sweep: the rows of
+            each size after the other's).
         profile: the cluster.
 
     Raises:
@@ -98,8 +106,10 @@ def scaling(
     """
     if isinstance(compute, bool) or not isinstance(compute, int | float) or not compute > 0 or math.isinf(compute):
         raise InvalidArgument(f"compute must be a positive number of seconds, got {compute!r}")
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int | float) or not 0 <= nbytes < math.inf:
-        raise InvalidArgument(f"bytes (elements x bytes_per_element) must be a finite number >= 0, got {nbytes!r}")
+    sizes: list[Any] = list(nbytes) if isinstance(nbytes, list | tuple) else [nbytes]
+    for b in sizes:
+        if isinstance(b, bool) or not isinstance(b, int | float) or not 0 <= b < math.inf:
+            raise InvalidArgument(f"bytes (elements x bytes_per_element) must be a finite number >= 0, got {b!r}")
     if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in workers):
         raise InvalidArgument(f"workers must be integers >= 1, got {list(workers)!r}")
     for p in plans:
@@ -109,16 +119,17 @@ def scaling(
         if family not in FAMILIES:
             raise unknown_name("plan", p, FAMILIES)
     out = []
-    for plan in plans:
-        for n in sorted(set(workers)):
-            if not _supported(plan, n):
-                continue
-            comm = cost(plan, n, nbytes, profile)
-            step = compute / n + comm
-            alg, bus = bus_bandwidth(nbytes, comm, n)
-            speed = compute / step
-            bound = busbw_bound(plan, n, profile)
-            out.append(ScaleRow(plan, n, compute / n, comm, step, speed, speed / n, alg, bus, bound))
+    for size in sizes:
+        for plan in plans:
+            for n in sorted(set(workers)):
+                if not _supported(plan, n):
+                    continue
+                comm = cost(plan, n, size, profile)
+                step = compute / n + comm
+                alg, bus = bus_bandwidth(size, comm, n)
+                speed = compute / step
+                bound = busbw_bound(plan, n, profile)
+                out.append(ScaleRow(plan, n, compute / n, comm, step, speed, speed / n, alg, bus, bound, float(size)))
     return out
 
 
@@ -138,7 +149,7 @@ class ScaleConfig:
     workers: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     plans: tuple[str, ...] = ("ring", "rd", "rabenseifner", "linear")
     compute: float = 0.4
-    nbytes: float = 1e8
+    nbytes: float | tuple[float, ...] = 1e8
     profile: Profile = field(default_factory=Profile)
     name: str = "scaling"
 
@@ -163,6 +174,8 @@ def scale_config_from_dict(d: Mapping[str, Any], *, where: str = "config") -> Sc
             raise unknown_name(f"{where}: scale key", k, _SCALE_KEYS)
     base = ScaleConfig()
     nbytes = s.get("bytes", base.nbytes)
+    if isinstance(nbytes, list):
+        nbytes = tuple(nbytes)
     if "elements" in s:
         nbytes = s["elements"] * s.get("bytes_per_element", 4)
     workers = s.get("workers", list(base.workers))
@@ -182,17 +195,30 @@ def scale_config_from_dict(d: Mapping[str, Any], *, where: str = "config") -> Sc
 
 
 def format_table(rows: Sequence[ScaleRow]) -> str:
-    """The rows as an aligned text table (times in ms, bandwidths in GB/s; ``bound``: what the links allow)."""
-    head = f"{'plan':<14}{'N':>5}{'compute ms':>12}{'comm ms':>10}{'step ms':>10}{'speed-up':>10}{'effic.':>8}"
-    head += f"{'busbw GB/s':>12}{'bound':>8}"
-    lines = [head, "-" * len(head)]
+    """The rows as an aligned text table (times in ms, bandwidths in GB/s as nccl-tests prints them: algbw =
+    bytes / time, busbw = algbw * 2 (N-1) / N; ``bound``: the busbw the links allow; ``bytes``: the message)."""
+    from fpreduce.base.texttable import table
+
+    head = ["plan", "N", "bytes", "compute ms", "comm ms", "step ms", "speed-up", "effic."]
+    head += ["algbw GB/s", "busbw GB/s", "bound"]
+    body = []
     for r in rows:
-        bus, bound = ("-" if math.isinf(v) else f"{v / 1e9:.1f}" for v in (r.busbw, r.busbw_bound))
-        lines.append(
-            f"{r.plan:<14}{r.workers:>5}{r.compute_s * 1e3:>12.2f}{r.comm_s * 1e3:>10.2f}{r.step_s * 1e3:>10.2f}"
-            f"{r.speedup:>10.2f}{r.efficiency:>8.0%}{bus:>12}{bound:>8}"
+        alg, bus, bound = ("-" if math.isinf(v) else f"{v / 1e9:.1f}" for v in (r.algbw, r.busbw, r.busbw_bound))
+        body.append(
+            [r.plan, r.workers, size_text(r.nbytes), f"{r.compute_s * 1e3:.2f}", f"{r.comm_s * 1e3:.2f}"]
+            + [f"{r.step_s * 1e3:.2f}", f"{r.speedup:.2f}", f"{r.efficiency:.0%}", alg, bus, bound]
         )
-    return "\n".join(lines)
+    return table(head, body, align="l")
+
+
+def size_text(n: float) -> str:
+    """A message size as nccl-tests' sizes are written: 1M = 2**20 bytes, 256K, 1G; else the bytes ("-": unknown)."""
+    if math.isnan(n):
+        return "-"
+    for unit, k in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 2**k and n % 2**k == 0:
+            return f"{int(n) >> k}{unit}"
+    return f"{n:g}"
 
 
 def rows_as_dicts(rows: Sequence[ScaleRow]) -> list[dict[str, Any]]:

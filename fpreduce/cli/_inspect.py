@@ -10,6 +10,7 @@ import numpy as np
 
 from fpreduce.base import jsonfile
 from fpreduce.base.errors import InvalidArgument
+from fpreduce.base.texttable import table
 
 if TYPE_CHECKING:
     from fpreduce.run.rundir import Results
@@ -82,12 +83,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         print(jsonfile.dumps({**doc, "identical": same}))
         return 0 if same else 1
-    print(f"{'arm':<14} {'steps':>5}  {'bits':<10} {'first differing step':>20} {'steps differing':>16}")
+    body = []
     for r in doc["arms"]:
         verdict = {True: "identical", False: "DIFFER", None: "unknown"}[r["identical"]]
         first = "-" if r["first_differing_step"] is None else str(r["first_differing_step"])
         nd = "-" if r["steps_differing"] is None else f"{r['steps_differing']} of {r['steps']}"
-        print(f"{r['arm']:<14} {r['steps']:>5}  {verdict:<10} {first:>20} {nd:>16}")
+        body.append([r["arm"], r["steps"], verdict, first, nd])
+    print(table(["arm", "steps", "bits", "first differing step", "steps differing"], body, align="lrlrr", rule=False))
     for key, what in (("only_in_first", ra), ("only_in_second", rb)):
         if doc[key]:
             print(f"only in {what}: {', '.join(doc[key])}")
@@ -122,22 +124,20 @@ def _cmd_list(args: argparse.Namespace) -> int:
         if args.json:
             print(jsonfile.dumps(rows))
             return 0
-        print(f"{'name':<10} {'bits':>4} {'p':>3} {'e':>3} {'u':>10} {'max':>10} {'min normal':>11}  also written")
-        for r in rows:
-            print(
-                f"{r['name']:<10} {r['bits']:>4} {r['precision']:>3} {r['exponent_bits']:>3} "
-                f"{r['unit_roundoff']:>10.3g} {r['max']:>10.4g} {r['smallest_normal']:>11.4g}  "
-                + ", ".join(r["spellings"])  # type: ignore[arg-type]
-            )
+        head = ["name", "bits", "p", "e", "u", "max", "min normal", "also written"]
+        body = [
+            [r["name"], r["bits"], r["precision"], r["exponent_bits"], f"{r['unit_roundoff']:.3g}"]
+            + [f"{r['max']:.4g}", f"{r['smallest_normal']:.4g}", ", ".join(r["spellings"])]  # type: ignore[arg-type]
+            for r in rows
+        ]
+        print(table(head, body, align="lrrrrrrl", rule=False))
         print("p: significand bits (with the hidden bit); e: exponent bits; u = 2^-p (round-to-nearest's bound)")
         print("any case; numpy.X is np.X; in Python the dtype objects too (np.float16, ml_dtypes.bfloat16, ...)")
         return 0
     if args.json:
         print(jsonfile.dumps(DESCRIPTIONS))
         return 0
-    for text in DESCRIPTIONS.values():
-        syntax, _, what = text.partition(": ")
-        print(f"{syntax:<34} {what}")
+    print(table(None, [text.partition(": ")[::2] for text in DESCRIPTIONS.values()], align="ll"))
     print('an explicit tree over workers 0..N-1 is a plan too: "((0,1),(2,3))"; docs/collectives.md cites the sources')
     return 0
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from fpreduce.base import jsonfile
 from fpreduce.base.errors import InvalidArgument
+from fpreduce.base.texttable import table, width
 
 
 def _load_values(spec: str) -> np.ndarray:
@@ -173,20 +174,22 @@ def _sum_text(doc: dict[str, Any]) -> str:
             f"exact sum of the {doc['input']} inputs: {doc['exact']!r} ({doc['exact_hex']})"
             + (" (rounded to float64)" if doc["exact_is_rounded"] else "")
         )
+    body = []
     for r in doc["plans"]:
-        if "route" in r:
-            lines.append(f"{r['plan']:>14}: " + render(r["route"], " " * 16).lstrip())
         if "value" in r:
             b = r["abs_error_bound"]
-            lines.append(
-                f"{r['plan']:>14}: {r['value']!r:<24} {r['hex']:<24} error {r['error_ulp']:6.2f} ulp   "
-                + ("a-priori bound not informative (d u >= 1)" if b is None else f"a-priori |error| <= {b:.3g}")
-            )
+            bound = "not informative (d u >= 1)" if b is None else f"<= {b:.3g}"
+            body.append([r["plan"], repr(r["value"]), r["hex"], f"{r['error_ulp']:.2f}", bound])
         else:
-            lines.append(
-                f"{r['plan']:>14}: max error {r['max_error_ulp']:.2f} ulp, "
-                f"{100 * r['correctly_rounded']:.1f}% correctly rounded"
-            )
+            body.append([r["plan"], f"{r['max_error_ulp']:.2f}", f"{100 * r['correctly_rounded']:.1f}%"])
+    if "exact" in doc:
+        head = ["plan", "value", "hex", "error ulp", "a-priori |error|"]
+        lines.append(table(head, body, align="lllrl"))
+    else:
+        lines.append(table(["plan", "max error ulp", "correctly rounded"], body, align="lrr"))
+    for r in doc["plans"]:
+        if "route" in r:
+            lines.append(f"{r['plan']}: " + render(r["route"], " " * (width(r["plan"]) + 2)).lstrip())
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fpreduce.base import jsonfile
+from fpreduce.base.texttable import table
 
 
 def _say(text: str, quiet: bool) -> None:
@@ -25,10 +26,13 @@ def _step_lines(res: dict[str, Any]) -> list[str]:
             f"  path {name} ({p['elements']} elements): {p['does']}; emulated as average {p['average']}"
             for name, p in res["paths"].items()
         ),
-        f"{'step':>6} {'elements':>10} {'differ':>8}  bit-exact",
+        table(
+            ["step", "elements", "differ", "bit-exact"],
+            [[s["step"], s["elements"], s["differ"], "yes" if s["differ"] == 0 else "NO"] for s in res["per_step"]],
+            align="rrrl",
+            rule=False,
+        ),
     ]
-    for s in res["per_step"]:
-        lines.append(f"{s['step']:>6} {s['elements']:>10} {s['differ']:>8}  {'yes' if s['differ'] == 0 else 'NO'}")
     lines.append(
         f"real_match = {res['real_match']:.6g}: {res['elements'] - res['differ']} of {res['elements']} elements "
         "bit-identical to the recorded real all-reduce"
@@ -42,9 +46,7 @@ def _layer_lines(rows: list[dict[str, Any]], dtype: str) -> list[str]:
     from fpreduce.report.layers import TABLE_NOTE, layer_table
 
     header, cells = layer_table(rows, dtype)
-    w = [max(len(str(r[j])) for r in [header, *cells]) for j in range(len(header))]
-    lines = [TABLE_NOTE + ":"]
-    return lines + ["  ".join(c.rjust(w[j]) if j else c.ljust(w[j]) for j, c in enumerate(r)) for r in [header, *cells]]
+    return [TABLE_NOTE + ":", table(header, cells, rule=False)]
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import contextlib
 
 from fpreduce.base import jsonfile
 from fpreduce.base.errors import InvalidArgument
+from fpreduce.base.texttable import table
 
 
 def _int(text: str, option: str) -> int:
@@ -18,25 +19,50 @@ def _int(text: str, option: str) -> int:
 
 
 def _cmd_scale(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
+    from dataclasses import asdict, replace
 
     from fpreduce.analysis.scaling import ScaleConfig, format_table, load_scale_config, rows_as_dicts, scaling
     from fpreduce.run import rundir
 
     cfg = load_scale_config(args.config) if args.config else ScaleConfig()
+    if args.bytes is not None:
+        cfg = replace(cfg, nbytes=_sizes(args.bytes))
     out = rundir.out_dir(args.out, cfg.name, "scale.name")
-    with contextlib.nullcontext() if args.no_report else rundir.claim(out, "scale", force=args.force):
+    with contextlib.nullcontext() if args.print_only else rundir.claim(out, "scale", force=args.force):
         rows = scaling(cfg.workers, cfg.plans, compute=cfg.compute, nbytes=cfg.nbytes, profile=cfg.profile)
-        doc = {"name": cfg.name, "compute_s": cfg.compute, "nbytes": cfg.nbytes, "profile": asdict(cfg.profile)}
+        nbytes = list(cfg.nbytes) if isinstance(cfg.nbytes, tuple) else cfg.nbytes
+        doc = {"name": cfg.name, "compute_s": cfg.compute, "nbytes": nbytes, "profile": asdict(cfg.profile)}
         doc["rows"] = rows_as_dicts(rows)
-        if not args.no_report:
+        files = []
+        if not args.print_only:
+            files.append(rundir.write_study(out, "scale", doc))
+        if not (args.print_only or args.no_report):
             from fpreduce.report.scaling import write_scale_report
 
-            files = [rundir.write_study(out, "scale", doc), *write_scale_report(out)]
+            files += write_scale_report(out)
         print(jsonfile.dumps(doc) if args.json else format_table(rows))
-        if not (args.no_report or args.json):
+        if files and not args.json:
             print("wrote " + ", ".join(str(f) for f in files if f.suffix != ".pdf" or f.name == "report.pdf"))
     return 0
+
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def _sizes(text: str) -> tuple[float, ...]:
+    """``--bytes 1M,16M,256M`` (nccl-tests' sizes: K, M, G are powers of 2**10; plain numbers are bytes)."""
+    out = []
+    for part in text.split(","):
+        t = part.strip().upper().removesuffix("B")
+        unit = t[-1:] if t[-1:] in _UNITS else ""
+        try:
+            v = float(t[: len(t) - len(unit)]) * _UNITS[unit]
+        except ValueError:
+            raise InvalidArgument(f"--bytes: {part.strip()!r} is not a size such as 1M, 256K, 1G or 4096") from None
+        if not 0 <= v < float("inf"):
+            raise InvalidArgument(f"--bytes: {part.strip()!r} must be a finite size >= 0")
+        out.append(v)
+    return tuple(out)
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -50,11 +76,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.out:  # before the minutes of timing
         file_target(args.out, "calibration", "--out", is_calibration, "cluster.toml")
     cal = calibrate(args.np, algorithms=algorithms, sizes=sizes, reps=args.reps)
-    for f in cal.fits:
-        print(
-            f"{f.algorithm:<20} {len(f.nbytes)} sizes  {f.measured[0] * 1e6:9.1f} us .. {f.measured[-1] * 1e3:8.3f} ms"
-            f"  prediction error {f.error:6.1%} (own fit {f.own_error:6.1%})"
-        )
+    head = ["algorithm", "sizes", "smallest us", "largest ms", "prediction error", "own fit"]
+    body = [
+        [f.algorithm, len(f.nbytes), f"{f.measured[0] * 1e6:.1f}", f"{f.measured[-1] * 1e3:.3f}"]
+        + [f"{f.error:.1%}", f"{f.own_error:.1%}"]
+        for f in cal.fits
+    ]
+    print(table(head, body, align="l"))
     text = cal.to_toml()
     if args.out:
         atomic_write(file_target(args.out, "calibration", "--out", is_calibration, "cluster.toml"), text)
@@ -96,14 +124,22 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     sc.add_argument("config", nargs="?", default=None, help="TOML with [scale] and [cluster] (examples/scaling.toml)")
     sc.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     sc.add_argument("--out", default=None, help="directory for scale.json, figures and report.pdf (runs/<name>)")
-    sc.add_argument("--no-report", action="store_true", help="print only; write no files")
+    sc.add_argument(
+        "--bytes",
+        default=None,
+        metavar="SIZES",
+        help="message sizes as nccl-tests writes them, comma-separated: 1M,16M,256M (K, M, G: powers of 1024; "
+        "else bytes); one curve per plan and size (overrides scale.bytes)",
+    )
+    sc.add_argument("--no-report", action="store_true", help="skip figures and the PDF report (scale.json is written)")
+    sc.add_argument("--print-only", action="store_true", help="print the table; write no files at all")
     sc.add_argument("--force", action="store_true", help="replace a scale study already in --out")
     sc.set_defaults(func=_cmd_scale)
     pr = sub.add_parser("price", help="the price of determinism: sync vs arrival-order vs async training on one clock")
     pr.add_argument("config", nargs="?", default=None, help="TOML with [price], [source], [compute], [cluster]")
     pr.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     pr.add_argument("--out", default=None, help="directory for price.json, figures and report.pdf (runs/<name>)")
-    pr.add_argument("--no-report", action="store_true", help="write price.json only: no figures, no PDF")
+    pr.add_argument("--no-report", action="store_true", help="skip figures and the PDF report (price.json is written)")
     pr.add_argument("--force", action="store_true", help="replace a price study already in --out")
     pr.set_defaults(func=_cmd_price)
     ca = sub.add_parser("calibrate", help="time Open MPI's allreduce algorithms and fit alpha, beta, gamma")

@@ -63,15 +63,15 @@ def findings(rows: Sequence[Row], target: float) -> list[str]:
 
 def table(rows: Sequence[Row]) -> str:
     """The rows as an aligned text table."""
-    head = f"{'mode':<14}{'ms/step':>9}{'to target':>11}{'final loss':>12}{'bits vs ref':>12}{'rerun bits':>11}"
-    head += f"{'stale':>7}"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r['mode']:<14}{r['step_s'] * 1e3:>9.1f}{_secs(r['time_to_target_s']):>11}{r['final_loss']:>12.4g}"
-            f"{r['bits_vs_reference']:>12.1%}{r['rerun_bits']:>11.1%}{r['staleness_mean']:>7.1f}"
-        )
-    return "\n".join(lines)
+    from fpreduce.base.texttable import table as render
+
+    head = ["mode", "ms/step", "to target", "final loss", "bits vs ref", "rerun bits", "stale"]
+    body = [
+        [r["mode"], f"{r['step_s'] * 1e3:.1f}", _secs(r["time_to_target_s"]), f"{r['final_loss']:.4g}"]
+        + [f"{r['bits_vs_reference']:.1%}", f"{r['rerun_bits']:.1%}", f"{r['staleness_mean']:.1f}"]
+        for r in rows
+    ]
+    return render(head, body, align="l")
 
 
 def plot_price(

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fpreduce.analysis.scaling import ScaleRow, format_table
+from fpreduce.analysis.scaling import ScaleRow, format_table, size_text
 from fpreduce.report._figure import legend, new_figure, save_figures, series_style
 from fpreduce.report.pdf import Doc, draw_png, render
 from fpreduce.run import rundir
@@ -26,10 +26,18 @@ __all__ = ["cluster_text", "findings", "plot_scaling", "write_scale_report"]
 
 
 def _by_plan(rows: Sequence[ScaleRow]) -> dict[str, list[ScaleRow]]:
+    """The curves: one per plan, or per plan and message size when the study has several (``ring 16M``)."""
+    several = len({r.nbytes for r in rows if r.nbytes == r.nbytes}) > 1
     out: dict[str, list[ScaleRow]] = {}
     for r in rows:
-        out.setdefault(r.plan, []).append(r)
+        out.setdefault(f"{r.plan} {size_text(r.nbytes)}" if several else r.plan, []).append(r)
     return out
+
+
+def _mb(nbytes: float | list[float]) -> str:
+    """A study's message size (or its sizes, a message-size sweep) in MB."""
+    sizes = nbytes if isinstance(nbytes, list | tuple) else [nbytes]
+    return ", ".join(f"{b / 1e6:g}" for b in sizes) + " MB"
 
 
 def _gb(v: float) -> str:
@@ -180,7 +188,7 @@ def write_scale_report(study_dir: str | Path) -> list[Path]:
         d.heading(f"Speed-up of data-parallel training: {name}")
         d.text(
             f"A step computes the gradient of the global batch split over N workers ({doc['compute_s'] * 1e3:g} ms "
-            f"on one worker) and then all-reduces it ({doc['nbytes'] / 1e6:g} MB), with no overlap."
+            f"on one worker) and then all-reduces it ({_mb(doc['nbytes'])}), with no overlap."
         )
         d.text(cluster_text(p))
         for s in findings(rows):

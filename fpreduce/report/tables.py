@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fpreduce.base.texttable import table
 from fpreduce.run.rundir import Results
 
 __all__ = ["summary_table"]
@@ -24,6 +25,10 @@ def _pct(v: float | None) -> str:
     return "<0.1%" if 0 < v < 0.0005 else f"{100 * v:.1f}%"
 
 
+def _err(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2e}"
+
+
 def _vs(arm: dict[str, Any], arms: dict[str, dict[str, Any]], reference: str) -> str:
     other = str(arm.get("compare_to") or reference)
     if other == arm["name"]:
@@ -36,11 +41,7 @@ def summary_table(results: Results) -> str:
     """The per-arm headline table of a run (runs before compare_to: every arm against the first)."""
     s = results.summary
     arms = {a["name"]: a for a in s["arms"]}
-    head = (
-        f"{'arm':<12} {'order':<20} {'formats':<18} {'vs':<20} {'differ':>7} {'relaunch':>8} "
-        f"{'norm err':>9} {'repro':>5}"
-    )
-    lines = [head, "-" * len(head)]
+    rows = []
     for a in s["arms"]:
         fmts = f"{a['input']}->{a['accumulate']}" + (f"->{a['output']}" if a["output"] != a["accumulate"] else "")
         if a.get("algorithm", "plain") != "plain":
@@ -51,10 +52,9 @@ def summary_table(results: Results) -> str:
         diff = "-" if vs == "(itself)" else _pct(a.get("mean_diff_frac"))
         err = a.get("mean_err_norm")
         repro = {True: "yes", False: "no"}.get(a.get("reproducible"), "n/a")  # type: ignore[arg-type]
-        lines.append(
-            f"{a['name']:<12} {a['order']:<20} {fmts:<18} {vs:<20} {diff:>7} {_pct(a.get('mean_rerun_diff_frac')):>8} "
-            f"{'n/a' if err is None else f'{err:.2e}':>9} {repro:>5}"
-        )
+        rows.append([a["name"], a["order"], fmts, vs, diff, _pct(a.get("mean_rerun_diff_frac")), _err(err), repro])
+    head = ["arm", "order", "formats", "vs", "differ", "relaunch", "norm err", "repro"]
+    lines = [table(head, rows, align="llllrrrr")]
     lines += [
         "differ: elements whose bits differ from the 'vs' arm; relaunch: elements changed when the arm runs again",
         "with an independently seeded order; norm err: ||y - s|| / ||s|| against the exact sum; means over steps",
