@@ -149,7 +149,7 @@ def test_show_prints_the_runs_table_without_running(recording, tmp_path, capsys)
     assert main(["show", str(tmp_path / "none")]) == 2
 
 
-def test_progress_is_silent_when_output_is_not_a_terminal(recording, tmp_path, capsys):
+def test_no_bar_is_drawn_when_output_is_not_a_terminal(recording, tmp_path, capsys):
     assert main(["run", "--source", str(recording), "--out", str(tmp_path / "r"), "--no-report"]) == 0  # (no bar in it)
     assert "\r" not in capsys.readouterr().err
 

@@ -17,7 +17,7 @@ import warnings
 from fpreduce._version import __version__
 from fpreduce.base import jit
 from fpreduce.base.errors import FpreduceWarning, InvalidArgument
-from fpreduce.cli import _experiment, _inspect, _numbers, _replay, _reveal, _timing
+from fpreduce.cli import _experiment, _inspect, _numbers, _progress, _replay, _reveal, _timing
 
 DESCRIPTION = """\
 fpreduce: how much does the order of a floating-point sum change your results?
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd is None:
         args = ap.parse_args(["run", *(argv or [])])
+    _progress.silence(bool(getattr(args, "quiet", False)))  # -q: no bar, no progress line
     if getattr(args, "quiet", False):
         jit.quiet()  # (the kernels' first-compile notice, here and in the processes this one starts)
     with warnings.catch_warnings():

@@ -197,9 +197,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     where = "MPI workers" if executor else f"{args.jobs} process(es)"
     print(f"fpreduce sweep: {len(points)} points (A vs B each), {where} -> {out}", flush=True)
 
+    bar = Bar("point", desc="sweep")
+
     def point_done(done: int, total: int, name: str, how: str, seconds: float) -> None:
         if not args.quiet:
             print(f"[{done}/{total}] {name}: {how} ({seconds:.1f} s)", file=sys.stderr, flush=True)
+        bar(done, total)
 
     try:
         table = run_sweep(
@@ -265,7 +268,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     )
     r.add_argument("--force", action="store_true", help="replace a run (complete or not) already in --out")
     r.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
-    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar (none off a terminal), no compile note")
+    r.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress (a bar on a terminal, else a line every ~15 s on stderr), no compile note",
+    )
     r.add_argument(
         "--json", action="store_true", help="print one JSON object (run directory, summary, files) and nothing else"
     )
@@ -312,7 +320,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="mpi: run the points on MPI ranks: `mpirun -np K python -m mpi4py.futures -m fpreduce.cli sweep "
         "CONFIG --executor mpi` (docs/distributed.md)",
     )
-    sw.add_argument("-q", "--quiet", action="store_true", help="no line per finished point, no compile note")
+    sw.add_argument(
+        "-q", "--quiet", action="store_true", help="no line per finished point, no progress, no compile note"
+    )
     sw.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
     sw.set_defaults(func=_cmd_sweep)
     rp = sub.add_parser("report", help="write a run's (or a sweep's) PDF report")

@@ -1,14 +1,33 @@
-"""Progress bars for long commands, drawn by tqdm on stderr.
+"""Progress of long commands, on stderr: the command line's one owner of it.
 
-Silent when stdout or stderr is not a terminal (a script, a pipe, CI, a log file):
-nothing but the results reaches a file. One bar object serves a whole command and
-starts again when a new count begins (a resumed run starts at its first new step).
+On a terminal (stdout and stderr both): a tqdm bar. Off a terminal (a pipe, a log file,
+nohup, CI, a job scheduler): a plain line every :data:`INTERVAL` seconds, with what is
+done, the rate and the time left, e.g.
+``fpreduce price: 3200/11520 gradients (28%), 151 gradients/s, about 55 s left``
+and a last line when the count ends, if any line was written. ``-q`` silences both
+(:func:`silence`); ``NO_COLOR`` is respected (the bar is drawn without colour, in ASCII).
+One bar object serves a whole command and starts again when a new count begins (a
+resumed run starts at its first new step).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from typing import Any
+
+#: seconds between two plain progress lines off a terminal
+INTERVAL = 15.0
+#: the clock of the plain lines (tests replace it)
+clock = time.monotonic
+_SILENT = False
+
+
+def silence(on: bool = True) -> None:
+    """``-q``: no bar and no progress line for the rest of the command."""
+    global _SILENT
+    _SILENT = on
 
 
 def interactive() -> bool:
@@ -16,26 +35,68 @@ def interactive() -> bool:
     return sys.stdout.isatty() and sys.stderr.isatty()
 
 
+def _duration(s: float) -> str:
+    if s < 90:
+        return f"{s:.0f} s"
+    return f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
+
+
+def _rate(r: float) -> str:
+    return f"{r:.0f}" if r >= 10 else f"{r:.2g}"
+
+
 class Bar:
-    """``bar(done, total, eta=...)``: the runner's and the sweep's progress callback, as a tqdm bar."""
+    """``bar(done, total, eta=...)``: a progress callback, as a tqdm bar or plain lines (see the module)."""
 
     def __init__(self, unit: str, desc: str | None = None) -> None:
         self.unit, self.desc = unit, desc
         self._bar: Any = None
+        self._count: tuple[int, float, float, int] | None = None  # (total, start, last line, done at start)
+        self._said = False
 
     def __call__(self, done: int, total: int, eta: float = 0.0) -> None:
+        if _SILENT:
+            return
+        if interactive():
+            self._tqdm(done, total)
+        else:
+            self._line(done, total)
+
+    def _tqdm(self, done: int, total: int) -> None:
         if self._bar is not None and (done <= self._bar.n or total != self._bar.total):
             self.close()  # a new count
         if self._bar is None:
             from tqdm import tqdm
 
-            start = done - 1
+            plain = bool(os.environ.get("NO_COLOR"))
             self._bar = tqdm(
-                total=total, initial=start, unit=self.unit, desc=self.desc, file=sys.stderr, disable=not interactive()
+                total=total, initial=done - 1, unit=self.unit, desc=self.desc, file=sys.stderr, ascii=plain or None
             )
         self._bar.update(done - self._bar.n)
         if done >= total:
             self.close()
+
+    def _line(self, done: int, total: int) -> None:
+        now = clock()
+        if self._count is None or self._count[0] != total or done <= self._count[3]:
+            self._count, self._said = (total, now, now, done - 1), False  # a new count
+        total_, start, last, first = self._count
+        if now - last < INTERVAL and done < total:
+            return
+        if done >= total and not self._said:
+            self._count = None  # a short count: no line at all
+            return
+        self._count = (total_, start, now, first)
+        rate = (done - first) / max(now - start, 1e-9)
+        what = f"fpreduce {self.desc}: " if self.desc else "fpreduce: "
+        text = f"{what}{done}/{total} {self.unit}s ({done / max(total, 1):.0%}), {_rate(rate)} {self.unit}s/s"
+        if done >= total:
+            text += f", done in {_duration(now - start)}"
+            self._count = None
+        else:
+            text += f", about {_duration((total - done) / rate) if rate > 0 else '?'} left"
+        self._said = True
+        print(text, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:

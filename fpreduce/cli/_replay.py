@@ -67,7 +67,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     _say(f"A/B analysis of the recorded gradients ({len(cfg.arms)} arms{most}) -> {out}", quiet)
     files: list[Path] = []
     with claim(out, "run", force=args.force):  # one process's run, replay.json and report: two replays never mix
-        results = run_experiment(cfg, out, force=args.force)
+        from fpreduce.cli._progress import Bar
+
+        results = run_experiment(cfg, out, force=args.force, progress=Bar("step", desc="replay analysis"))
         rows = layer_rows(rec, args.plan, seed=args.seed)
         write_replay(out, {**res, "variants": VARIANTS, "rows": rows})
         if not args.no_report:
@@ -102,4 +104,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     r.add_argument("--json", action="store_true", help="print one JSON object on stdout (real_match, per step)")
     r.add_argument("--force", action="store_true", help="replace a run already in --out")
     r.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
+    r.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress (a bar on a terminal, else a line every ~15 s)"
+    )
     r.set_defaults(func=_cmd_replay)

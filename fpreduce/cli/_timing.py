@@ -100,7 +100,9 @@ def _cmd_price(args: argparse.Namespace) -> int:
     cfg = load_price_config(args.config) if args.config else PriceConfig()
     out = rundir.out_dir(args.out, cfg.spec.name, "price.name")
     with rundir.claim(out, "price", force=args.force):
-        doc = save_price(out, cfg, *price(cfg))
+        from fpreduce.cli._progress import Bar
+
+        doc = save_price(out, cfg, *price(cfg, progress=Bar("gradient", desc="price")))
         from fpreduce.report.price import findings, table, write_price_report
 
         if args.json:
@@ -116,6 +118,9 @@ def _cmd_price(args: argparse.Namespace) -> int:
                     + ", ".join(str(f) for f in files if f.suffix == ".png" or f.name == "report.pdf")
                 )
     return 0
+
+
+_QUIET = "no progress (a bar on a terminal, else a line every ~15 s on stderr), no compile note"
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -141,6 +146,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     pr.add_argument("--out", default=None, help="directory for price.json, figures and report.pdf (runs/<name>)")
     pr.add_argument("--no-report", action="store_true", help="skip figures and the PDF report (price.json is written)")
     pr.add_argument("--force", action="store_true", help="replace a price study already in --out")
+    pr.add_argument("-q", "--quiet", action="store_true", help=_QUIET)
     pr.set_defaults(func=_cmd_price)
     ca = sub.add_parser("calibrate", help="time Open MPI's allreduce algorithms and fit alpha, beta, gamma")
     ca.add_argument("--backend", choices=("mpi",), default="mpi", help="only mpi: Open MPI through mpirun")

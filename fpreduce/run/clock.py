@@ -35,6 +35,7 @@ curves can be drawn against simulated time and against steps on one axis.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -171,6 +172,7 @@ class _Setup:
     compute: ComputeModel
     profile: Profile
     seed: int
+    tick: Callable[[], None] | None = None  # called once per gradient computed: the caller's progress
 
     @property
     def n(self) -> int:
@@ -182,6 +184,8 @@ class _Setup:
 
     def grad(self, k: int, w: int, params: NDArray[np.float32]) -> NDArray[np.float32]:
         """Worker w's fp32 gradient on its shard of step k's batch, at ``params``."""
+        if self.tick is not None:
+            self.tick()
         x, y = self.source.batch(k)
         sp = self.source.spec
         with np.errstate(all="ignore"):
@@ -339,17 +343,19 @@ def simulate(
     compute: ComputeModel | None = None,
     profile: Profile | None = None,
     seed: int = 0,
+    tick: Callable[[], None] | None = None,
 ) -> Trace:
     """Train ``steps`` step-equivalents (N gradients each) in ``mode``; a seeded, deterministic :class:`Trace`.
 
     ``seed`` seeds the timing only (the model, data and initial weights come from the
-    source's seed): another ``seed`` is a relaunch of the same job.
+    source's seed): another ``seed`` is a relaunch of the same job. ``tick()`` is called
+    for every gradient computed (``steps`` x N in all, fewer for ``m_sync``): progress.
     """
     in_range("steps", steps, 1, integer=True)
     for f in (input, accumulate, master):
         get_format(f)
     plans.parse(plan, source.workers)
-    s = _Setup(source, plan, input, accumulate, master, compute or ComputeModel(), profile or Profile(), seed)
+    s = _Setup(source, plan, input, accumulate, master, compute or ComputeModel(), profile or Profile(), seed, tick)
     tr = Trace(mode.text)
     if mode.kind == "async":
         tr.params = _async(s, steps, tr)

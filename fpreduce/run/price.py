@@ -14,6 +14,7 @@ Every key is optional (``examples/price.toml``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,8 +153,13 @@ def _bits_differ(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(a.view(np.uint32) != b.view(np.uint32))) if a.size else 0.0
 
 
-def price(cfg: PriceConfig) -> tuple[list[PriceRow], dict[str, Trace]]:
-    """Train every mode (and a relaunch of each); the rows and the traces (reference first)."""
+def price(
+    cfg: PriceConfig, progress: Callable[[int, int], None] | None = None
+) -> tuple[list[PriceRow], dict[str, Trace]]:
+    """Train every mode (and a relaunch of each); the rows and the traces (reference first).
+
+    ``progress(done, total)`` counts the gradients computed (steps x workers per training).
+    """
     sp = cfg.spec
     src = ModelSource(cfg.model, workers=sp.workers, seed=sp.seed)
     kw = {
@@ -167,10 +173,22 @@ def price(cfg: PriceConfig) -> tuple[list[PriceRow], dict[str, Trace]]:
     }
     traces: dict[str, Trace] = {}
     reruns: dict[str, Trace] = {}
-    for m in sp.modes:
+    each, done = sp.steps * sp.workers, [0]
+    total = 2 * len(sp.modes) * each
+
+    def tick() -> None:
+        done[0] += 1
+        if progress is not None and done[0] % sp.workers == 0:
+            progress(min(done[0], total - 1), total)
+
+    for i, m in enumerate(sp.modes):
         mode = parse_mode(m, sp.workers)
-        traces[m] = simulate(src, mode, seed=sp.seed, **kw)  # type: ignore[arg-type]
-        reruns[m] = simulate(src, mode, seed=sp.seed + 7919, **kw)  # type: ignore[arg-type]
+        traces[m] = simulate(src, mode, seed=sp.seed, tick=tick, **kw)  # type: ignore[arg-type]
+        done[0] = max(done[0], (2 * i + 1) * each)  # (a mode that computes fewer gradients)
+        reruns[m] = simulate(src, mode, seed=sp.seed + 7919, tick=tick, **kw)  # type: ignore[arg-type]
+        done[0] = max(done[0], (2 * i + 2) * each)
+    if progress is not None:
+        progress(total, total)
     ref = traces[sp.modes[0]]
     target = sp.target_loss or 1.2 * ref.loss[-1]
     rows = []

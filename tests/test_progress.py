@@ -1,0 +1,43 @@
+"""Progress off a terminal: plain lines with what is done, the rate and the time left; -q silences them."""
+
+import itertools
+import re
+
+import pytest
+
+from fpreduce.cli import _progress, main
+
+PRICE = '[price]\nname = "p"\nworkers = 2\nsteps = 4\nmodes = ["sync", "async"]\n[source]\nhidden = 4\n'
+LINE = re.compile(r"^fpreduce price: \d+/32 gradients \(\d+%\), [\d.]+ gradients/s, about [\d.]+ (s|min|h) left$")
+
+
+@pytest.fixture
+def fast_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every look at the clock is 10 s later; a line every 15 s is then a line every other call."""
+    ticks = itertools.count(0, 10.0)
+    monkeypatch.setattr(_progress, "clock", lambda: next(ticks))
+
+
+def test_a_pipe_gets_plain_progress_lines(tmp_path, capsys, fast_clock) -> None:
+    (tmp_path / "p.toml").write_text(PRICE)
+    assert main(["price", str(tmp_path / "p.toml"), "--no-report", "--out", str(tmp_path / "o")]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("fpreduce price:")]
+    assert len(err) >= 3
+    assert all(LINE.match(line) for line in err[:-1]), err
+    assert re.match(r"^fpreduce price: 32/32 gradients \(100%\), .* done in [\d.]+ (s|min|h)$", err[-1])
+    assert "\r" not in "".join(err)  # no bar drawn into a file
+
+
+def test_quiet_silences_them(tmp_path, capsys, fast_clock) -> None:
+    (tmp_path / "p.toml").write_text(PRICE)
+    assert main(["price", str(tmp_path / "p.toml"), "--no-report", "--out", str(tmp_path / "o"), "-q"]) == 0
+    assert capsys.readouterr().err == ""
+    _progress.silence(False)
+
+
+def test_a_short_count_says_nothing(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(_progress, "clock", lambda: 0.0)
+    bar = _progress.Bar("step", desc="run")
+    for i in range(1, 6):
+        bar(i, 5)
+    assert capsys.readouterr().err == ""
