@@ -170,6 +170,34 @@ def test_every_option_and_command_has_help():
     assert all(c.help for c in sub._choices_actions)
 
 
+def test_every_command_has_a_description_and_examples_that_parse():
+    import shlex
+
+    ap = build_parser()
+    sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        assert p.description, name
+        assert p.epilog.startswith("examples:\n"), name
+        help_text = p.format_help()
+        examples = [line.strip() for line in help_text.split("examples:\n")[1].splitlines() if line.strip()]
+        assert examples, name
+        for e in examples:
+            argv = shlex.split(e)
+            assert argv[:2] == ["fpreduce", name], e
+            ap.parse_args(argv[1:])  # (a bad example exits here)
+
+
+def test_flags_of_one_name_mean_one_thing():
+    """--no-report skips figures and the PDF in every command; -q silences progress in every command."""
+    seen: dict[str, set[str]] = {}
+    for cmd, a in _actions(build_parser()):
+        for flag in a.option_strings:
+            seen.setdefault(flag, set()).add(f"{cmd}: {a.help}")
+    assert all(h.split(": ", 1)[1].startswith("skip figures and the PDF report") for h in seen["--no-report"])
+    assert len(seen["--no-report"]) >= 5
+    assert all("no progress" in h for h in seen["-q"]), seen["-q"]
+
+
 def test_comparing_arms_that_average_differently_is_warned_and_the_example_does_not():
     cfg = load_config("examples/file-source.toml", [])
     assert cfg.warnings() == []

@@ -88,3 +88,27 @@ def test_sweep_over_data_distributions(tmp_path):
     # the data changes the error: swamping by heavy-tailed magnitudes vs a normal sum
     assert err[("lognormal", 8, "bf16")] != err[("normal", 8, "bf16")]
     assert plots.plot_sweep(tmp_path / "out", formats=("png",))
+
+
+def test_sweep_set_overrides_keys_like_run_set(tmp_path, capsys):
+    """`sweep --set` takes run's keys (experiment.steps, source.elements) and the grid's (sweep.workers)."""
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SWEEP)
+    base, points = load_sweep_config(cfg, ["experiment.steps=1", "source.elements=64", "sweep.workers=[2]"])
+    assert {(p.experiment.steps, p.source.elements, p.experiment.workers) for p in points} == {(1, 64, 2)}
+    assert len(points) == 4
+    with pytest.raises(fr.InvalidArgument, match="did you mean 'steps'"):
+        load_sweep_config(cfg, ["experiment.stesp=1"])
+    with pytest.raises(fr.InvalidArgument, match="a sweep's arms are its grid's A and B"):
+        load_sweep_config(cfg, ["arms.B.accumulate=fp32"])
+    argv = ["sweep", str(cfg), "--out", str(tmp_path / "o"), "--no-report", "-q"]
+    assert (
+        main(
+            [*argv, "--set", "sweep.workers=[2]", "--set", "sweep.plans=['sequential']", "--set", "experiment.steps=1"]
+        )
+        == 0
+    )
+    rows = list(csv.DictReader((tmp_path / "o" / "sweep.csv").read_text().splitlines()))
+    assert {(r["workers"], r["plan"]) for r in rows} == {("2", "sequential")}
+    assert main([*argv, "--force", "--set", "sweep.workers=2x"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith("fpreduce: error: --set sweep.workers")

@@ -185,7 +185,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from fpreduce.run.rundir import lock
     from fpreduce.run.sweep import load_sweep_config, run_sweep, sweep_dir
 
-    base, points = load_sweep_config(args.config)
+    base, points = load_sweep_config(args.config, args.set or [])
     if args.jobs < 1:
         raise InvalidArgument("--jobs must be >= 1")
     out = sweep_dir(base, args.out)
@@ -213,6 +213,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             resume=args.resume,
             executor=executor,
             progress=point_done,
+            overrides=args.set or [],
         )
     finally:
         if executor is not None:
@@ -232,6 +233,37 @@ def _cmd_report(args: argparse.Namespace) -> int:
     with lock(d, shared=True):  # not while a run writes there
         print(report.write_sweep_report(d, target) if is_sweep_dir(d) else report.write_report(d, target))
     return 0
+
+
+def _add_sweep(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``sweep``'s parser."""
+    sw = sub.add_parser("sweep", help="run A vs B over a grid of workers, plans and formats")
+    sw.add_argument("config", help="TOML config with a [sweep] table (see examples/sweep-ring.toml)")
+    sw.add_argument("--out", default=None, help="sweep directory (default: runs/<experiment.name>)")
+    sw.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config key as `run --set` does, e.g. experiment.steps=10 or source.elements=4096; "
+        "sweep.KEY for the grid, e.g. sweep.workers=[2,4]",
+    )
+    sw.add_argument("--force", action="store_true", help="replace a sweep already in --out")
+    sw.add_argument("--jobs", type=int, default=1, help="local worker processes running points in parallel (default 1)")
+    sw.add_argument(
+        "--resume", action="store_true", help="continue the sweep in --out: points already done are not run again"
+    )
+    sw.add_argument(
+        "--executor",
+        choices=("local", "mpi"),
+        default="local",
+        help="mpi: run the points on MPI ranks: `mpirun -np K python -m mpi4py.futures -m fpreduce.cli sweep "
+        "CONFIG --executor mpi` (docs/distributed.md)",
+    )
+    sw.add_argument(
+        "-q", "--quiet", action="store_true", help="no line per finished point, no progress, no compile note"
+    )
+    sw.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
+    sw.set_defaults(func=_cmd_sweep)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -305,26 +337,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     pl = sub.add_parser("plot", help="redraw a run's (or a sweep's) figures from its files, without re-running")
     pl.add_argument("run", help="run or sweep directory")
     pl.set_defaults(func=_cmd_plot)
-    sw = sub.add_parser("sweep", help="run A vs B over a grid of workers, plans and formats")
-    sw.add_argument("config", help="TOML config with a [sweep] table (see examples/sweep-ring.toml)")
-    sw.add_argument("--out", default=None, help="sweep directory (default: runs/<experiment.name>)")
-    sw.add_argument("--force", action="store_true", help="replace a sweep already in --out")
-    sw.add_argument("--jobs", type=int, default=1, help="local worker processes running points in parallel (default 1)")
-    sw.add_argument(
-        "--resume", action="store_true", help="continue the sweep in --out: points already done are not run again"
-    )
-    sw.add_argument(
-        "--executor",
-        choices=("local", "mpi"),
-        default="local",
-        help="mpi: run the points on MPI ranks: `mpirun -np K python -m mpi4py.futures -m fpreduce.cli sweep "
-        "CONFIG --executor mpi` (docs/distributed.md)",
-    )
-    sw.add_argument(
-        "-q", "--quiet", action="store_true", help="no line per finished point, no progress, no compile note"
-    )
-    sw.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
-    sw.set_defaults(func=_cmd_sweep)
+    _add_sweep(sub)
     rp = sub.add_parser("report", help="write a run's (or a sweep's) PDF report")
     rp.add_argument("run", help="run or sweep directory")
     rp.add_argument(

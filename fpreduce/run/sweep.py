@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+import tomllib
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.run import _files, rundir
-from fpreduce.run.config import ArmSpec, Config, from_dict, read_toml
+from fpreduce.run.config import ArmSpec, Config, _set, from_dict, read_toml
 from fpreduce.run.runner import check_run, run_experiment
 from fpreduce.run.sources import DISTS, SyntheticSpec
 
@@ -41,10 +42,28 @@ SweepProgress = Callable[[int, int, str, str, float], None]
 _KEYS = ("workers", "plans", "dists", "formats", "order")
 
 
-def load_sweep_config(path: str | Path) -> tuple[Config, list[Config]]:
-    """The base config and one config per grid point, from a sweep file (a config with a ``[sweep]`` table)."""
+def load_sweep_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Config, list[Config]]:
+    """The base config and one config per grid point, from a sweep file (a config with a ``[sweep]`` table).
+
+    ``overrides``: ``--set KEY=VALUE`` as ``run --set`` takes them (``experiment.steps=10``,
+    ``source.elements=4096``), and ``sweep.KEY=VALUE`` for the grid (``sweep.workers=[2,4]``).
+    """
     p = Path(path)
     d = read_toml(p, "sweep config")
+    for o in overrides:
+        key, _, raw = o.partition("=")
+        if key.strip().startswith("arms."):
+            raise InvalidArgument(f"--set {key.strip()}: a sweep's arms are its grid's A and B; set sweep.* instead")
+        if key.strip().startswith("sweep.") and "=" in o:
+            sw = d.setdefault("sweep", {})
+            if not isinstance(sw, dict):
+                raise InvalidArgument(f"{p}: [sweep] must be a table")
+            try:
+                sw[key.strip()[len("sweep.") :]] = tomllib.loads(f"v = {raw}")["v"]
+            except tomllib.TOMLDecodeError:
+                raise InvalidArgument(f"--set {key.strip()}: {raw!r} is not a TOML value, e.g. [2, 4, 8]") from None
+        else:
+            _set(d, o)
     sw = d.pop("sweep", None)
     if not isinstance(sw, dict):
         raise InvalidArgument(f"{p}: a sweep needs a [sweep] table (workers, plans, formats)")
@@ -146,6 +165,7 @@ def run_sweep(
     resume: bool = False,
     executor: Executor | None = None,
     progress: SweepProgress | None = None,
+    overrides: Sequence[str] = (),
 ) -> Path:
     """Run every grid point (``jobs`` processes, or on ``executor``) and write ``sweep.csv``; returns its path.
 
@@ -158,11 +178,11 @@ def run_sweep(
     ``out``'s lock. ``executor``: any ``concurrent.futures.Executor`` (e.g. mpi4py's
     ``MPIPoolExecutor``; its workers must import fpreduce); the rows are the same
     whichever runs them. ``progress(done, total, point, how, seconds)`` is called as
-    each point finishes (``how``: ran, resumed, done).
+    each point finishes (``how``: ran, resumed, done). ``overrides``: as :func:`load_sweep_config`.
     """
     if force and resume:
         raise InvalidArgument("--resume continues the sweep in --out and --force replaces it: give one of them")
-    base, points = load_sweep_config(path)
+    base, points = load_sweep_config(path, overrides)
     d = sweep_dir(base, out)
     for c in points:
         check_run(c)
