@@ -28,7 +28,7 @@ import importlib.util
 import os
 import platform
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -176,6 +176,22 @@ def kernel(fn: Callable[..., Any], what: str | None = None, seconds: float = 0.0
     """
     _GROUPS[fn] = (what or _module_of(fn), seconds)
     return numba().njit(cache=True, nogil=True, **options)(fn)
+
+
+def compile_names(
+    ns: dict[str, Any], names: Iterable[str], what: str | None = None, *, calls: Collection[str] = ()
+) -> None:
+    """Replace the plain functions ``names`` of a module's namespace ``ns`` by their :func:`kernel`, in place.
+
+    A kernel resolves the global names of its callees when it compiles, so a module makes its helpers numba
+    functions (this) before its kernels first run. Each is inlined where it is called (``inline="always"``)
+    but those in ``calls``, compiled as calls of their own. A name already compiled is left as it is, so a
+    module may call this every time a kernel is asked for.
+    """
+    plain = type(compile_names)
+    for name in names:
+        if isinstance(ns[name], plain):
+            ns[name] = kernel(ns[name], what, inline="never" if name in calls else "always")
 
 
 def jitable(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -356,8 +356,7 @@ def _compile_helpers() -> None:
     g = globals()
     if not isinstance(g["_split"], type(_compile_helpers)):
         return
-    for name in _HELPERS:
-        g[name] = jit.kernel(g[name], "binned sums", inline="always" if name == "_split" else "never")
+    jit.compile_names(g, _HELPERS, "binned sums", calls=set(_HELPERS) - {"_split"})
 
 
 def sums_compiled(

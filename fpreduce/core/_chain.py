@@ -486,7 +486,6 @@ def kernels() -> tuple[Callable[..., Any], Callable[..., Any]]:
     if isinstance(g["step"], type(kernels)):
         kr.compile_all()
         _narrow.compile_all()  # (and _hwround's)
-        for name in (*_HELPERS, *_ENTRIES):  # the exact rounder compiled once, not inlined
-            once = name in (*_ENTRIES, "slow", "near", "chained", "exact", "hwadd")
-            g[name] = jit.kernel(g[name], "column chains", inline="never" if once else "always")
+        once = (*_ENTRIES, "slow", "near", "chained", "exact", "hwadd")  # the exact rounder compiled once, not inlined
+        jit.compile_names(g, (*_HELPERS, *_ENTRIES), "column chains", calls=once)
     return g["left_columns"], g["pairwise_columns"]

@@ -365,7 +365,7 @@ def compile_all() -> None:
     g = globals()
     if not isinstance(g["add_round"], type(compile_all)):
         return
-    numba = jit.numba()
+    jit.numba()
     from llvmlite import ir
     from numba import types
     from numba.extending import intrinsic, overload
@@ -414,8 +414,7 @@ def compile_all() -> None:
     overload(bits_word, inline="always")(bits_word_of)
     overload(rows_any)(rows_by_dtype)  # the compiler picks by dtype: each kernel compiles its own loops only
     overload(left_any)(left_by_dtype)
-    for name in _NAMES:  # the row loops are called, the scalar functions inlined into them
-        entry = name.startswith(("rows", "left")) and not name.endswith("_m")
-        g[name] = numba.njit(cache=True, nogil=True, inline="never" if entry else "always")(g[name])
+    entries = [n for n in _NAMES if n.startswith(("rows", "left")) and not n.endswith("_m")]
+    jit.compile_names(g, _NAMES, "the bit rounder's row loops", calls=entries)  # the scalar functions inlined
     g["element_seed"] = jit.kernel(counter.draw, inline="always")  # (numba functions, as the rest of the module)
     g["uniform"] = jit.kernel(counter.uniform, inline="always")

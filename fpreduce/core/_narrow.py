@@ -496,10 +496,7 @@ def compile_all() -> None:
     g["f2u"] = cast(nt.float32, nt.uint32, ir.IntType(32))
     g["f2i"] = cast(nt.float32, nt.int32, ir.IntType(32))
     g["u2f"] = cast(nt.uint32, nt.float32, ir.FloatType())
-    for name in _NAMES:
-        entry = name == "rows5"  # (left_segs: compiled per kind and mode by _segs_kernel)
-        what = "rows of narrow formats" if entry else None
-        g[name] = jit.kernel(g[name], what, inline="never" if entry else "always")
+    jit.compile_names(g, _NAMES, "rows of narrow formats", calls=("rows5",))  # (left_segs: per kind and mode)
     overload(_row_of, prefer_literal=True)(_pick_row)
     _COMPILED.append(g["left_segs"])
 

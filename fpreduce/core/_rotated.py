@@ -134,6 +134,5 @@ def compile_all() -> None:
         return
     _narrow.compile_all()
     g = globals()
-    g["_action"] = jit.kernel(g["_action"], inline="always")
-    g["left_rot"] = jit.kernel(g["left_rot"], inline="always")
+    jit.compile_names(g, ("_action", "left_rot"), "rings row by row")
     _COMPILED.append(g["left_rot"])

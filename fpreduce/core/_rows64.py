@@ -101,6 +101,5 @@ def compile_all() -> None:
         return
     _narrow.compile_all()
     g = globals()
-    for name in ("_rows64", "left_rows64"):
-        g[name] = jit.kernel(g[name], "fp64 sums of float32 rows", inline="never")
+    jit.compile_names(g, ("_rows64", "left_rows64"), "fp64 sums of float32 rows", calls=("_rows64", "left_rows64"))
     _COMPILED.append(g["left_rows64"])

@@ -193,16 +193,14 @@ def _kernel() -> Callable[..., Any] | None:
     if not (jit.AVAILABLE and jit.enabled()):
         return None
     if not _COMPILED:
-        numba = jit.numba()
-
         _tall._compile_helpers()  # the engine's rounding and generator, as numba functions
         g = globals()
         for name in ("round_bits", "add_fp64", "signed_zero", "uniform", "element_seed"):
             g[name] = getattr(kr, name)
-        for name in ("_overflow", "_uniform", "_below_tiny", "_add_any", "_step"):
-            g[name] = numba.njit(cache=True, nogil=True, inline="always" if name == "_step" else "never")(g[name])
-        _COMPILED.append(numba.njit(cache=True, nogil=True)(_fold_kernel))
-        _COMPILED.append(numba.njit(cache=True, nogil=True)(_tree_kernel))
+        helpers = ("_overflow", "_uniform", "_below_tiny", "_add_any", "_step")
+        jit.compile_names(g, helpers, "partial sums and products", calls=set(helpers) - {"_step"})
+        _COMPILED.append(jit.kernel(_fold_kernel, "partial sums and products"))
+        _COMPILED.append(jit.kernel(_tree_kernel, "partial sums and products"))
     return _COMPILED[0]
 
 

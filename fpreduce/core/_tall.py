@@ -330,13 +330,10 @@ def _compile_helpers() -> None:
     g = globals()
     if not isinstance(g["_add_rows"], type(_compile_helpers)):
         return
-    numba = jit.numba()
-
     kr.compile_all()
     _narrow.compile_all()
-    for name in _HELPERS:  # numba inlines the hot left folds (one call site each); more would slow compiling
-        hot = name in ("_left_k0", "_left_k1", "_veltkamp")
-        g[name] = numba.njit(cache=True, nogil=True, inline="always" if hot else "never")(g[name])
+    # numba inlines the hot left folds (one call site each); more would slow compiling
+    jit.compile_names(g, _HELPERS, "the compiled fold", calls=set(_HELPERS) - {"_left_k0", "_left_k1", "_veltkamp"})
 
 
 def _kind(ar: _Arith) -> tuple[Kind, Grid]:
