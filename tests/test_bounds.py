@@ -16,7 +16,7 @@ from fpreduce.run.sources import FileSource, FileSpec
 
 def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], *msgs: str) -> str:
     assert main(argv) == 2
-    err = capsys.readouterr().err
+    err = "".join(x for x in capsys.readouterr().err.splitlines(True) if not x.startswith("fpreduce: compiling"))
     assert err.startswith("fpreduce: error: "), err
     assert len(err.strip().splitlines()) == 1, err
     for m in msgs:
@@ -74,6 +74,16 @@ def test_a_source_truncated_while_a_run_reads_it_is_an_error_not_sigbus(tmp_path
         fh.truncate(victim.stat().st_size - 4096)
     with pytest.raises(InvalidArgument, match="truncated"):
         src.gradients(2)
+
+
+def test_sum_orders_is_capped(capsys):
+    one_line_error(capsys, ["sum", "1,2,3", "--orders", str(10**9)], "--orders 1000000000 x 3 values", "at most")
+
+
+def test_price_workers_is_capped_up_front(tmp_path, capsys):
+    (tmp_path / "p.toml").write_text("[price]\nworkers = 1000000000\n")
+    one_line_error(capsys, ["price", str(tmp_path / "p.toml"), "--out", str(tmp_path / "o")], "price.workers", "65537")
+    assert not (tmp_path / "o").exists()
 
 
 # item 8: loopback-only MPI launches, a loud warning for an mpirun that is not contained

@@ -39,6 +39,10 @@ def _load_values(spec: str) -> np.ndarray:
         raise InvalidArgument(f"values must be comma-separated numbers or a .npy file: {spec!r}") from None
 
 
+#: bounded work: the most orders ``sum --orders`` samples, and orders x values it adds up
+MAX_ORDERS, MAX_ORDER_VALUES = 10**6, 1 << 28
+
+
 def _split_top(text: str) -> list[str]:
     """Split a plan list on commas outside parentheses: ``sequential,((0,1),2)``."""
     out, depth, cur = [], 0, ""
@@ -69,6 +73,11 @@ def _sum_options(args: argparse.Namespace, n: int) -> tuple[dict[str, Any], list
     opts.update(rounding=args.rounding, seed=args.seed, algorithm=args.algorithm)
     if args.orders < 0:
         raise InvalidArgument("--orders must be >= 0")
+    if args.orders > MAX_ORDERS or args.orders * n > MAX_ORDER_VALUES:
+        raise InvalidArgument(
+            f"--orders {args.orders} x {n} values is too much work: at most {MAX_ORDERS} orders "
+            f"and {MAX_ORDER_VALUES} order x value additions"
+        )
     if args.seed < 0:
         raise InvalidArgument(f"--seed must be >= 0, got {args.seed}")
     return opts, [(name, plans.parse(name, n, seed=args.seed)) for name in _split_top(args.plans)]

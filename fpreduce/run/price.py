@@ -113,6 +113,10 @@ class PriceRow:
     staleness_max: int
 
 
+#: the most workers a price simulation takes: each step holds every worker's gradient of the model in memory
+MAX_WORKERS = 1 << 16
+
+
 def load_price_config(path: str | Path) -> PriceConfig:
     """Read a price config; unknown tables and keys are errors with a close-match hint."""
     d = read_toml(path, "the price config")
@@ -133,7 +137,7 @@ def price_config_from_dict(d: dict[str, Any]) -> PriceConfig:
     modes = pr.pop("modes", PriceSpec.modes)
     spec = build(PriceSpec, "price", pr)
     spec = PriceSpec(**{**asdict(spec), "modes": modes})
-    in_range("price.workers", spec.workers, 1, integer=True)
+    in_range("price.workers", spec.workers, 1, hi=MAX_WORKERS + 1, integer=True)  # bounded work (issue 26)
     in_range("price.steps", spec.steps, 1, integer=True)
     in_range("price.target_loss", spec.target_loss, 0)
     for m in spec.modes:
