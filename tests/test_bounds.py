@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from fpreduce.analysis.scaling import scaling
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.cli import main
 from fpreduce.run.sources import FileSource, FileSpec
@@ -82,7 +83,7 @@ def test_sum_orders_is_capped(capsys):
 
 def test_price_workers_is_capped_up_front(tmp_path, capsys):
     (tmp_path / "p.toml").write_text("[price]\nworkers = 1000000000\n")
-    one_line_error(capsys, ["price", str(tmp_path / "p.toml"), "--out", str(tmp_path / "o")], "price.workers", "65537")
+    one_line_error(capsys, ["price", str(tmp_path / "p.toml"), "--out", str(tmp_path / "o")], "price.workers", "4097")
     assert not (tmp_path / "o").exists()
 
 
@@ -134,3 +135,30 @@ def test_distributed_under_an_uncontained_mpirun_warns_with_the_mca_settings(mon
     monkeypatch.setattr(distributed, "listener_warning", lambda: loud)
     with pytest.warns(mpi.ExposedListenerWarning, match="LISTENERS NOT CONTAINED"):
         distributed.DistributedRun(None, Comm())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("n", [10000, 10**9])
+def test_scale_workers_is_capped_up_front_with_its_own_key(tmp_path, capsys, n):
+    (tmp_path / "s.toml").write_text(f"[scale]\nworkers = [{n}]\n")
+    one_line_error(capsys, ["scale", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o")], "scale.workers", "4096")
+    with pytest.raises(InvalidArgument, match="workers: at most 4096"):
+        scaling([n], ["ring"], compute=0.1, nbytes=1 << 20)
+
+
+@pytest.mark.parametrize(("cmd", "keys"), [("scale", "scale.workers"), ("price", "price.workers")])
+def test_out_of_memory_names_the_commands_own_keys(tmp_path, capsys, monkeypatch, cmd, keys):
+    from fpreduce.analysis import scaling as scale_module
+    from fpreduce.run import price as price_module
+
+    def oom(*_: object, **__: object) -> None:
+        raise MemoryError
+
+    if cmd == "scale":
+        monkeypatch.setattr(scale_module, "load_scale_config", oom)
+    else:
+        monkeypatch.setattr(price_module, "load_price_config", oom)
+    (tmp_path / "c.toml").write_text(f"[{cmd}]\n")
+    assert main([cmd, str(tmp_path / "c.toml"), "--out", str(tmp_path / "o")]) != 0
+    err = capsys.readouterr().err
+    assert keys in err, err
+    assert "source.elements" not in err, err

@@ -83,6 +83,10 @@ def _supported(plan: str, n: int) -> bool:
     return True
 
 
+#: the most workers a scaling curve simulates: the collectives' event timelines grow with N^2
+MAX_WORKERS = 4096
+
+
 def scaling(
     workers: Sequence[int],
     plans: Sequence[str],
@@ -112,6 +116,8 @@ def scaling(
             raise InvalidArgument(f"bytes (elements x bytes_per_element) must be a finite number >= 0, got {b!r}")
     if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in workers):
         raise InvalidArgument(f"workers must be integers >= 1, got {list(workers)!r}")
+    if max(workers, default=1) > MAX_WORKERS:
+        raise InvalidArgument(f"workers: at most {MAX_WORKERS} (simulation grows with N^2), got {max(workers)}")
     for p in plans:
         if not isinstance(p, str) or p.strip().startswith("("):
             raise InvalidArgument(f"scale plans are plan names such as 'ring' or 'hier:8', got {p!r}")
@@ -180,6 +186,11 @@ def scale_config_from_dict(d: Mapping[str, Any], *, where: str = "config") -> Sc
         nbytes = s["elements"] * s.get("bytes_per_element", 4)
     workers = s.get("workers", list(base.workers))
     plans = s.get("plans", list(base.plans))
+    if isinstance(workers, list) and any(isinstance(n, int) and n > MAX_WORKERS for n in workers):
+        raise InvalidArgument(
+            f"{where}: scale.workers: at most {MAX_WORKERS} (time and memory grow with N^2: N = 2048 takes ~20 s "
+            f"and 0.4 GiB), got {max(workers)}"
+        )
     if not isinstance(workers, list) or not isinstance(plans, list) or not all(isinstance(x, str) for x in plans):
         raise InvalidArgument(f"{where}: scale.workers must be a list of integers and scale.plans a list of strings")
     cfg = ScaleConfig(

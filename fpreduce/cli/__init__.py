@@ -129,6 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+#: what to lower when a command runs out of memory: its own keys
+_LOWER = {
+    "run": "source.elements or experiment.workers",
+    "sweep": "source.elements or experiment.workers",
+    "scale": "scale.workers or scale.bytes",
+    "price": "price.workers or the model's size ([source])",
+}
+
+
 def _warn(message: Warning | str, *_: object, **__: object) -> None:
     print(f"fpreduce: warning: {message}", file=sys.stderr)
 
@@ -162,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         except UnicodeDecodeError as e:
             print(f"fpreduce: error: a file is not UTF-8 text ({e})", file=sys.stderr)
         except MemoryError:
-            print("fpreduce: error: out of memory; lower source.elements or experiment.workers", file=sys.stderr)
+            print(f"fpreduce: error: out of memory; lower {_LOWER.get(args.cmd, _LOWER['run'])}", file=sys.stderr)
         except KeyboardInterrupt:
             print("fpreduce: interrupted", file=sys.stderr)
             return 130
