@@ -162,3 +162,10 @@ def test_out_of_memory_names_the_commands_own_keys(tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err
     assert keys in err, err
     assert "source.elements" not in err, err
+
+
+def test_arms_are_capped_up_front(tmp_path, capsys):
+    (tmp_path / "c.toml").write_text("".join(f'[[arms]]\nname = "a{i}"\n' for i in range(100_000)))
+    argv = ["run", str(tmp_path / "c.toml"), "--out", str(tmp_path / "o"), "--quiet"]
+    one_line_error(capsys, argv, "arms: at most 256 [[arms]] entries, got 100000")
+    assert not (tmp_path / "o").exists()

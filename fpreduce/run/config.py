@@ -255,6 +255,9 @@ class Config:
 
 _TABLES = ("experiment", "source", "arrival", "arms")
 
+#: bounded work: the most arms one run compares
+MAX_ARMS = 256
+
 
 def _default_arms() -> list[dict[str, Any]]:
     """The embedded default's ``[[arms]]`` (A, B, B-fp32acc, B-binned): what a config without arms runs."""
@@ -278,6 +281,11 @@ def from_dict(d: dict[str, Any]) -> Config:
         arms_raw = _default_arms()
     if not isinstance(arms_raw, list):
         raise InvalidArgument("arms must be an array of tables: [[arms]]")
+    if len(arms_raw) > MAX_ARMS:
+        raise InvalidArgument(
+            f"arms: at most {MAX_ARMS} [[arms]] entries, got {len(arms_raw)} (every arm keeps its state, results and "
+            "metrics for the whole run: 10^5 arms reached 5 GB)"
+        )
     arms = []
     for i, a in enumerate(arms_raw):
         name = a.get("name", f"arm{i}") if isinstance(a, dict) else f"arm{i}"
