@@ -169,7 +169,7 @@ def sr_law(x, y, f, u):
 
 @pytest.mark.parametrize("fmt", ["fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"])
 def test_the_bit_rounders_at_the_smallest_subnormal(fmt):
-    """round_bits (float64 sum) and round_bits32 (float32 sum and its exact float32 remainder) at s = ±smin
+    """round_bits on a float64 sum and on a float32 sum (and its exact float32 remainder) at s = ±smin
     with a remainder either way and at the tie ±1.5 smin: the exact rounding, the documented law in mode 4."""
     f, t = get_format(fmt), smin(fmt)
     sh, eminb, big = 53 - f.precision, f.emin + 1023, math.inf if f.has_inf else math.nan

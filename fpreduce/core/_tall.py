@@ -337,7 +337,7 @@ def _compile_helpers() -> None:
 
 
 def _kind(ar: _Arith) -> tuple[Kind, Grid]:
-    """The kernel's kind and parameters for the accumulator format and mode (:func:`routes.kind_of`)."""
+    """The kernel's kind and parameters for the accumulator format and mode (:func:`fpreduce.core.grid.kind_of`)."""
     return kind_of(ar.fa, ar.mode)
 
 
