@@ -65,11 +65,6 @@ class Grid(NamedTuple):
     tiny: float  # the smallest normal value 2**emin
     hw: bool  # a directed mode that the processor's rounding mode runs (core._hwround)
 
-    @property
-    def overflow(self) -> float:
-        """What a sum rounded away from zero past ``maxf`` becomes: Inf, or NaN without Inf."""
-        return float("inf") if self.has_inf else float("nan")
-
 
 def grid_of(fa: Format, mode: Mode) -> Grid:
     """The :class:`Grid` of an accumulator format and mode."""
