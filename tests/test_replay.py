@@ -388,3 +388,124 @@ def test_per_parameter_paths_of_a_hand_made_recording(tmp_path: Path) -> None:
 def test_import_fpreduce_does_not_import_torch() -> None:
     code = "import sys, fpreduce, fpreduce.torch; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+# ----------------------------------------------------------------------------- a manifest is not trusted
+
+
+def _set(path: str, value: Any) -> Any:
+    """A mutation of the manifest: the key at ``path`` (dots; integers index lists) set to ``value``."""
+
+    def change(m: dict[str, Any], d: Path) -> None:
+        *head, last = [int(k) if k.isdigit() else k for k in path.split(".")]
+        node: Any = m
+        for k in head:
+            node = node[k]
+        node[last] = value
+
+    return change
+
+
+def _two_params(m: dict[str, Any], d: Path) -> None:
+    m["layouts"][0][0]["params"] = [{"name": "w", "shape": [3], "offset": 0}, {"name": "b", "shape": [4], "offset": 2}]
+
+
+def _two_buckets(start: int, elements: int) -> Any:
+    def change(m: dict[str, Any], d: Path) -> None:
+        m["layouts"][0] = [
+            {"index": 0, "elements": 4, "start": 0, "params": [{"name": "w", "shape": [4], "offset": 0}]},
+            {
+                "index": 1,
+                "elements": elements,
+                "start": start,
+                "params": [{"name": "b", "shape": [elements], "offset": 0}],
+            },
+        ]
+
+    return change
+
+
+def _nested(m: dict[str, Any], d: Path) -> None:
+    (d / "manifest.json").write_text('{"format": "fpreduce-ddp-recording", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+
+
+def _short_file(m: dict[str, Any], d: Path) -> None:
+    f = d / "grads/step_000001.npy"
+    f.write_bytes(f.read_bytes()[:-20])
+
+
+def _stray(name: str) -> Any:
+    def change(m: dict[str, Any], d: Path) -> None:
+        np.save(d / "grads" / name, np.zeros((3, 7), dtype=np.float32))
+
+    return change
+
+
+def _renumber(m: dict[str, Any], d: Path) -> None:
+    for kind in ("grads", "real"):
+        (d / kind / "step_000001.npy").rename(d / kind / "step_000005.npy")
+
+
+_BROKEN = {
+    "zero elements": (_set("elements", 0), "elements: 0 is out of range"),
+    "huge shape": (_set("layouts.0.0.params.0.shape", [2**40, 2**40]), "params[0].shape[0]: 1099511627776 is out of"),
+    "product too big": (_set("layouts.0.0.params.0.shape", [7, 7]), "layouts[0][0].params: ends past its 7 elements"),
+    "negative start": (_set("layouts.0.0.start", -1), "layouts[0][0].start: -1 is out of range"),
+    "negative offset": (_set("layouts.0.0.params.0.offset", -5), "params[0].offset: -5 is out of range"),
+    "negative shape": (_set("layouts.0.0.params.0.shape", [-7]), "params[0].shape[0]: -7 is out of range"),
+    "bucket past the end": (_two_buckets(4, 5), "layouts[0]: ends past its 7 elements"),
+    "buckets overlapping": (_two_buckets(2, 3), "layouts[0][1].start: 2 overlaps the one before"),
+    "bucket leaving a gap": (_two_buckets(5, 2), "leaves columns 4..4 uncovered"),
+    "params overlapping": (_two_params, "params[1].offset: 2 overlaps the one before"),
+    "bucket without params": (_set("layouts.0.0.params", []), "layouts[0][0].params: a bucket without parameters"),
+    "bucket missing params": (lambda m, d: m["layouts"][0][0].pop("params"), "layouts[0][0].params: missing"),
+    "layouts a dict": (_set("layouts", {"a": 1}), "layouts: dict where a list belongs"),
+    "layout a string": (_set("layouts.0", "bucket"), "layouts[0]: str where a list belongs"),
+    "bucket a number": (_set("layouts.0.0", 5), "layouts[0][0]: int where an object belongs"),
+    "world_size 1e400": (_set("world_size", "@1e400"), "world_size: inf is not an integer"),
+    "world_size 3.9": (_set("world_size", 3.9), "world_size: 3.9 is not an integer"),
+    "world_size true": (_set("world_size", True), "world_size: True is not an integer"),
+    "steps a string": (_set("steps", "2"), "steps: '2' is not an integer"),
+    "step_layout too short": (_set("step_layout", [0]), "step_layout: 1 entries, expected 2"),
+    "step_layout out of range": (_set("step_layout", [0, 3]), "step_layout[1]: 3 is out of range"),
+    "deeply nested JSON": (_nested, "not readable JSON (nested too deeply)"),
+    "step file 20 bytes short": (
+        _short_file,
+        "grads/step_000001.npy: 192 bytes, but its header's shape (3, 7) needs 212",
+    ),
+    "stray a.npy": (_stray("a.npy"), "grads/a.npy: not a step file"),
+    "hidden .step_1.npy": (_stray(".step_1.npy"), "grads/.step_1.npy: not a step file"),
+    "step past the last": (_stray("step_000002.npy"), "grads/step_000002.npy: beyond the manifest's steps = 2"),
+    "numbering gap": (_renumber, "truncated recording: grads/step_000001.npy is missing (1 of the manifest's steps"),
+}
+
+
+@pytest.mark.parametrize("case", list(_BROKEN))
+def test_a_broken_manifest_or_step_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    """Every manifest key and step file is checked before anything is read or counted (issue 26, item 3):
+    each breakage is an InvalidArgument naming the file and the key, and `fpreduce replay` says it in
+    one line, exit 2, with no JSON and nothing written."""
+    change, message = _BROKEN[case]
+    d = _fake(tmp_path / "rec")
+    m = json.loads((d / "manifest.json").read_text())
+    change(m, d)
+    if case != "deeply nested JSON":
+        (d / "manifest.json").write_text(json.dumps(m).replace('"@1e400"', "1e400"))  # JSON text, not Infinity
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        open_recording(d)
+    assert main(["replay", str(d), "--out", str(tmp_path / "run"), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("fpreduce: error: ")
+    assert err.count("\n") == 1
+    assert message in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_non_npy_files_beside_the_steps_are_left_alone(tmp_path: Path) -> None:
+    d = _fake(tmp_path / "rec")
+    (d / "grads/.DS_Store").write_bytes(b"\0junk")
+    (d / "real/notes.txt").write_text("x")
+    assert replay(open_recording(d))["real_match"] == 1.0

@@ -29,6 +29,7 @@ gradients), the result rounded once to the dtype.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,11 +81,18 @@ def _npy_shape(path: Path) -> tuple[int, ...]:
         with open(path, "rb") as f:
             major, _ = np.lib.format.read_magic(f)
             read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
-            shape, _, dtype = read(f)
+            shape, fortran, dtype = read(f)
+            data = f.tell()
     except (OSError, ValueError) as e:
         raise InvalidArgument(f"{path}: not a readable .npy file ({e})") from None
     if np.dtype(dtype) != np.float32:
         raise InvalidArgument(f"{path}: dtype {np.dtype(dtype)}, a recording holds float32")
+    if fortran:
+        raise InvalidArgument(f"{path}: a Fortran-ordered array; a recording holds C order")
+    size = path.stat().st_size
+    want = data + 4 * int(np.prod(shape, dtype=object))
+    if size != want:
+        raise InvalidArgument(f"{path}: {size} bytes, but its header's shape {tuple(shape)} needs {want}")
     return tuple(shape)
 
 
@@ -180,9 +188,11 @@ def _manifest(d: Path) -> dict[str, Any]:
     if not path.is_file():
         raise InvalidArgument(f"{d}: no {_MANIFEST}: not a fpreduce.torch recording, or a truncated one")
     try:
-        m = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        m = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
         raise InvalidArgument(f"{path}: not readable JSON ({e})") from None
+    except RecursionError:
+        raise InvalidArgument(f"{path}: not readable JSON (nested too deeply)") from None
     if not isinstance(m, dict) or m.get("format") != "fpreduce-ddp-recording":
         raise InvalidArgument(f"{path}: not a fpreduce.torch recording manifest")
     return m
@@ -198,6 +208,8 @@ def open_recording(path: str | Path) -> Recording:
     """
     d = Path(path)
     m = _manifest(d)
+    _check_manifest(d / _MANIFEST, m)
+    _check_step_files(d, int(m["steps"]))
     try:
         paths, path_sets, step_paths = _paths(d, m)
         rec = Recording(
@@ -257,6 +269,155 @@ def _paths(d: Path, m: dict[str, Any]) -> tuple[dict[str, dict[str, str]], list[
     if len({v["wire"] for v in paths.values()}) != 1:
         raise InvalidArgument(f"{d / _MANIFEST}: paths that sum in different formats: not replayable")
     return paths, list(m["path_sets"]), [int(i) for i in m["step_paths"]]
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _int(where: Path, key: str, v: Any, lo: int = 0, hi: int = 2**62) -> int:
+    """``v``, a JSON integer (not a float, not a bool) in [lo, hi], or a one-line error naming ``key``."""
+    if type(v) is not int:
+        raise InvalidArgument(f"{where}: {key}: {v!r} is not an integer")
+    if not lo <= v <= hi:
+        raise InvalidArgument(f"{where}: {key}: {v} is out of range [{lo}, {hi}]")
+    return v
+
+
+def _list(where: Path, key: str, v: Any, n: int | None = None) -> list[Any]:
+    if not isinstance(v, list):
+        raise InvalidArgument(f"{where}: {key}: {type(v).__name__} where a list belongs")
+    if n is not None and len(v) != n:
+        raise InvalidArgument(f"{where}: {key}: {len(v)} entries, expected {n} (manifest: steps)")
+    return v
+
+
+def _dict(where: Path, key: str, v: Any) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise InvalidArgument(f"{where}: {key}: {type(v).__name__} where an object belongs")
+    return v
+
+
+def _check_manifest(where: Path, m: dict[str, Any]) -> None:
+    """Types and ranges of every key the replay reads, before it reads any: integers that are JSON
+    integers, buckets that tile ``elements`` exactly (by ``start``) and parameters that tile their bucket
+    exactly (by ``offset``, with shapes of non-negative integers), ``step_layout`` / ``step_paths`` naming
+    a layout / path set that exists. Each failure is one line naming the file and the key."""
+    for key in ("world_size", "steps", "elements", "layouts", "step_layout"):
+        if key not in m:
+            raise InvalidArgument(f"{where}: {key}: missing")
+    world = _int(where, "world_size", m["world_size"], 1, 2**20)
+    steps = _int(where, "steps", m["steps"], 1, 10**9)
+    elements = _int(where, "elements", m["elements"], 1, 2**40)
+    if m.get("local_world_size") is not None:
+        _int(where, "local_world_size", m["local_world_size"], 1, world)
+    for key in ("backend", "dtype"):
+        if not isinstance(m.get(key), str):
+            raise InvalidArgument(f"{where}: {key}: {m.get(key)!r} is not a string")
+    layouts = _list(where, "layouts", m["layouts"])
+    if not layouts:
+        raise InvalidArgument(f"{where}: layouts: empty")
+    for i, layout in enumerate(layouts):
+        _check_layout(where, f"layouts[{i}]", _list(where, f"layouts[{i}]", layout), elements)
+    for t, v in enumerate(_list(where, "step_layout", m["step_layout"], steps)):
+        _int(where, f"step_layout[{t}]", v, 0, len(layouts) - 1)
+    if "paths" in m:
+        for key in ("path_sets", "step_paths"):
+            if key not in m:
+                raise InvalidArgument(f"{where}: {key}: missing")
+        for name, v in _dict(where, "paths", m["paths"]).items():
+            for k in ("average", "wire"):
+                if not isinstance(_dict(where, f"paths.{name}", v).get(k), str):
+                    raise InvalidArgument(f"{where}: paths.{name}.{k}: {v.get(k)!r} is not a string")
+        sets = _list(where, "path_sets", m["path_sets"])
+        for i, entry in enumerate(sets):
+            if isinstance(entry, str):
+                continue
+            for j, b in enumerate(_list(where, f"path_sets[{i}]", entry)):
+                if isinstance(b, str):
+                    continue
+                if not all(isinstance(x, str) for x in _list(where, f"path_sets[{i}][{j}]", b)):
+                    raise InvalidArgument(f"{where}: path_sets[{i}][{j}]: path names must be strings")
+        for t, v in enumerate(_list(where, "step_paths", m["step_paths"], steps)):
+            _int(where, f"step_paths[{t}]", v, 0, max(len(sets) - 1, 0))
+
+
+def _check_layout(where: Path, key: str, layout: list[Any], elements: int) -> None:
+    """The buckets tile columns [0, elements) exactly; each bucket's parameters tile it exactly."""
+    spans = []
+    for b, bucket in enumerate(layout):
+        k = f"{key}[{b}]"
+        bucket = _dict(where, k, bucket)
+        for field in ("start", "elements", "params"):
+            if field not in bucket:
+                raise InvalidArgument(f"{where}: {k}.{field}: missing")
+        lo = _int(where, f"{k}.start", bucket["start"], 0, elements)
+        n = _int(where, f"{k}.elements", bucket["elements"], 1, elements)
+        params = _list(where, f"{k}.params", bucket["params"])
+        if not params:
+            raise InvalidArgument(f"{where}: {k}.params: a bucket without parameters")
+        pspans = []
+        for i, prm in enumerate(params):
+            kp = f"{k}.params[{i}]"
+            prm = _dict(where, kp, prm)
+            for field in ("name", "shape", "offset"):
+                if field not in prm:
+                    raise InvalidArgument(f"{where}: {kp}.{field}: missing")
+            if not isinstance(prm["name"], str):
+                raise InvalidArgument(f"{where}: {kp}.name: {prm['name']!r} is not a string")
+            size = 1
+            for j, s in enumerate(_list(where, f"{kp}.shape", prm["shape"])):
+                size *= _int(where, f"{kp}.shape[{j}]", s, 0, elements)  # Python ints: no overflow
+            off = _int(where, f"{kp}.offset", prm["offset"], 0, n)
+            pspans.append((off, off + size, kp))
+        _tiles(where, f"{k}.params", pspans, n, "offset")
+        spans.append((lo, lo + n, k))
+    _tiles(where, key, spans, elements, "start")
+
+
+def _tiles(where: Path, key: str, spans: list[tuple[int, int, str]], total: int, field: str) -> None:
+    at = 0
+    for lo, hi, k in sorted(spans):
+        if lo != at:
+            what = "overlaps the one before" if lo < at else f"leaves columns {at}..{lo - 1} uncovered"
+            raise InvalidArgument(f"{where}: {k}.{field}: {lo} {what} (must tile {key} exactly)")
+        at = hi
+    if at != total:
+        what = "ends past" if at > total else "ends before"
+        raise InvalidArgument(f"{where}: {key}: {what} its {total} elements (at {at}; must tile exactly)")
+
+
+_STEP_NAME = re.compile(r"step_(\d{6})\.npy")
+
+
+def _check_step_files(d: Path, steps: int) -> None:
+    """``grads/`` and ``real/`` hold exactly ``step_000000.npy`` .. the last step's file. Any other ``.npy``
+    (a stray ``a.npy``, a hidden ``.step_1.npy``, a step past ``steps``) is refused: ``grads/`` is the A/B
+    run's file source, which would read it. Files not ending in ``.npy`` are never read and left alone."""
+    for kind in ("grads", "real"):
+        sub = d / kind
+        if not sub.is_dir():
+            raise InvalidArgument(f"{d}: truncated recording: no {kind}/ directory")
+        found = set()
+        for f in sorted(sub.iterdir()):
+            if f.suffix != ".npy":
+                continue
+            got = _STEP_NAME.fullmatch(f.name)
+            if got is None:
+                raise InvalidArgument(f"{f}: not a step file (a recording holds only {kind}/step_NNNNNN.npy)")
+            found.add(int(got.group(1)))
+        missing = sorted(set(range(steps)) - found)
+        if missing:
+            raise InvalidArgument(
+                f"{d}: truncated recording: {_step_file(kind, missing[0])} is missing "
+                f"({len(missing)} of the manifest's steps = {steps} missing)"
+            )
+        extra = sorted(found - set(range(steps)))
+        if extra:
+            raise InvalidArgument(
+                f"{d / _step_file(kind, extra[0])}: beyond the manifest's steps = {steps} "
+                f"({len(extra)} such): a numbering gap or a foreign file"
+            )
 
 
 def _check_step(rec: Recording, t: int) -> None:
