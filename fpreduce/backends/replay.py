@@ -292,9 +292,13 @@ def _list(where: Path, key: str, v: Any, n: int | None = None) -> list[Any]:
     return v
 
 
-def _dict(where: Path, key: str, v: Any) -> dict[str, Any]:
+def _dict(where: Path, key: str, v: Any, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``v`` as an object holding every key of ``required`` (one line naming the first missing)."""
     if not isinstance(v, dict):
         raise InvalidArgument(f"{where}: {key}: {type(v).__name__} where an object belongs")
+    for field in required:
+        if field not in v:
+            raise InvalidArgument(f"{where}: {key}.{field}: missing")
     return v
 
 
@@ -347,10 +351,7 @@ def _check_layout(where: Path, key: str, layout: list[Any], elements: int) -> No
     spans = []
     for b, bucket in enumerate(layout):
         k = f"{key}[{b}]"
-        bucket = _dict(where, k, bucket)
-        for field in ("start", "elements", "params"):
-            if field not in bucket:
-                raise InvalidArgument(f"{where}: {k}.{field}: missing")
+        bucket = _dict(where, k, bucket, ("start", "elements", "params"))
         lo = _int(where, f"{k}.start", bucket["start"], 0, elements)
         n = _int(where, f"{k}.elements", bucket["elements"], 1, elements)
         params = _list(where, f"{k}.params", bucket["params"])
@@ -359,10 +360,7 @@ def _check_layout(where: Path, key: str, layout: list[Any], elements: int) -> No
         pspans = []
         for i, prm in enumerate(params):
             kp = f"{k}.params[{i}]"
-            prm = _dict(where, kp, prm)
-            for field in ("name", "shape", "offset"):
-                if field not in prm:
-                    raise InvalidArgument(f"{where}: {kp}.{field}: missing")
+            prm = _dict(where, kp, prm, ("name", "shape", "offset"))
             if not isinstance(prm["name"], str):
                 raise InvalidArgument(f"{where}: {kp}.name: {prm['name']!r} is not a string")
             size = 1

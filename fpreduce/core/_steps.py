@@ -40,7 +40,7 @@ from fpreduce.core import _tall
 from fpreduce.core._sr_numpy import _add_sr_numpy
 from fpreduce.core.arith import add_rounded
 from fpreduce.core.formats import Format
-from fpreduce.core.grid import Grid, Kind, grid_of, kind_of
+from fpreduce.core.grid import Kind, kind_of
 from fpreduce.core.rounding import Mode, quantum_bits, round_to
 
 FIRST_T = 1 << 62  # the counter of the first row's rounding (additions use t = 0, 1, ...)
@@ -207,11 +207,6 @@ def _kernel() -> Callable[..., Any] | None:
 def tree_kernel() -> Callable[..., Any] | None:
     """The compiled tree program (see :func:`_tree_kernel`), or None when the compiled kernels are off."""
     return _COMPILED[1] if _kernel() is not None else None
-
-
-def params(f: Format, mode: Mode) -> Grid:
-    """The kernels' record of the format and mode (:class:`fpreduce.core.grid.Grid`)."""
-    return grid_of(f, mode)
 
 
 def add_any_numpy(

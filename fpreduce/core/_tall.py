@@ -94,7 +94,7 @@ from fpreduce.core._fastpath import _program
 from fpreduce.core._pairwise import pairwise_program
 from fpreduce.core._sr_numpy import _fold_numpy_sr
 from fpreduce.core.arith import _Arith, _Loader
-from fpreduce.core.grid import Grid, Kind, kind_of
+from fpreduce.core.grid import Kind, kind_of
 from fpreduce.core.rounding import Mode
 from fpreduce.core.routes import Route as R
 from fpreduce.plans import Tree, pairwise
@@ -336,11 +336,6 @@ def _compile_helpers() -> None:
     jit.compile_names(g, _HELPERS, "the compiled fold", calls=set(_HELPERS) - {"_left_k0", "_left_k1", "_veltkamp"})
 
 
-def _kind(ar: _Arith) -> tuple[Kind, Grid]:
-    """The kernel's kind and parameters for the accumulator format and mode (:func:`fpreduce.core.grid.kind_of`)."""
-    return kind_of(ar.fa, ar.mode)
-
-
 def decision(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith) -> routes.Decision | None:
     """The route of the fold of ``A``'s rows along ``root`` (:func:`fpreduce.core.routes.tree_route`), or None."""
     return routes.tree_route(routes.Case.of("plain", None, A, load), root, A.shape[0], A.shape[1])
@@ -372,7 +367,7 @@ def fold_plan(
     if dec is None:
         return None
     routes.note(dec.route)
-    kind, grid = _kind(ar)
+    kind, grid = kind_of(ar.fa, ar.mode)
     n, fa = A.shape[0], ar.fa
     key = ar.sr_key() if ar.mode is Mode.STOCHASTIC else np.uint64(0)  # the first draw of the seed's generator
     if dec.route is R.FP64_ROWS:

@@ -36,8 +36,9 @@ from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
 from fpreduce.core._fastpath import _left_spine, _program
-from fpreduce.core._steps import FIRST_T, add_any_numpy, fold_rows, params, tree_kernel
+from fpreduce.core._steps import FIRST_T, add_any_numpy, fold_rows, tree_kernel
 from fpreduce.core.formats import Format, as_native, get_format, holds, input_format
+from fpreduce.core.grid import grid_of
 from fpreduce.core.options import Result, get_result
 from fpreduce.core.primitives import INPUT_T, _sr_inputs, as_rows, stream_key
 from fpreduce.core.rounding import Mode, get_mode, round_to
@@ -174,7 +175,7 @@ def _fold_tree(root: Tree, L: np.ndarray, f: Format, m: Mode, key: int, offset: 
             top,
             out,
             np.empty(max(nbuf, 1)),
-            params(f, m),
+            grid_of(f, m),
             np.uint64(key),
             int(offset),
         )
