@@ -135,10 +135,11 @@ def reduce(
             vector of ``total`` elements (default: all of it). Plans whose trees vary
             over the elements (ring chunks, atomics) are laid out over ``total``, so
             reducing a long vector piece by piece gives the same bits as reducing it
-            whole (stochastic rounding of the plain sum draws by element and
-            addition from ``seed``'s key: the same bits in pieces; rounding inputs
-            into a narrower accumulator, ``average`` and ``output`` draw from
-            ``seed``'s Generator per call).
+            whole. Stochastic rounding with ``algorithm="plain"`` draws every rounding
+            (the additions, inputs rounded into a narrower accumulator, ``average``
+            and ``output``) by element from one key, the first draw of ``seed``'s
+            Generator (:mod:`fpreduce.core._srload`): the same bits in pieces; the
+            other algorithms draw from ``seed``'s Generator per call.
 
     Returns:
         shape (elements,), float32 (float64 for an fp64 result); ``result="native"``: the result format's own
