@@ -31,18 +31,22 @@ from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
 from fpreduce.core._exact_limbs import _BLOCK_CELLS, _E_OFFSET, _NE, _column_block, _LazyValues, _Limbs
 from fpreduce.core._exact_proof import _float64_exact_columns, _scan
-from fpreduce.core._reference import round_scaled
+from fpreduce.core._reference import add_exact, round_float, round_fraction, round_scaled
 from fpreduce.core.formats import Format, get_format
 from fpreduce.core.rounding import Mode, _round_with_remainder, get_mode, quantum_bits, round_to
 
 __all__ = [
     "ExactSum",
+    "add_exact",
     "exact_sum",
     "exact_sum_counting_zeros",
     "exact_sum_fraction",
     "exact_sum_mpmath",
     "exact_sum_scan",
-]
+    "round_float",
+    "round_fraction",
+    "round_scaled",
+]  # (add_exact, round_*: the scalar reference of core._reference, public here for tests and slow oracles)
 
 _FP64 = get_format("fp64")
 
