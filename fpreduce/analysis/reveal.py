@@ -216,18 +216,40 @@ def _reveal_fast(probes: _Probes, rng: np.random.Generator) -> Tree:
         for j in group:
             if j != q:
                 sizes.setdefault(probes.size(q, j), []).append(j)
-        below = 1
         kids = []
-        for s in sorted(sizes):
-            below += len(sizes[s])
-            if s != below:
-                raise _Refused(_not_subtree(q, s, below, sizes, probes.n), exact=len(sizes) == 1 and s == 2 < below)
+        for sib in siblings(q, sizes, probes.n):
             kids.append(len(tasks))
-            tasks.append(sizes[s])
+            tasks.append(sib)
         spines.append((q, kids))
+    return assemble(tasks, spines)
+
+
+def siblings(q: int, sizes: dict[int, list[int]], n: int) -> list[list[int]]:
+    """The sibling subtrees up pivot ``q``'s path (their leaves), from the sizes ``q``'s probes saw.
+
+    Raises:
+        _Refused: sizes no binary tree has (the evidence; ``exact`` when cancellation came back exact).
+    """
+    below = 1
+    out = []
+    for s in sorted(sizes):
+        below += len(sizes[s])
+        if s != below:
+            raise _Refused(_not_subtree(q, s, below, sizes, n), exact=len(sizes) == 1 and s == 2 < below)
+        out.append(sizes[s])
+    return out
+
+
+def assemble(tasks: Sequence[Sequence[int]], spines: Sequence[tuple[int, Sequence[int]] | None]) -> Tree:
+    """The tree of a pivot search: task t's pivot joined, in turn, with the trees of its sibling tasks.
+
+    A task without a spine (None or past the list: a single leaf) is that leaf; a task's siblings
+    come after it.
+    """
     built: list[Tree] = [0] * len(tasks)
-    for t in range(len(tasks) - 1, -1, -1):  # a task's siblings come after it
-        q, kids = spines[t] if t < len(spines) else (tasks[t][0], [])
+    for t in range(len(tasks) - 1, -1, -1):
+        spine = spines[t] if t < len(spines) else None
+        q, kids = spine if spine is not None else (tasks[t][0], [])
         node: Tree = q
         for k in kids:
             node = (node, built[k])
