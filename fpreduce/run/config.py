@@ -23,7 +23,7 @@ from fpreduce.core.formats import format_name
 from fpreduce.core.options import ALGORITHMS, AVERAGES
 from fpreduce.core.rounding import MODES
 from fpreduce.plans import parse
-from fpreduce.run._tables import build
+from fpreduce.run.schema import build
 from fpreduce.run.rundir import check_name
 from fpreduce.run.sources import SourceSpec, file_shape, spec_from_dict
 

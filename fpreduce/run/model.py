@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fpreduce.base.errors import InvalidArgument
-from fpreduce.run._tables import KindSpec, choice, in_range
+from fpreduce.run.schema import KindSpec, choice, in_range
 
 Activation = Literal["tanh", "relu"]
 ACTIVATIONS = ("tanh", "relu")

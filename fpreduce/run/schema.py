@@ -1,14 +1,22 @@
-"""TOML tables into frozen dataclasses: the one validator of the config and source tables.
+"""The one validator of every document fpreduce reads: config tables, scale and price configs, summary.json,
+a recording's manifest.
 
-A table's keys are the dataclass's fields; their types are the fields' annotations
-(``int``, ``float``, ``str``, ``bool``). Every error is an :class:`InvalidArgument`
-naming the key (``experiment.steps``, ``source.noise``, ``arms.B.order``).
+TOML tables become frozen dataclasses (:func:`build`): a table's keys are the dataclass's
+fields, their types the fields' annotations (``int``, ``float``, ``str``, ``bool`` and tuples
+of them). JSON documents are checked key by key with the same rules (:func:`integer`,
+:func:`number`, :func:`string`, :func:`array`, :func:`table`). The rules: a bool is not a
+number and a float is not an int (``3.9`` is not 3, ``true`` is not 1), an int is accepted
+for a float, every number is finite, ranges are closed sets of plain numbers. Every error
+is an :class:`InvalidArgument` naming the key (``experiment.steps``, ``source.noise``,
+``arms.B.order``, ``layouts[0][1].start``); :func:`document` puts the file in front.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from dataclasses import MISSING, fields
 from typing import Any, ClassVar, TypeVar
 
@@ -18,6 +26,29 @@ T = TypeVar("T")
 K = TypeVar("K", bound="KindSpec")
 
 _WHAT = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
+
+
+@contextlib.contextmanager
+def document(where: str | Path | None) -> Iterator[None]:
+    """Errors raised inside name the document first: ``{where}: {message}`` (unless they already do).
+
+    ``where`` is the file (or ``"c.toml + --set"``); None adds nothing (the embedded default).
+    A document nested too deeply for Python (a RecursionError anywhere in its checks) is one
+    line too.
+
+    >>> with document("c.toml"):
+    ...     in_range("experiment.steps", 0, 1, integer=True)
+    Traceback (most recent call last):
+    fpreduce.base.errors.InvalidArgument: c.toml: experiment.steps: must be an integer >= 1, got 0
+    """
+    try:
+        yield
+    except InvalidArgument as e:
+        if where is None or str(e).startswith(str(where)):
+            raise
+        raise InvalidArgument(f"{where}: {e}") from None
+    except RecursionError:
+        raise InvalidArgument(f"{where}: nested too deeply") from None
 
 
 def check(ok: bool, key: str, what: str, value: object) -> None:

@@ -1,0 +1,162 @@
+"""Reveal a collective: every plan family of the project, run by fr.reduce as a black box of (N, E)
+arrays, is revealed as its own per-element trees (up to commutativity) in at most 2N calls at
+E >= N^2, and verified bit for bit; the others get a verdict with evidence."""
+
+import math
+
+import numpy as np
+import pytest
+
+import fpreduce as fr
+from fpreduce.analysis import reveal_collective as rc
+from fpreduce.plans import Plan, SegmentedPlan, Split, fold, random_tree
+
+
+def clades(tree):
+    """The leaf set of every inner node: equal for two trees exactly when they are equal up to commutativity."""
+    out = set()
+
+    def combine(a, b):
+        out.add(a | b)
+        return a | b
+
+    fold(tree, lambda i: frozenset([i]), combine)
+    return out
+
+
+def per_element(plan, E):
+    """Each element's tree under ``plan`` (the chunk it falls in) as its clades, independently of the reveal's code."""
+    if isinstance(plan, Plan):
+        return [clades(plan.root)] * E
+    sizes = plan.split.sizes(E, len(plan.trees))
+    return [c for t, s in zip(plan.trees, sizes, strict=True) if s for c in [clades(t.root)] * s]
+
+
+def box(plan, fmt="fp32"):
+    def fn(X):
+        return fr.reduce(X, plan, input=fmt, accumulate=fmt)
+
+    return fn
+
+
+def check_revealed(plan, n, E, fmt="fp32", verify=600, seed=0):
+    found = rc.collective_revelation(box(plan, fmt), n, E, format=fmt, verify=verify, seed=seed)
+    assert found.verdict == "tree", found.evidence
+    assert found.differing == 0
+    assert found.checked >= verify
+    want = per_element(plan, E)
+    for r in found.runs:
+        seen = clades(r.plan.root)
+        assert all(seen == want[e] for e in range(r.start, r.stop)), r
+    assert per_element(found.plan, E) == want
+    X = np.asarray(fr.round_to(np.random.default_rng(seed).standard_normal((n, E)) * 8.0 ** np.arange(n)[:, None], fmt))
+    a = fr.reduce(X, found.plan, input=fmt, accumulate=fmt)
+    b = fr.reduce(X, plan, input=fmt, accumulate=fmt)
+    assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+    return found
+
+
+FAMILIES = [
+    ("ring:nccl", 5),
+    ("ring:mpich", 6),
+    ("ring:ompi", 7),
+    ("ring:gloo", 4),
+    ("ring:gloo", 13),
+    ("rd", 6),
+    ("rabenseifner", 12),
+    ("linear", 5),
+    ("tree:nccl:2", 8),
+    ("tree:nccl:1", 9),
+    ("hier:3", 12),
+    ("ring:ompi", 64),
+]
+
+
+@pytest.mark.parametrize(("text", "n"), FAMILIES, ids=[f"{t}-N{n}" for t, n in FAMILIES])
+def test_every_collective_family_is_revealed_in_at_most_2n_calls(text, n):
+    plan = fr.plans.parse(text, n)
+    found = check_revealed(plan, n, n * n, seed=n)
+    assert found.calls <= 2 * n
+    assert text in found.families
+    want = per_element(plan, n * n)
+    for t in found.families:  # every family named is the same per-element trees
+        assert per_element(fr.plans.parse(t, n), n * n) == want, t
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_trees_per_chunk_are_revealed_and_cut_where_they_change(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 12))
+    k = int(rng.integers(2, n + 1))
+    split = Split(["even", "ceil"][seed % 2])
+    trees = tuple(random_tree(n, rng) for _ in range(k))
+    plan = SegmentedPlan("random", n, trees, split)
+    found = check_revealed(plan, n, n * n + 3, seed=seed)
+    assert found.calls <= 2 * n + 2
+    assert isinstance(found.plan, SegmentedPlan)
+    one = random_tree(n, rng)  # one tree everywhere: a Plan, not segments
+    assert isinstance(check_revealed(one, n, 2 * n, seed=seed).plan, Plan)
+
+
+def test_a_tree_per_element_is_revealed_element_by_element():
+    n, E = 5, 12
+    plan = fr.plans.parse("atomic", n, seed=3)
+    found = rc.collective_revelation(box(plan), n, E, verify=240)
+    assert (found.verdict, found.differing) == ("tree", 0)
+    assert len(found.runs) > 3
+    X = np.asarray(fr.round_to(np.random.default_rng(0).standard_normal((n, E)) * 2.0 ** np.arange(n)[:, None], "fp32"))
+    assert np.array_equal(fr.reduce(X, found.plan), fr.reduce(X, plan))
+
+
+def test_low_precision_formats():
+    for fmt, n in (("bf16", 6), ("fp16", 9)):
+        plan = fr.plans.parse("ring:nccl", n)
+        found = check_revealed(plan, n, n * n, fmt=fmt, verify=300)
+        assert found.format == fmt
+
+
+def wide_ring(X):
+    """ring:nccl's chunks summed in fp64, each result rounded once to fp32: not a tree in fp32."""
+    y = fr.reduce(X.astype(np.float64), fr.plans.parse("ring:nccl", X.shape[0]), input="fp64", accumulate="fp64")
+    return y.astype(np.float32)
+
+
+def test_a_wider_accumulator_is_said_and_modelled():
+    n, E = 4, 16
+    found = rc.collective_revelation(wide_ring, n, E, verify=400)
+    assert found.verdict == "wider accumulator"
+    assert "cancellation comes back exact" in found.evidence
+    assert (found.accumulate, found.differing, found.checked) == ("fp64", 0, 400)
+    assert "ring:nccl" in found.families
+    strict = rc.collective_revelation(wide_ring, n, E, accumulate="fp32", verify=100)
+    assert (strict.verdict, strict.plan) == ("not a binary tree", None)
+
+
+def test_one_rounding_of_the_exact_sum_is_no_tree():
+    def fsum(X):
+        return np.array([math.fsum(c) for c in X.T.tolist()], dtype=np.float32)
+
+    found = rc.collective_revelation(fsum, 4, 8, verify=100)
+    assert (found.verdict, found.plan) == ("not a binary tree", None)
+    assert "exact" in found.evidence
+
+
+def test_bad_functions_get_one_line():
+    with pytest.raises(fr.InvalidArgument, match="vector of 8 elements"):
+        rc.collective_revelation(lambda X: X.sum(), 3, 8)
+    with pytest.raises(fr.InvalidArgument, match="raised ValueError"):
+        rc.collective_revelation(lambda X: int("x"), 3, 8)
+    with pytest.raises(fr.InvalidArgument, match="does not sum its rows"):
+        rc.collective_revelation(lambda X: X.mean(axis=0), 3, 8)
+    with pytest.raises(fr.InvalidArgument, match="ranks must be"):
+        rc.collective_revelation(box(fr.plans.parse("rd", 3)), 0, 8)
+    rng = np.random.default_rng(0)
+
+    def shuffled(X):  # a new order of the ranks every call
+        return fr.reduce(X[rng.permutation(X.shape[0])], "sequential")
+
+    found = rc.collective_revelation(shuffled, 6, 36, verify=200)
+    assert found.verdict in ("no fixed tree", "not a binary tree")
+    assert found.plan is None
+    with pytest.raises(fr.InvalidArgument, match="no fixed tree|not a binary tree"):
+        fr.reveal_collective(shuffled, 6, 36, verify=200)
