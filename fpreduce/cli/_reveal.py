@@ -21,6 +21,8 @@ TARGETS = {
     "torch.sum": "torch.sum of the CPU tensor of x (torch 2.x)",
     "numpy.matmul": "(A @ B)[0, 0]: A's row 0 is x (--batch rows, the others fixed random), B ones (n x 4)",
     "torch.matmul": "the same with CPU tensors",
+    "gloo": "torch.distributed all_reduce(SUM) on --np local ranks (gloo, 127.0.0.1): --n elements per rank",
+    "mpi:ALGORITHM": "Open MPI's MPI_Allreduce(SUM) with ALGORITHM forced, on --np local ranks: --n elements",
 }
 
 _DRAWN = 32  # trees of at most this many leaves are drawn
@@ -102,9 +104,71 @@ def target(name: str, batch: int = 1) -> Callable[[Any], Any]:
     return obj  # type: ignore[no-any-return]
 
 
+def _collective(args: argparse.Namespace) -> int:
+    """``gloo`` / ``mpi:ALGORITHM``: a live group of --np ranks, its per-chunk trees revealed and verified."""
+    from fpreduce.analysis.reveal import tree_text
+    from fpreduce.analysis.reveal_collective import collective_revelation
+    from fpreduce.backends.live import LiveAllReduce
+
+    backend, _, algorithm = args.target.partition(":")
+    if args.np is None or args.sweep is not None:
+        raise InvalidArgument(f"reveal {args.target} takes --np K (ranks) and --n E (elements; default max(K^2, 1024))")
+    elements = max(args.np**2, 1024) if args.n is None else args.n
+    if elements < 1:
+        raise InvalidArgument(f"--n must be a positive number of elements per rank, got {elements}")
+    verify = 10_000 if args.verify is None else args.verify
+    with LiveAllReduce(backend, args.np, algorithm=algorithm or None, dtype=args.format) as fn:
+        found = collective_revelation(
+            fn, args.np, elements, format=args.format, accumulate=args.accumulate, verify=verify, seed=args.seed
+        )
+        agree = fn.disagreeing == 0
+        library, started = fn.library, fn.start_seconds
+    text = found.families[0] if found.families and found.plan is not None else None
+    if args.json:
+        doc = {k: getattr(found, k) for k in found.__dataclass_fields__ if k not in ("plan", "runs")}
+        runs = [{"start": r.start, "stop": r.stop, "tree": tree_text(r.plan)} for r in found.runs]
+        print(jsonfile.dumps({"target": args.target, "library": library, **doc, "runs": runs, "plan": text}))
+        return 0 if found.plan is not None and agree else 1
+    how = f"{found.calls} calls, {found.probe_seconds:.2f} s; unit {found.unit:g}, mask {found.big:g}"
+    print(
+        f"{args.target} ({library}), {found.ranks} ranks x {found.elements} elements, {found.format}: "
+        f"{found.verdict} ({how})"
+    )
+    same = "every rank got the same bits" if agree else "ranks DISAGREE on some elements"
+    print(f"ranks: {same} (the {found.ranks} ranks started in {started:.1f} s)")
+    if found.plan is None:
+        print(f"evidence: {found.evidence}")
+        return 1
+    print(
+        f"{'verified' if found.verdict == 'tree' else 'evidence'}: {found.evidence} "
+        f"({found.verify_calls} calls, {found.verify_seconds:.2f} s)"
+    )
+    print(f"family: {', '.join(found.families) if found.families else 'none of the project plans'}")
+    print(f"trees: {len(found.runs)} run(s) of elements")
+    for r in found.runs[:16]:
+        shown = r.plan.draw() if found.ranks <= _DRAWN else f"{found.ranks} leaves"
+        print(f"  elements {r.start}..{r.stop - 1}: {shown}")
+    if len(found.runs) > 16:
+        print(f"  ... and {len(found.runs) - 16} more")
+    if text is None:
+        print(f"plan: {found.plan.name} (no plan text: fr.reveal_collective returns it)")
+        return 0 if agree else 1
+    print(f"plan: {text}")
+    acc = f", output={found.format!r}" if found.accumulate != found.format else ""
+    print(
+        f"reuse: fr.reduce(X, {text!r}, input={found.format!r}, accumulate={found.accumulate!r}{acc})"
+        f" on ({found.ranks}, E) arrays; chunks as the library cuts them"
+    )
+    return 0 if agree else 1
+
+
 def _cmd_reveal(args: argparse.Namespace) -> int:
     from fpreduce.analysis.reveal import match_family, revelation, tree_text
 
+    if args.target == "gloo" or args.target.partition(":")[0] == "mpi":
+        return _collective(args)
+    if args.np is not None:
+        raise InvalidArgument(f"--np is for the collective targets (gloo, mpi:ALGORITHM), not {args.target}")
     fn = target(args.target, args.batch)
     if (args.n is None) == (args.sweep is None):
         raise InvalidArgument("reveal takes --n N or --sweep FIRST:LAST[:STEP], one of them")
@@ -187,9 +251,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     )
     r.add_argument(
         "target",
-        help="numpy.sum, numpy.dot, numpy.matmul, torch.sum, torch.matmul, or MODULE:FUNCTION (1-D array -> scalar)",
+        help="numpy.sum, numpy.dot, numpy.matmul, torch.sum, torch.matmul, MODULE:FUNCTION (1-D array -> scalar), "
+        "or a collective: gloo, mpi:ALGORITHM (ring, recursive_doubling, rabenseifner, ...) with --np",
     )
-    r.add_argument("--n", type=int, default=None, help="number of summands")
+    r.add_argument("--n", type=int, default=None, help="number of summands (gloo, mpi: elements per rank)")
+    r.add_argument("--np", type=int, default=None, help="ranks of the collective targets gloo and mpi:ALGORITHM")
     r.add_argument(
         "--sweep", default=None, help="FIRST:LAST[:STEP]: reveal every n of the range, print where the tree changes"
     )

@@ -1,0 +1,85 @@
+"""One rank of a live all-reduce group (``python -m fpreduce.backends._live_worker DIR [RANK N]``).
+
+Reads ``DIR/job.json`` (backend, dtype, timeout). gloo: RANK and N on the command line, a
+process group through a ``FileStore`` in DIR (gloo's pairs on ``lo``); mpi: the rank from
+``COMM_WORLD`` (mpirun forced the algorithm); ``DIR/ready.<rank>`` once joined. Then, for k = 0, 1, ...: waits for
+``DIR/in.<k>.npy`` (or ``DIR/stop``), all-reduces (SUM) its row in the dtype and writes the
+result as float64 to ``DIR/out.<k>.<rank>.npy`` atomically. Idle past the timeout, it exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+
+
+def _gloo(workdir: Path, rank: int, n: int, dtype: str, timeout: float) -> Callable[[np.ndarray], np.ndarray]:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    store = dist.FileStore(str(workdir / "store"), n)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=n, timeout=timedelta(seconds=timeout))
+    kind = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}[dtype]
+
+    def allreduce(row: np.ndarray) -> np.ndarray:
+        t = torch.from_numpy(row).to(kind)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.to(torch.float64).numpy()  # type: ignore[no-any-return]
+
+    return allreduce
+
+
+def _mpi(dtype: str) -> tuple[int, Callable[[np.ndarray], np.ndarray]]:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    kind, mpitype = (np.float64, MPI.DOUBLE) if dtype == "fp64" else (np.float32, MPI.FLOAT)
+
+    def allreduce(row: np.ndarray) -> np.ndarray:
+        send = row.astype(kind)
+        recv = np.zeros_like(send)
+        comm.Allreduce([send, mpitype], [recv, mpitype], op=MPI.SUM)
+        return recv.astype(np.float64)
+
+    return comm.Get_rank(), allreduce
+
+
+def main(argv: list[str]) -> int:
+    workdir = Path(argv[0])
+    job = json.loads((workdir / "job.json").read_text())
+    timeout = float(job.get("timeout", 120))
+    if job["backend"] == "gloo":
+        rank = int(argv[1])
+        allreduce = _gloo(workdir, rank, int(argv[2]), job["dtype"], timeout)
+    else:
+        rank, allreduce = _mpi(job["dtype"])
+    (workdir / f"ready.{rank}").touch()
+    k = 0
+    while True:
+        inp, idle, pause = workdir / f"in.{k}.npy", time.monotonic() + timeout, 0.0005
+        while not inp.exists() and not (workdir / "stop").exists():
+            if time.monotonic() > idle:
+                return 1
+            time.sleep(pause)
+            pause = min(pause * 2, 0.002)
+        if not inp.exists():
+            return 0
+        row = np.array(np.load(inp, mmap_mode="r")[rank])
+        out = allreduce(row)
+        tmp = workdir / f".out.{k}.{rank}.npy"
+        with open(tmp, "wb") as f:
+            np.save(f, out)
+        os.replace(tmp, workdir / f"out.{k}.{rank}.npy")
+        k += 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
