@@ -4,5 +4,6 @@
 (where gradients come from), ``policies`` (the plan of each arm at each step), ``runner``
 and ``stepmetrics`` (the experiment), ``sweep`` (a grid of small experiments) and
 ``rundir`` (the run directory's schema: the only reader and writer of its files);
-``schema`` validates every document read (TOML tables, JSON documents). Imports ``base``, ``plans``, ``core`` and ``analysis``.
+``schema`` validates every document read (TOML tables, JSON documents). Imports ``base``, ``plans``, ``core``
+and ``analysis``.
 """

@@ -48,8 +48,8 @@ from fpreduce.core.engine import reduce
 from fpreduce.core.formats import get_format
 from fpreduce.core.rounding import round_to
 from fpreduce.core.timing import Profile, cost, timeline
-from fpreduce.run.schema import choice, in_range
 from fpreduce.run.model import ModelSource, loss_and_grad
+from fpreduce.run.schema import choice, in_range
 
 __all__ = ["ComputeModel", "Mode", "Trace", "parse_mode", "simulate"]
 

@@ -23,8 +23,8 @@ from fpreduce.core.formats import format_name
 from fpreduce.core.options import ALGORITHMS, AVERAGES
 from fpreduce.core.rounding import MODES
 from fpreduce.plans import parse
-from fpreduce.run.schema import build
 from fpreduce.run.rundir import check_name
+from fpreduce.run.schema import build, document
 from fpreduce.run.sources import SourceSpec, file_shape, spec_from_dict
 
 __all__ = [
@@ -343,9 +343,11 @@ def load_config(
             name = p.stem if p.is_file() else p.name
             if path is None and _plain_name(name):
                 e["name"] = name
-    for s in overrides:
-        _set(d, s)
-    return from_dict(d)
+    where = " + ".join([*([str(path)] if path is not None else []), *(["--set"] if overrides else [])])
+    with document(where or None):  # every error names the file (and --set when overrides took part)
+        for s in overrides:
+            _set(d, s)
+        return from_dict(d)
 
 
 def _plain_name(name: str) -> bool:

@@ -26,9 +26,9 @@ from fpreduce.base.tomlfile import read_toml
 from fpreduce.core.formats import format_name
 from fpreduce.core.timing import Profile
 from fpreduce.run import rundir
-from fpreduce.run.schema import build, in_range
 from fpreduce.run.clock import ComputeModel, Trace, parse_mode, simulate
 from fpreduce.run.model import ModelSource, ModelSpec
+from fpreduce.run.schema import build, in_range
 
 __all__ = [
     "PriceConfig",

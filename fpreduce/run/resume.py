@@ -26,6 +26,7 @@ import numpy as np
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.run import _files, rundir
 from fpreduce.run.config import Config, diff, from_dict, parse_toml, to_toml
+from fpreduce.run.schema import document
 
 __all__ = ["checkpoint_arrays", "open_dir", "plan", "writing"]
 
@@ -58,7 +59,8 @@ def plan(
         text = rundir.read_config(d)
         if text is None:
             raise InvalidArgument(f"nothing to resume in {d}: no config.toml")
-        stored = from_dict(parse_toml(text, str(d / rundir.CONFIG_TOML)))
+        with document(d / rundir.CONFIG_TOML):
+            stored = from_dict(parse_toml(text, str(d / rundir.CONFIG_TOML)))
         if stored != cfg:
             raise InvalidArgument(
                 f"{d / rundir.CONFIG_TOML} differs from this config ({'; '.join(diff(stored, cfg)[:3])}); "

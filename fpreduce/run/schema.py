@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from dataclasses import MISSING, fields
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
@@ -30,7 +30,8 @@ _WHAT = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"
 
 @contextlib.contextmanager
 def document(where: str | Path | None) -> Iterator[None]:
-    """Errors raised inside name the document first: ``{where}: {message}`` (unless they already do).
+    """Errors raised inside name the document first: ``{where}: {message}`` (unless they already do, or name
+    a ``--set`` override).
 
     ``where`` is the file (or ``"c.toml + --set"``); None adds nothing (the embedded default).
     A document nested too deeply for Python (a RecursionError anywhere in its checks) is one
@@ -44,7 +45,7 @@ def document(where: str | Path | None) -> Iterator[None]:
     try:
         yield
     except InvalidArgument as e:
-        if where is None or str(e).startswith(str(where)):
+        if where is None or str(e).startswith((str(where), "--set")):  # (an override's error names the override)
             raise
         raise InvalidArgument(f"{where}: {e}") from None
     except RecursionError:
@@ -54,7 +55,7 @@ def document(where: str | Path | None) -> Iterator[None]:
 def check(ok: bool, key: str, what: str, value: object) -> None:
     """Raise ``InvalidArgument("{key}: must be {what}, got {value!r}")`` unless ``ok``."""
     if not ok:
-        raise InvalidArgument(f"{key}: must be {what}, got {value!r}")
+        raise InvalidArgument(f"{key}: must be {what}, got {shown(value)}")
 
 
 def choice(key: str, value: object, choices: tuple[str, ...], *, aliases: Mapping[str, str] | None = None) -> None:
@@ -87,12 +88,37 @@ def in_range(
     check(ok, key, what + ("" if hi is None else f" and < {hi}"), v)
 
 
+def shown(v: object, limit: int = 60) -> str:
+    """``repr(v)``, cut to ``limit`` characters (a document's value may be huge or nested deeply)."""
+    try:
+        r = repr(v)
+    except RecursionError:
+        r = f"<{type(v).__name__} nested too deeply>"
+    return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
 def typed(key: str, value: object, typ: str) -> Any:
-    """``value`` checked against a field type (``int``, ``float``, ``str``, ``bool``).
+    """``value`` checked against a field type: ``int``, ``float``, ``str``, ``bool``, ``tuple[T, ...]`` of one
+    of them (a TOML array), or a union of those (``float | tuple[float, ...]``).
 
     Bools are not numbers and floats are not ints; an int is accepted for a float and
-    converted; a float must be finite.
+    converted; a float must be finite. An array becomes a tuple, its entries checked as ``T``
+    (named ``key[i]``).
+
+    >>> typed("scale.workers", [1, 2], "tuple[int, ...]")
+    (1, 2)
+    >>> typed("scale.workers", [1, 3.9], "tuple[int, ...]")
+    Traceback (most recent call last):
+    fpreduce.base.errors.InvalidArgument: scale.workers[1]: expected integer, got 3.9
     """
+    if "|" in typ:
+        kinds = [t.strip() for t in typ.split("|")]
+        array = next((t for t in kinds if t.startswith("tuple[")), None)
+        return typed(key, value, array if array and isinstance(value, list | tuple) else kinds[0])
+    if typ.startswith("tuple[") and typ.endswith(", ...]"):
+        if not isinstance(value, list | tuple):
+            raise InvalidArgument(f"{key}: expected an array of {_WHAT.get(typ[6:-6], typ[6:-6])}s, got {shown(value)}")
+        return tuple(typed(f"{key}[{i}]", v, typ[6:-6]) for i, v in enumerate(value))
     if typ == "float" and is_int(value):
         try:
             value = float(value)  # type: ignore[arg-type]
@@ -107,10 +133,72 @@ def typed(key: str, value: object, typ: str) -> Any:
     else:
         ok = isinstance(value, str)
     if not ok:
-        raise InvalidArgument(f"{key}: expected {_WHAT.get(typ, typ)}, got {value!r}")
+        raise InvalidArgument(f"{key}: expected {_WHAT.get(typ, typ)}, got {shown(value)}")
     if typ == "float" and not math.isfinite(value):  # type: ignore[arg-type]
         raise InvalidArgument(f"{key}: must be finite, got {value!r}")
     return value
+
+
+def integer(key: str, v: object, lo: int = 0, hi: int | None = None) -> int:
+    """``v``, an integer (not a float, not a bool) in [lo, hi]; else one line naming ``key``.
+
+    >>> integer("world_size", 3.9, 1)
+    Traceback (most recent call last):
+    fpreduce.base.errors.InvalidArgument: world_size: expected integer, got 3.9
+    """
+    typed(key, v, "int")
+    in_range(key, v, lo, hi=None if hi is None else hi + 1, integer=True)
+    return v  # type: ignore[return-value]
+
+
+def number(key: str, v: object, lo: float | None = None, *, null: bool = False) -> float | None:
+    """``v``, a finite number (an int is accepted) >= lo, as a float; None too when ``null``."""
+    if v is None and null:
+        return None
+    x = typed(key, v, "float")
+    if lo is not None:
+        in_range(key, x, lo)
+    return x  # type: ignore[no-any-return]
+
+
+def string(key: str, v: object, choices: tuple[str, ...] | None = None) -> str:
+    """``v``, a string (one of ``choices`` when given: an unknown-name error with a hint otherwise)."""
+    typed(key, v, "str")
+    if choices is not None:
+        choice(key, v, choices)
+    return v  # type: ignore[return-value]
+
+
+def array(key: str, v: object, n: int | None = None, *, nonempty: bool = False) -> list[Any]:
+    """``v``, a list (of ``n`` entries when given; at least one when ``nonempty``)."""
+    if not isinstance(v, list):
+        raise InvalidArgument(f"{key}: expected an array, got {shown(v)}")
+    if n is not None and len(v) != n:
+        raise InvalidArgument(f"{key}: {len(v)} entries, expected {n}")
+    if nonempty and not v:
+        raise InvalidArgument(f"{key}: empty, expected at least one entry")
+    return v
+
+
+def table(key: str, v: object, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``v``, a table (a JSON object) holding every key of ``required`` (one line naming the first missing)."""
+    if not isinstance(v, dict):
+        raise InvalidArgument(f"{key}: expected a table, got {shown(v)}")
+    for k in required:
+        if k not in v:
+            raise InvalidArgument(f"{key}.{k}: required")
+    return v
+
+
+def tables(d: object, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """A document's top level: only the tables ``names`` (an unknown one gets a close-match hint), each a table;
+    the missing ones empty."""
+    if not isinstance(d, dict):
+        raise InvalidArgument(f"expected a document of tables, got {shown(d)}")
+    for k in d:
+        if k not in names:
+            raise unknown_name("table", k, names)
+    return {k: table(f"[{k}]", d[k]) if k in d else {} for k in names}
 
 
 def build(
@@ -124,7 +212,7 @@ def build(
     """Build the dataclass ``cls`` from the TOML table ``d`` (named ``table`` in messages).
 
     Args:
-        cls: a dataclass whose field annotations are ``int``, ``float``, ``str`` or ``bool``.
+        cls: a dataclass whose field annotations are types :func:`typed` knows.
         table: the table's name: ``experiment``, ``source``, ``arms.B``.
         d: the parsed table.
         fixed: keys allowed besides the fields, whose value must be the one given
@@ -137,7 +225,7 @@ def build(
     """
     fixed = fixed or {}
     if not isinstance(d, dict):
-        raise InvalidArgument(f"[{table}] must be a table, got {d!r}")
+        raise InvalidArgument(f"[{table}] must be a table, got {shown(d)}")
     spec = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
     kwargs = {}
     for key, v in d.items():

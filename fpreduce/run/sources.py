@@ -71,8 +71,8 @@ from fpreduce.base.errors import InvalidArgument
 from fpreduce.run._layouts import LAYOUTS
 from fpreduce.run._layouts import scales as layout_scales
 from fpreduce.run._layouts import total as layout_size
-from fpreduce.run.schema import KindSpec, check, choice, in_range, is_finite, is_int
 from fpreduce.run.model import ModelSource, ModelSpec, check_step
+from fpreduce.run.schema import KindSpec, check, choice, in_range, is_finite, is_int
 
 __all__ = [
     "FileSource",

@@ -33,6 +33,7 @@ from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.run import _files, rundir
 from fpreduce.run.config import ArmSpec, Config, _set, from_dict, read_toml
 from fpreduce.run.runner import check_run, run_experiment
+from fpreduce.run.schema import document
 from fpreduce.run.sources import DISTS, SyntheticSpec
 
 __all__ = ["load_sweep_config", "run_sweep", "sweep_dir"]
@@ -50,6 +51,11 @@ def load_sweep_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[
     """
     p = Path(path)
     d = read_toml(p, "sweep config")
+    with document(p):  # every error names the file
+        return _points(p, d, overrides)
+
+
+def _points(p: Path, d: dict[str, Any], overrides: Sequence[str]) -> tuple[Config, list[Config]]:
     for o in overrides:
         key, _, raw = o.partition("=")
         if key.strip().startswith("arms."):
