@@ -15,7 +15,7 @@ from fpreduce.core.timing import Profile
 from fpreduce.report.price import findings
 from fpreduce.run.clock import ComputeModel, parse_mode, simulate
 from fpreduce.run.model import ModelSource, ModelSpec
-from fpreduce.run.price import price, price_config_from_dict
+from fpreduce.run.price import load_of, price, price_config_from_dict
 
 SPEC = ModelSpec(hidden=16, inputs=8, outputs=4, batch_per_worker=4)
 FREE = Profile(alpha=0.0, beta=1e-30, gamma=0.0)  # communication costs nothing
@@ -96,26 +96,45 @@ def _row(mode: str, **kw: float) -> dict[str, object]:
         "step_s": 0.1,
         "time_to_target_s": 1.0,
         "final_loss": 0.2,
-        "bits_vs_reference": 0.0,
+        "weights_differ_ref": 0.0,
         "distance_vs_reference": 0.0,
-        "rerun_bits": 0.0,
+        "weights_differ_rerun": 0.0,
         "staleness_mean": 0.0,
         "staleness_max": 0,
+        "idle_fraction": 0.5,
     }
     return {"mode": mode, **base, **kw}
 
 
 def test_findings_flip_with_the_numbers() -> None:
     ref = _row("sync")
-    repro = findings([ref, _row("local:4", step_s=0.05)], 0.3)[1]
+    target, repro = findings([ref, _row("local:4", step_s=0.05, weights_differ_ref=1.0)], 0.3)[::2]
+    assert "The target loss is 0.3: 1.2 x the final loss of sync (the reference), 0.2" in target
+    assert "(price.target_loss)" in findings([ref], 0.3, given=True)[0]
     assert "2.00x the reference's steps per second" in repro
     assert "reproducible (a relaunch gives the same bits)" in repro
-    flaky = findings([ref, _row("async", step_s=0.2, rerun_bits=0.5, staleness_mean=3.0, staleness_max=7)], 0.3)[1]
+    assert "every one of its final weights differs from the reference's in at least one bit" in repro
+    assert "idle 50.0% of the time (the reference's: 50.0%)" in repro
+    slow = _row("async", step_s=0.2, weights_differ_rerun=0.5, staleness_mean=3.0, staleness_max=7, idle_fraction=0.1)
+    flaky = findings([ref, slow], 0.3)[2]
     assert "2.00x slower per step" in flaky
-    assert "a relaunch changes 50.0%" in flaky
+    assert "a relaunch changes at least one bit of 50.0% of the weights" in flaky
     assert "3.0 updates stale on average (at most 7)" in flaky
-    never = findings([ref, _row("m_sync:2", time_to_target_s=float("nan"))], 0.3)[1]
+    assert "idle 10.0% of the time" in flaky
+    never = findings([ref, _row("m_sync:2", time_to_target_s=float("nan"))], 0.3)[2]
     assert "never reaches the target" in never
+
+
+def test_the_staleness_verdict_flips_with_the_loss() -> None:
+    ref, stale = _row("sync"), {"staleness_mean": 15.0, "staleness_max": 40}
+    free = findings([ref, _row("async", final_loss=0.205, **stale)], 0.3)[-1]
+    assert free.startswith("Staleness is free here: async's updates are 15.0 updates stale")
+    assert "(+2.5%)" in free
+    costly = findings([ref, _row("async", final_loss=0.3, time_to_target_s=float("nan"), **stale)], 0.3)[-1]
+    assert costly.startswith("Staleness costs here:") and "(+50.0%) and never reaches the target" in costly
+    gone = findings([ref, _row("local_async:4", final_loss=float("inf"), **stale)], 0.3)[-1]
+    assert "diverges (its loss is not finite)" in gone
+    assert not any(s.startswith("Staleness") for s in findings([ref, _row("m_sync:2")], 0.3))
 
 
 def test_price_rows_follow_their_definitions() -> None:
@@ -124,12 +143,19 @@ def test_price_rows_follow_their_definitions() -> None:
     )
     rows, traces = price(cfg)
     assert [r.mode for r in rows] == ["sync", "sync:arrival", "async"]
-    assert rows[0].bits_vs_reference == 0.0  # the reference against itself
-    assert rows[0].rerun_bits == 0.0  # fixed order: a relaunch gives the same bits
+    assert rows[0].weights_differ_ref == 0.0  # the reference against itself
+    assert rows[0].weights_differ_rerun == 0.0  # fixed order: a relaunch gives the same bits
     assert rows[2].staleness_max > 0
     for r, tr in zip(rows, traces.values(), strict=True):
         assert r.step_s == pytest.approx(tr.time[-1] / 4)
         assert r.final_loss == tr.loss[-1]
+        busy = sum(min(b, tr.time[-1]) - min(a, tr.time[-1]) for a, b in tr.computing)  # computing, clipped at the end
+        assert r.idle_fraction == pytest.approx(1 - busy / (4 * tr.time[-1]))
+        curve, idle = load_of(tr, 4, 50)
+        assert idle == r.idle_fraction and curve.max() <= 4 + 1e-9
+        assert curve.mean() == pytest.approx(4 * (1 - idle))  # the bins integrate the same compute seconds
+    assert rows[0].idle_fraction > 0 < rows[1].idle_fraction  # a barrier waits for the slowest
+    assert rows[2].idle_fraction < rows[0].idle_fraction  # async goes on at once
 
 
 def test_price_command(tmp_path: Path) -> None:

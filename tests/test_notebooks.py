@@ -172,8 +172,8 @@ def test_06_price_of_determinism(run) -> None:  # type: ignore[no-untyped-def]
     s8, s16 = r["ring_speedup_8_16"]
     assert 7.5 < s8 < 8.0
     assert 9.5 < s16 < 10.5
-    assert r["rerun_bits"]["sync"] == 0.0
-    assert r["rerun_bits"]["sync:arrival"] > 0.5
+    assert r["weights_differ_rerun"]["sync"] == 0.0
+    assert r["weights_differ_rerun"]["sync:arrival"] > 0.5
     assert r["step_ms"]["async"] < r["step_ms"]["sync"]
 
 

@@ -109,7 +109,7 @@ def _cmd_price(args: argparse.Namespace) -> int:
             print(jsonfile.dumps({"name": cfg.spec.name, "target_loss": doc["target_loss"], "rows": doc["rows"]}))
         else:
             print(table(doc["rows"]))
-            print("\n".join(findings(doc["rows"], doc["target_loss"])))
+            print("\n".join(findings(doc["rows"], doc["target_loss"], given=cfg.spec.target_loss > 0)))
         if not args.no_report:
             files = write_price_report(out)
             if not args.json:

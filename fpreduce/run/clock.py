@@ -152,6 +152,8 @@ class Trace:
         staleness: per applied gradient, updates applied between its read and its use.
         params: the final fp32 (or master-format) weights.
         orders_changed: number of steps whose reduction order differed from rank order.
+        computing: the workers' compute intervals ``(start, end)`` in simulated seconds (``m_sync``: a dropped
+            gradient's until its step ends); outside them a worker waits (barrier, network, server).
     """
 
     mode: str
@@ -160,6 +162,7 @@ class Trace:
     staleness: list[int] = field(default_factory=list)
     params: NDArray[np.float32] = field(default_factory=lambda: np.zeros(0, np.float32))
     orders_changed: int = 0
+    computing: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,7 @@ def _sync(s: _Setup, steps: int, arrival: bool, tr: Trace) -> NDArray[np.float32
     fixed = plans.parse(s.plan, s.n)
     for k in range(steps):
         ready = t + s.compute.times(s.n, k, s.seed)
+        tr.computing += [(t, float(r)) for r in ready]
         G = np.stack([s.grad(k, w, params) for w in range(s.n)])
         if arrival:
             tl = timeline("sequential", s.n, s.nbytes, s.profile, ready=ready, order="arrival")
@@ -237,6 +241,7 @@ def _async(s: _Setup, steps: int, tr: Trace) -> NDArray[np.float32]:
     apply_cost = s.nbytes * s.profile.gamma
     c0 = s.compute.times(s.n, 0, s.seed)
     events = [(float(c0[w] + msg), w, 0, 0, params) for w in range(s.n)]  # (arrival, worker, k, version, weights)
+    tr.computing += [(0.0, float(c)) for c in c0]
     heapq.heapify(events)
     server, version, done = 0.0, 0, 0
     while done < steps * s.n:
@@ -250,7 +255,9 @@ def _async(s: _Setup, steps: int, tr: Trace) -> NDArray[np.float32]:
             tr.time.append(server)
             tr.loss.append(s.loss(params))
         start = server + msg  # the worker has the new weights
-        nxt = float(start + s.compute.times(s.n, k + 1, s.seed)[w] + msg)
+        busy = float(s.compute.times(s.n, k + 1, s.seed)[w])
+        tr.computing.append((start, start + busy))
+        nxt = float(start + busy + msg)
         heapq.heappush(events, (nxt, w, k + 1, version, params))
     return params
 
@@ -272,6 +279,7 @@ def _local(s: _Setup, steps: int, h: int, tr: Trace) -> NDArray[np.float32]:
         params = (params.astype(np.float64) + total / s.n).astype(np.float32)  # plus their mean
         if s.master != "fp32":
             params = round_to(params, s.master)
+        tr.computing += [(t, t + float(b)) for b in busy]
         t = timeline(plan, s.n, s.nbytes, s.profile, ready=t + busy).end
         for _ in ks:  # one point per step-equivalent, all at the round's end
             tr.time.append(t)
@@ -291,6 +299,7 @@ def _local_async(s: _Setup, steps: int, h: int, tr: Trace) -> NDArray[np.float32
         for k in range(k0, k0 + h):
             local = s.apply(local, s.grad(k, w, local), 1)  # the worker's own full SGD step
             busy += float(s.compute.times(s.n, k, s.seed)[w])
+        tr.computing.append((start, start + busy))
         return start + busy + msg, local.astype(np.float64) - weights.astype(np.float64)
 
     events = []
@@ -302,8 +311,9 @@ def _local_async(s: _Setup, steps: int, h: int, tr: Trace) -> NDArray[np.float32
     while done < steps * s.n:
         arrive, w, k, read, delta = heapq.heappop(events)
         server = max(server, arrive) + apply_cost
-        new = params.astype(np.float64) + delta.astype(np.float32).astype(np.float64) / s.n
-        params = new.astype(np.float32) if s.master == "fp32" else round_to(new.astype(np.float32), s.master)
+        with np.errstate(all="ignore"):  # a diverging run: inf - inf is NaN, said by the report
+            new = params.astype(np.float64) + delta.astype(np.float32).astype(np.float64) / s.n
+            params = new.astype(np.float32) if s.master == "fp32" else round_to(new.astype(np.float32), s.master)
         tr.staleness.append(version - read)
         version += 1
         for _ in range(h):  # one delta = H gradients of this worker
@@ -323,7 +333,8 @@ def _m_sync(s: _Setup, steps: int, m: int, tr: Trace) -> NDArray[np.float32]:
         first = np.argsort(ready, kind="stable")[:m]
         G = np.stack([s.grad(k, int(w), params) for w in first])
         params = s.apply(params, s.reduce(G, plans.sequential(m)), m)  # added in arrival order
-        t = float(ready[first[-1]]) + cost("ring" if m > 1 else "sequential", m, s.nbytes, s.profile)
+        t0, t = t, float(ready[first[-1]]) + cost("ring" if m > 1 else "sequential", m, s.nbytes, s.profile)
+        tr.computing += [(t0, min(float(r), t)) for r in ready]  # a dropped gradient: until the step ends
         tr.orders_changed += int(not np.array_equal(np.sort(first), first))
         tr.time.append(t)
         tr.loss.append(s.loss(params))

@@ -2,9 +2,10 @@
 
 ``fpreduce price CONFIG`` trains the model source in every mode of the config on one
 simulated clock (:mod:`fpreduce.run.clock`), relaunches each with another timing seed,
-and tabulates per mode: time per step, time to a target loss, final loss, how many bits
-of the final weights differ from the deterministic reference (``sync`` with a fixed
-order, the first mode) and from the mode's own relaunch.
+and tabulates per mode: time per step, time to a target loss, final loss, the fraction of
+the final weights that differ in at least one bit from the deterministic reference's
+(``sync`` with a fixed order, the first mode) and from the mode's own relaunch's, and the
+load over time: how many workers compute and how many wait, and the idle fraction.
 
 A config is TOML with tables ``[price]`` (:class:`PriceSpec`: name, workers, seed, steps,
 modes, formats), ``[source]`` (the model's keys, see ``ModelSpec``), ``[cluster]``
@@ -37,9 +38,13 @@ __all__ = [
     "load_price_config",
     "price",
     "price_config_from_dict",
+    "load_of",
     "save_price",
     "target_of",
 ]
+
+#: bins of the load curve over a mode's simulated time (price.json's ``computing``)
+LOAD_BINS = 400
 
 
 @dataclass(frozen=True)
@@ -95,22 +100,27 @@ class PriceRow:
         step_s: mean simulated seconds per step-equivalent.
         time_to_target_s: simulated seconds until the loss first reaches the target (NaN: never).
         final_loss: loss after the last step-equivalent.
-        bits_vs_reference: fraction of the final weights whose bits differ from the reference mode's.
+        weights_differ_ref: fraction of the final weights that differ in at least one bit from the reference
+            mode's (0.25: a quarter of the weights; not a fraction of bits).
         distance_vs_reference: ||w - w_ref|| / ||w_ref|| of the final weights.
-        rerun_bits: fraction of the final weights whose bits differ from a relaunch with another timing seed.
+        weights_differ_rerun: fraction of the final weights that differ in at least one bit from a relaunch's
+            (the same job with another timing seed).
         staleness_mean: mean staleness of the applied gradients.
         staleness_max: largest staleness.
+        idle_fraction: the fraction of the N workers' time (from 0 to the mode's last update) spent not
+            computing a gradient (barrier, network, server): 1 - compute seconds / (N x end).
     """
 
     mode: str
     step_s: float
     time_to_target_s: float
     final_loss: float
-    bits_vs_reference: float
+    weights_differ_ref: float
     distance_vs_reference: float
-    rerun_bits: float
+    weights_differ_rerun: float
     staleness_mean: float
     staleness_max: int
+    idle_fraction: float
 
 
 #: the most workers a price simulation takes (work and memory grow with workers x steps x modes: 256 workers x
@@ -154,7 +164,7 @@ def _first_below(tr: Trace, target: float) -> float:
     return hit[0] if hit else float("nan")
 
 
-def _bits_differ(a: np.ndarray, b: np.ndarray) -> float:
+def _weights_differ(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(a.view(np.uint32) != b.view(np.uint32))) if a.size else 0.0
 
 
@@ -206,11 +216,12 @@ def price(
                 tr.time[-1] / len(tr.time),
                 _first_below(tr, target),
                 tr.loss[-1],
-                _bits_differ(tr.params, ref.params),
+                _weights_differ(tr.params, ref.params),
                 _distance(w, w_ref),
-                _bits_differ(tr.params, reruns[m].params),
+                _weights_differ(tr.params, reruns[m].params),
                 float(np.mean(tr.staleness)) if tr.staleness else 0.0,
                 int(max(tr.staleness, default=0)),
+                load_of(tr, sp.workers, 1)[1],
             )
         )
     return rows, traces
@@ -220,6 +231,21 @@ def _distance(w: np.ndarray, w_ref: np.ndarray) -> float:
     """||w - w_ref|| / ||w_ref||; NaN when a run diverged (weights not finite), said by the report."""
     with np.errstate(invalid="ignore", over="ignore"):
         return float(np.linalg.norm(w - w_ref)) / max(float(np.linalg.norm(w_ref)), 1e-300)
+
+
+def load_of(tr: Trace, n: int, bins: int = LOAD_BINS) -> tuple[np.ndarray, float]:
+    """The mean number of workers computing in each of ``bins`` equal bins of [0, end] (end: the mode's last
+    update, ``tr.time[-1]``; compute intervals clipped to it, integrated exactly), and the idle fraction
+    ``1 - compute seconds / (n x end)``."""
+    end = tr.time[-1] if tr.time else 0.0
+    iv = np.clip(np.asarray(tr.computing, np.float64).reshape(-1, 2), 0.0, end)
+    if end <= 0 or not iv.size:
+        return np.zeros(bins), 1.0
+    edges = np.linspace(0.0, end, bins + 1)
+    busy = np.zeros(bins + 1)  # compute seconds before each edge, summed over the intervals
+    for a, b in iv:
+        busy += np.clip(edges - a, 0.0, b - a)
+    return np.diff(busy) / (end / bins), float(1.0 - busy[-1] / (n * end))
 
 
 def target_of(cfg: PriceConfig, traces: dict[str, Trace]) -> float:
@@ -239,7 +265,15 @@ def save_price(out: Path, cfg: PriceConfig, rows: list[PriceRow], traces: dict[s
         },
         "target_loss": target_of(cfg, traces),
         "rows": [asdict(r) for r in rows],
-        "traces": {m: {"time": tr.time, "loss": tr.loss, "staleness": tr.staleness} for m, tr in traces.items()},
+        "traces": {
+            m: {
+                "time": tr.time,
+                "loss": tr.loss,
+                "staleness": tr.staleness,
+                "computing": [round(float(c), 4) for c in load_of(tr, cfg.spec.workers)[0]],
+            }
+            for m, tr in traces.items()
+        },
     }
     rundir.write_study(out, "price", doc)
     return doc
