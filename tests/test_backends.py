@@ -17,6 +17,7 @@ from _backends import require
 import fpreduce as fr
 from fpreduce.backends import BackendError, CaseResult, VerifyResult, algorithms, experiment_b, mpi, verify
 from fpreduce.backends._common import compare, make_inputs
+from fpreduce.plans.ompi import segment_count
 
 SIZES = (1, 3, 7, 64, 1000)  # M < N, M not divisible by N, and larger
 MPI_CELLS = [(n, a) for a in ("ring", "rabenseifner", "recursive_doubling") for n in (2, 3, 4, 5, 8)] + [
@@ -72,9 +73,10 @@ def test_mpi_fallbacks_are_what_the_source_says() -> None:
     name, _, note = mpi.expected_plan("segmented_ring", 4, 63, "fp32", segment_bytes=64)
     assert (name, "plain ring" in note) == ("ring:ompi", True)  # 63 < 4 * 16
     assert mpi.expected_plan("segmented_ring", 4, 64, "fp32", segment_bytes=64)[2] == ""
-    assert mpi._segcount(0, 4, 100) == 100  # segment size 0: no segmentation (plain ring)
-    assert mpi._segcount(10, 4, 100) == 2  # 2 items, remainder 2 B is not > half an item
-    assert mpi._segcount(11, 4, 100) == 3  # remainder 3 B > 2 B rounds up
+    assert segment_count(0, 4, 100) == 100  # segment size 0: no segmentation (plain ring)
+    assert segment_count(10, 4, 100) == 2  # 2 items, remainder 2 B is not > half an item
+    assert segment_count(11, 4, 100) == 3  # remainder 3 B > 2 B rounds up
+    assert segment_count(400, 4, 100) == 100  # a segment not below the message: the whole message
 
 
 # --- verify() ----------------------------------------------------------------------------------
@@ -125,6 +127,7 @@ def test_missing_torch_names_the_install_command(monkeypatch: pytest.MonkeyPatch
 
 def test_algorithms_lists() -> None:
     assert algorithms("mpi") == (
+        "default",
         "basic_linear",
         "nonoverlapping",
         "recursive_doubling",

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fpreduce as fr
-from fpreduce.analysis.scaling import format_table, load_scale_config, rows_as_dicts, scaling
+from fpreduce.analysis.scaling import format_table, rows_as_dicts, scaling
+from fpreduce.run.scale import load_scale_config
 from fpreduce.core.timing import Profile
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "scaling.toml"

@@ -22,13 +22,11 @@ Each row carries the bus bandwidth the plan's links allow beside the one it reac
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
-from fpreduce.base.tomlfile import read_toml
 from fpreduce.core.timing import Profile, bus_bandwidth, busbw_bound, cost
 from fpreduce.plans import FAMILIES, parse
 
@@ -36,9 +34,7 @@ __all__ = [
     "ScaleConfig",
     "ScaleRow",
     "format_table",
-    "load_scale_config",
     "rows_as_dicts",
-    "scale_config_from_dict",
     "scaling",
     "size_text",
 ]
@@ -141,7 +137,7 @@ def scaling(
 
 @dataclass(frozen=True)
 class ScaleConfig:
-    """A ``fpreduce scale`` file: a ``[scale]`` table and a ``[cluster]`` table (:class:`Profile`).
+    """What ``fpreduce scale`` computes: the curves' inputs (read from its file by :mod:`fpreduce.run.scale`).
 
     Attributes:
         workers: the N to evaluate.
@@ -158,51 +154,6 @@ class ScaleConfig:
     nbytes: float | tuple[float, ...] = 1e8
     profile: Profile = field(default_factory=Profile)
     name: str = "scaling"
-
-
-_SCALE_KEYS = ("name", "workers", "plans", "compute", "bytes", "elements", "bytes_per_element")
-
-
-def load_scale_config(path: str | Path) -> ScaleConfig:
-    """Read a scale config (TOML); every key is optional, unknown keys are errors with a hint."""
-    d = read_toml(path, "the scale config")
-    return scale_config_from_dict(d, where=str(path))
-
-
-def scale_config_from_dict(d: Mapping[str, Any], *, where: str = "config") -> ScaleConfig:
-    """A :class:`ScaleConfig` from parsed TOML: tables ``scale`` and ``cluster``."""
-    for k in d:
-        if k not in ("scale", "cluster"):
-            raise unknown_name(f"{where}: table", k, ("scale", "cluster"))
-    s = dict(d.get("scale", {}))
-    for k in s:
-        if k not in _SCALE_KEYS:
-            raise unknown_name(f"{where}: scale key", k, _SCALE_KEYS)
-    base = ScaleConfig()
-    nbytes = s.get("bytes", base.nbytes)
-    if isinstance(nbytes, list):
-        nbytes = tuple(nbytes)
-    if "elements" in s:
-        nbytes = s["elements"] * s.get("bytes_per_element", 4)
-    workers = s.get("workers", list(base.workers))
-    plans = s.get("plans", list(base.plans))
-    if isinstance(workers, list) and any(isinstance(n, int) and n > MAX_WORKERS for n in workers):
-        raise InvalidArgument(
-            f"{where}: scale.workers: at most {MAX_WORKERS} (time and memory grow with N^2: N = 2048 takes ~20 s "
-            f"and 0.4 GiB), got {max(workers)}"
-        )
-    if not isinstance(workers, list) or not isinstance(plans, list) or not all(isinstance(x, str) for x in plans):
-        raise InvalidArgument(f"{where}: scale.workers must be a list of integers and scale.plans a list of strings")
-    cfg = ScaleConfig(
-        workers=tuple(workers),
-        plans=tuple(plans),
-        compute=s.get("compute", base.compute),
-        nbytes=nbytes,
-        profile=Profile.from_dict(d.get("cluster", {})),
-        name=str(s.get("name", base.name)),
-    )
-    scaling(cfg.workers, cfg.plans, compute=cfg.compute, nbytes=cfg.nbytes, profile=cfg.profile)  # validates
-    return cfg
 
 
 def format_table(rows: Sequence[ScaleRow]) -> str:

@@ -102,7 +102,7 @@ class VerifyResult:
     Attributes:
         backend: ``mpi`` or ``gloo``.
         np: number of processes.
-        algorithm: the library algorithm forced (``ring`` for gloo).
+        algorithm: the library algorithm forced (``ring`` for gloo), or ``default`` (Open MPI's own choice).
         seed: the seed of the inputs.
         library: the library and version that ran (e.g. ``Open MPI v4.1.4``).
         cases: one :class:`CaseResult` per (elements, dtype).

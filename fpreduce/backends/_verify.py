@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import re
+
 from fpreduce.backends import gloo, mpi
 from fpreduce.backends._common import VerifyResult, compare, make_inputs
 from fpreduce.base.errors import InvalidArgument, unknown_name
 
 #: backend names accepted by :func:`verify`.
 BACKENDS = ("mpi", "gloo")
-_DEFAULT = {"mpi": "ring", "gloo": "ring"}
+_DEFAULT = {"mpi": mpi.DEFAULT, "gloo": "ring"}
 
 
 def algorithms(backend: str) -> tuple[str, ...]:
-    """The algorithms a backend can force (``mpi``: Open MPI's tuned allreduce algorithms)."""
+    """The algorithms a backend can run (``mpi``: ``default``, Open MPI's own choice, then the tuned
+    allreduce algorithms it can be forced to)."""
     if backend == "mpi":
-        return tuple(mpi.ALGORITHMS)
+        return (mpi.DEFAULT, *mpi.ALGORITHMS)
     if backend == "gloo":
         return gloo.ALGORITHMS
     raise unknown_name("backend", backend, BACKENDS)
@@ -39,16 +42,17 @@ def verify(
     """Run a real all-reduce on ``np`` local processes and count the bits fpreduce gets wrong.
 
     Seeded inputs (``np`` workers x ``elements``, rounded to ``dtype``) are summed by
-    the real library with ``algorithm`` forced, and by :func:`fpreduce.reduce` with
-    the plan the library follows for that size (including its size-dependent
-    fallbacks); the result counts differing elements (goal 0), checks that all
-    ranks received identical bits, and, for contrast, counts the elements that
-    differ from the other plans.
+    the real library with ``algorithm`` forced (for mpi, ``default`` forces nothing:
+    Open MPI picks by its fixed rules), and by :func:`fpreduce.reduce` with the plan
+    the library follows for that size (including its size-dependent fallbacks; for
+    ``default``, ``ompi:default``'s choice, named in the case's note); the result
+    counts differing elements (goal 0), checks that all ranks received identical
+    bits, and, for contrast, counts the elements that differ from the other plans.
 
     Args:
         backend: ``mpi`` (Open MPI via mpi4py) or ``gloo`` (torch.distributed).
         np: number of processes (2..64; all on this machine, loopback only).
-        algorithm: a name from :func:`algorithms` (default ``ring``).
+        algorithm: a name from :func:`algorithms` (default: ``default`` for mpi, ``ring`` for gloo).
         dtype: ``fp32`` or ``fp64`` for mpi; ``fp32``, ``fp16``, ``bf16``, ``fp64`` for gloo.
         elements: M, the number of elements all-reduced (>= 1).
         seed: seed of the inputs.
@@ -81,7 +85,10 @@ def verify(
     if backend == "mpi":
         library = mpi.check_available()
         outs = mpi.run_allreduce([X], alg, timeout=timeout)[0]
-        case = compare(X, outs, dtype, mpi.expected_plan(alg, np, elements, dtype), mpi.contrast_plans(np))
+        text, plan, note = mpi.expected_plan(alg, np, elements, dtype)
+        if alg == mpi.DEFAULT and not re.search(r"(?<![\d.])4\.1\.\d", library):
+            note += f"; these are Open MPI 4.1's rules, and {library} ran"
+        case = compare(X, outs, dtype, (text, plan, note), mpi.contrast_plans(np))
     else:
         library = gloo.check_available()
         outs = gloo.run_allreduce([X], [dtype], timeout=timeout)[0]

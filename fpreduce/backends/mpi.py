@@ -1,9 +1,11 @@
-"""Open MPI ``MPI_Allreduce(SUM)`` on N local processes, with the algorithm forced.
+"""Open MPI ``MPI_Allreduce(SUM)`` on N local processes, with the algorithm forced or left to Open MPI.
 
 ``mpirun -np N python -m fpreduce.backends._mpi_worker DIR`` with the tuned
 component's dynamic rules on and ``coll_tuned_allreduce_algorithm`` set (numbers
 from Open MPI 4.1's ``coll_tuned_allreduce_decision.c``; ``ompi_info --param coll
-tuned --level 9`` lists them). Only loopback and shared memory are used
+tuned --level 9`` lists them), or, for :data:`DEFAULT`, no collective parameter at
+all: Open MPI picks by its fixed rules, and the plan to compare with is
+``ompi:default`` (:mod:`fpreduce.plans.ompi`). Only loopback and shared memory are used
 (``btl self,vader``, ``pml ob1``, OOB on ``lo``), and where ``unshare -n`` is
 allowed mpirun runs in a private network namespace that has nothing but ``lo``;
 ``coll_han_priority 0`` keeps Open MPI 5's hierarchical component out of the way.
@@ -13,8 +15,9 @@ advertises; no MCA parameter binds the listeners to loopback, and neither
 ``oob_tcp_disable_ipv6_family`` nor ``ptl_tcp_disable_ipv6`` closes the IPv6 one):
 :class:`ExposedListenerWarning` says so (``fpreduce verify`` prints it as a warning).
 
-Which plan the library follows (read from ``ompi/mca/coll/base/coll_base_allreduce.c``,
-Open MPI v4.1.4, and confirmed bit for bit by :func:`fpreduce.backends.verify`):
+Which plan the library follows (:func:`fpreduce.plans.ompi.algorithm_plan`, read from
+``ompi/mca/coll/base/coll_base_allreduce.c``, Open MPI v4.1.4, and confirmed bit for bit by
+:func:`fpreduce.backends.verify`):
 
 ==================  ====  =====================================================
 algorithm           k     plan (with the size-dependent fallbacks)
@@ -29,6 +32,7 @@ segmented_ring      5     ``ring:ompi`` (segments only pipeline it); the plain
                           item size; segment size 0, the default, means always),
                           hence ``rd`` when M < N
 rabenseifner        6     ``rabenseifner``; basic_linear (``linear``) when M < 2^floor(log2 N)
+default             --    the fixed rules' choice by N, M x item size (``ompi:default``)
 ==================  ====  =====================================================
 
 Open MPI 4 has no fp16/bf16 MPI datatype: fp32 and fp64 only.
@@ -59,16 +63,10 @@ from fpreduce.backends._common import (
 )
 from fpreduce.base.errors import FpreduceWarning, InvalidArgument, unknown_name
 from fpreduce.plans import AnyPlan, linear, rabenseifner, rd, ring
+from fpreduce.plans.ompi import ALGORITHMS, algorithm_plan, default_plan
 
-#: algorithm name -> value of ``coll_tuned_allreduce_algorithm`` (Open MPI 4.1 and 5.0).
-ALGORITHMS = {
-    "basic_linear": 1,
-    "nonoverlapping": 2,
-    "recursive_doubling": 3,
-    "ring": 4,
-    "segmented_ring": 5,
-    "rabenseifner": 6,
-}
+#: The algorithm name that forces nothing: Open MPI's fixed decision rules pick (``ompi:default``).
+DEFAULT = "default"
 DTYPES = ("fp32", "fp64")
 #: default ``coll_tuned_allreduce_algorithm_segmentsize`` we pass for segmented_ring (bytes)
 SEGMENT_BYTES = 64
@@ -101,40 +99,19 @@ def _version() -> str:
 def expected_plan(
     algorithm: str, n: int, m: int, dtype: str, *, segment_bytes: int = SEGMENT_BYTES
 ) -> tuple[str, AnyPlan, str]:
-    """(plan text, plan, note) that Open MPI 4.1 follows for this algorithm, N and M.
+    """(plan text, plan, note) that Open MPI 4.1 follows for this algorithm, N and M of ``dtype``.
 
-    The note says when a size-dependent fallback applies (empty otherwise).
+    ``algorithm`` is a key of ``ALGORITHMS`` (forced, with ``segment_bytes`` for the
+    segmented ring: :func:`fpreduce.plans.ompi.algorithm_plan`) or :data:`DEFAULT` (the
+    fixed rules' choice, ``ompi:default``: :func:`fpreduce.plans.ompi.default_plan`; the
+    note names the algorithm chosen). The note says when a size-dependent fallback
+    applies (empty otherwise).
     """
-    if algorithm not in ALGORITHMS:
-        raise unknown_name("mpi algorithm", algorithm, ALGORITHMS)
-    pof2 = 1 << (n.bit_length() - 1)
-    if algorithm in ("basic_linear", "nonoverlapping"):
-        return "linear", linear(n), ""
-    if algorithm == "recursive_doubling":
-        return "rd", rd(n), ""
-    if algorithm == "rabenseifner":
-        if m < pof2:
-            return "linear", linear(n), f"M < {pof2}: Open MPI falls back to basic_linear"
-        return "rabenseifner", rabenseifner(n), ""
-    note = ""
-    if algorithm == "segmented_ring":
-        item = 8 if dtype == "fp64" else 4
-        segcount = _segcount(segment_bytes, item, m)
-        if m < n * segcount:
-            note = f"M < N*segcount = {n * segcount}: Open MPI falls back to the plain ring"
-    if m < n:
-        return "rd", rd(n), (note + "; " if note else "") + "M < N: the ring falls back to recursive doubling"
-    return "ring:ompi", ring(n, "ompi"), note
-
-
-def _segcount(segsize: int, typelng: int, count: int) -> int:
-    """``COLL_BASE_COMPUTED_SEGCOUNT`` (coll_base_functions.h)."""
-    seg = count
-    if typelng <= segsize < typelng * count:
-        seg = segsize // typelng
-        if segsize - seg * typelng > typelng >> 1:
-            seg += 1
-    return seg
+    item = 8 if dtype == "fp64" else 4
+    if algorithm == DEFAULT:
+        _, text, plan, note = default_plan(n, m, item)
+        return text, plan, note
+    return algorithm_plan(algorithm, n, m, item, segment_bytes=segment_bytes)
 
 
 def contrast_plans(n: int) -> dict[str, AnyPlan]:
@@ -157,7 +134,7 @@ def mpirun_argv(
     adapt: bool = False,
     module: str = "fpreduce.backends._mpi_worker",
 ) -> list[str]:
-    """The mpirun command line (loopback and shared memory only).
+    """The mpirun command line (loopback and shared memory only), ``algorithm`` forced unless :data:`DEFAULT`.
 
     ``adapt``: MPI_Reduce goes to coll/adapt with its linear tree (``coll_adapt_priority
     100``, ``coll_adapt_reduce_algorithm 6``, one segment up to 1 MiB), whose root adds
@@ -171,11 +148,14 @@ def mpirun_argv(
         "oob_tcp_if_include": "lo",
         "btl_tcp_if_include": "lo",
         "mpi_yield_when_idle": "1",
-        "coll_han_priority": "0",
-        "coll_tuned_use_dynamic_rules": "1",
-        "coll_tuned_allreduce_algorithm": str(ALGORITHMS[algorithm]),
-        "coll_tuned_allreduce_algorithm_segmentsize": str(segment_bytes if algorithm == "segmented_ring" else 0),
     }
+    if algorithm == DEFAULT:  # Open MPI's fixed rules, whatever OMPI_MCA_coll_tuned_* the environment sets
+        mca["coll_tuned_use_dynamic_rules"] = "0"  # its default value
+    else:
+        mca["coll_han_priority"] = "0"
+        mca["coll_tuned_use_dynamic_rules"] = "1"
+        mca["coll_tuned_allreduce_algorithm"] = str(ALGORITHMS[algorithm])
+        mca["coll_tuned_allreduce_algorithm_segmentsize"] = str(segment_bytes if algorithm == "segmented_ring" else 0)
     if algorithm == "nonoverlapping":
         mca["coll_tuned_reduce_algorithm"] = "1"  # basic_linear reduce
         mca["coll_tuned_bcast_algorithm"] = "1"
@@ -238,7 +218,7 @@ def run_allreduce(
     Args:
         cases: (n, m_i) float32 or float64 arrays, all with the same n and dtype;
             rank r sends row r.
-        algorithm: a key of ``ALGORITHMS``.
+        algorithm: a key of ``ALGORITHMS`` (forced) or :data:`DEFAULT` (Open MPI's own choice).
         timeout: seconds before the whole job is killed.
         segment_bytes: the segmented ring's segment size.
         split_keys: per case, the key of every rank for ``Comm.Split`` (re-ranking).
@@ -255,8 +235,8 @@ def run_allreduce(
         BackendError: a rank died or the job timed out (message names the rank).
     """
     check_available()
-    if algorithm not in ALGORITHMS:
-        raise unknown_name("mpi algorithm", algorithm, ALGORITHMS)
+    if algorithm not in ALGORITHMS and algorithm != DEFAULT:
+        raise unknown_name("mpi algorithm", algorithm, (DEFAULT, *ALGORITHMS))
     n = cases[0].shape[0]
     dt = cases[0].dtype
     if dt not in (np.float32, np.float64) or any(c.dtype != dt or c.shape[0] != n for c in cases):

@@ -72,8 +72,9 @@ HELP: dict[str, tuple[str, list[str]]] = {
     ),
     "verify": (
         "Run one real all-reduce (Open MPI under mpirun, or gloo through torch.distributed) on seeded inputs and "
-        "compare its bits with the plan fpreduce emulates for it. Exit status 0 bit-identical, 1 not.",
-        ["fpreduce verify --backend mpi --np 4 --algorithm ring"],
+        "compare its bits with the plan fpreduce emulates for it (Open MPI with no --algorithm: its own choice, "
+        "plan ompi:default). Exit status 0 bit-identical, 1 not.",
+        ["fpreduce verify --backend mpi --np 4", "fpreduce verify --backend mpi --np 4 --algorithm ring"],
     ),
     "scale": (
         "Speed-up curves of data-parallel training on a modelled cluster: compute split over N workers plus the "

@@ -56,11 +56,12 @@ def _split_top(text: str) -> list[str]:
     return [p for p in [*out, cur.strip()] if p]
 
 
-def _sum_options(args: argparse.Namespace, n: int) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
-    """Every option of ``sum`` checked (and its names made canonical) before anything is printed."""
+def _sum_options(args: argparse.Namespace, n: int, d: int) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """Every option of ``sum`` checked (and its names made canonical) before anything is printed; the plans
+    over ``n`` workers (``ompi:default``: chosen for ``d`` elements of the input format)."""
     from fpreduce import plans
     from fpreduce.base.errors import unknown_name
-    from fpreduce.core.formats import format_name
+    from fpreduce.core.formats import format_name, get_format
     from fpreduce.core.options import ALGORITHMS
     from fpreduce.core.rounding import MODES
 
@@ -80,7 +81,10 @@ def _sum_options(args: argparse.Namespace, n: int) -> tuple[dict[str, Any], list
         )
     if args.seed < 0:
         raise InvalidArgument(f"--seed must be >= 0, got {args.seed}")
-    return opts, [(name, plans.parse(name, n, seed=args.seed)) for name in _split_top(args.plans)]
+    item = get_format(opts["input"]).bits // 8
+    return opts, [
+        (name, plans.parse(name, n, seed=args.seed, elements=d, item_bytes=item)) for name in _split_top(args.plans)
+    ]
 
 
 def _cmd_sum(args: argparse.Namespace) -> int:
@@ -93,7 +97,7 @@ def _cmd_sum(args: argparse.Namespace) -> int:
     x = _load_values(args.values)
     X = x if x.ndim == 2 else x[:, None]
     n, d = X.shape
-    opts, plan_list = _sum_options(args, n)
+    opts, plan_list = _sum_options(args, n, d)
     if args.orders and d != 1:
         raise InvalidArgument("--orders needs a single sum: N values, not an (N, d) array")
     Xi = round_to(X, opts["input"])  # rounded to their format before any check
@@ -233,7 +237,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     s.add_argument(
         "--plans",
         default="sequential,reverse,pairwise",
-        help="comma-separated plans: sequential, pairwise, kary:4, ring:nccl, rd, atomic, ((0,1),2) ...",
+        help="comma-separated plans: sequential, pairwise, kary:4, ring:nccl, rd, atomic, ompi:default, ((0,1),2) ...",
     )
     s.add_argument(
         "--orders", type=int, default=0, help="also sample K random orders of --family and count the distinct results"
@@ -249,7 +253,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     v.add_argument(
         "--algorithm",
         default=None,
-        help="ring (default), recursive_doubling, rabenseifner, segmented_ring, basic_linear, ...",
+        help="mpi: default (nothing forced: Open MPI's own choice, plan ompi:default), ring, recursive_doubling, "
+        "rabenseifner, segmented_ring, basic_linear, nonoverlapping; gloo: ring",
     )
     v.add_argument("--dtype", default="fp32", help="fp32 or fp64 (mpi); fp32, fp16, bf16, fp64 (gloo)")
     v.add_argument("--elements", type=int, default=1000, help="elements of the all-reduced vector (default 1000)")

@@ -21,8 +21,9 @@ def _int(text: str, option: str) -> int:
 def _cmd_scale(args: argparse.Namespace) -> int:
     from dataclasses import asdict, replace
 
-    from fpreduce.analysis.scaling import ScaleConfig, format_table, load_scale_config, rows_as_dicts, scaling
+    from fpreduce.analysis.scaling import ScaleConfig, format_table, rows_as_dicts, scaling
     from fpreduce.run import rundir
+    from fpreduce.run.scale import load_scale_config
 
     cfg = load_scale_config(args.config) if args.config else ScaleConfig()
     if args.bytes is not None:
@@ -109,7 +110,7 @@ def _cmd_price(args: argparse.Namespace) -> int:
             print(jsonfile.dumps({"name": cfg.spec.name, "target_loss": doc["target_loss"], "rows": doc["rows"]}))
         else:
             print(table(doc["rows"]))
-            print("\n".join(findings(doc["rows"], doc["target_loss"], given=cfg.spec.target_loss > 0)))
+            print("\n".join(findings(doc["rows"], doc["target_loss"])))
         if not args.no_report:
             files = write_price_report(out)
             if not args.json:

@@ -40,26 +40,53 @@ from fpreduce.core.options import Algorithm, Average, Result, get_algorithm, get
 from fpreduce.core.rounding import Mode, get_mode, round_to
 from fpreduce.core.routes import Case, Decision, decide, left_segments, note
 from fpreduce.core.routes import Route as R
-from fpreduce.plans import AnyPlan, PerElementPlan, Plan, SegmentedPlan, Tree, fold, pairwise, parse, sequential
+from fpreduce.plans import (
+    AnyPlan,
+    PerElementPlan,
+    Plan,
+    SegmentedPlan,
+    Tree,
+    by_message,
+    fold,
+    pairwise,
+    parse,
+    sequential,
+)
 
 __all__ = ["explain", "reduce", "reduce_reference"]
 
 _BLOCK = 1 << 15  # elements per block: a few rows of this stay in L2 while they are summed
+_TREELESS = ("plain", "binned", "exact")  # algorithms that need no tree for the texts sequential and pairwise
 
 
 @functools.lru_cache(maxsize=16)
-def _parsed(text: str, n: int, seed: int) -> AnyPlan:
+def _parsed(text: str, n: int, seed: int, elements: int | None = None, item_bytes: int | None = None) -> AnyPlan:
     """:func:`fpreduce.plans.parse`, once per (text, n, seed): plans are immutable, and building one of
     1024 workers' trees (rabenseifner, ring) costs seconds of Python that every call repeated."""
-    return parse(text, n, seed=seed)
+    return parse(text, n, seed=seed, elements=elements, item_bytes=item_bytes)
+
+
+def _message(plan: str, X: ArrayLike, A: np.ndarray, input: object, total: object) -> tuple[int, ...]:
+    """The message a plan chosen by it (``ompi:default``: :func:`fpreduce.plans.by_message`) is parsed for:
+    ``total`` elements (default X's columns) of the input format's bytes (X's dtype unless ``input``)."""
+    if not by_message(plan):
+        return ()
+    return (A.shape[1] if total is None else int(total), input_format(X, A, input).bits // 8)  # type: ignore[call-overload]
 
 
 def _prepare(
-    X: ArrayLike, plan: AnyPlan | str, seed: object = None, *, lazy: bool = False
+    X: ArrayLike,
+    plan: AnyPlan | str,
+    seed: object = None,
+    *,
+    lazy: bool = False,
+    input: object = None,
+    total: object = None,
 ) -> tuple[np.ndarray, AnyPlan | str | None]:
     """X as a 2-D float array (a torch tensor's values: :func:`fpreduce.base.dtypes.tensor_values`) and the
     plan, drawn from ``seed`` when it is an integer; with ``lazy``, the text ``sequential`` gives None and
-    ``pairwise`` ``PAIRWISE`` (their trees are built only when needed: the compiled fold takes neither)."""
+    ``pairwise`` ``PAIRWISE`` (their trees are built only when needed: the compiled fold takes neither);
+    ``input`` and ``total`` size the message of a plan chosen by it (``ompi:default``)."""
     A = as_float_array(X, "X must be a float array of shape (workers, elements), got {dtype}")
     if A.ndim == 1:
         A = A[:, None]
@@ -68,7 +95,12 @@ def _prepare(
     if lazy and isinstance(plan, str) and plan.strip() in ("sequential", PAIRWISE) and A.shape[0] >= 1:
         return A, None if plan.strip() == "sequential" else PAIRWISE  # the compiled fold needs no tree of n leaves
     p = (
-        _parsed(plan.strip(), A.shape[0], int(seed) if isinstance(seed, int | np.integer) else 0)
+        _parsed(
+            plan.strip(),
+            A.shape[0],
+            int(seed) if isinstance(seed, int | np.integer) else 0,
+            *_message(plan, X, A, input, total),
+        )
         if isinstance(plan, str)
         else plan
     )
@@ -108,7 +140,8 @@ def reduce(
     Args:
         X: shape (workers, elements) (or (workers,)); values are first rounded to
             ``input`` (nearest even) explicitly. NaN and ±Inf propagate as in IEEE.
-        plan: a plan or its text (``"pairwise"``, ``"ring:nccl"``, ``"((0,1),2)"``).
+        plan: a plan or its text (``"pairwise"``, ``"ring:nccl"``, ``"((0,1),2)"``); ``"ompi:default"``: Open MPI
+            4.1's own choice for X's rows and ``total`` elements of the input format (:mod:`fpreduce.plans.ompi`).
         input: input format (default: X's own, its numpy, ml_dtypes or torch dtype's; one that would cast
             X's narrow dtype is refused: :func:`~fpreduce.core.formats.input_format`); accumulate: accumulator
             format (every partial sum is rounded to it, as in MPI, gloo and NCCL ring/tree, whose every hop rounds).
@@ -120,17 +153,14 @@ def reduce(
         output: round the final sum once to this format (default: ``accumulate``):
             ``accumulate="fp32", output="bf16"`` is "accumulate wide, round once"
             (NCCL NVLS / symmetric kernels for bf16).
-        average: ``none``; ``after`` (sum, then divide by N in the accumulator format,
-            then round once to ``output``);
-            ``premultiply`` (every input times 1/N, both rounded to ``input`` first:
-            NCCL's ncclAvg); ``predivide`` (every input divided by N in ``input``, one
-            rounding); ``ddp`` (PyTorch DistributedDataParallel's default, no comm hook:
-            its reducer copies each gradient into the bucket as ``grad * (1. / N)``, the
-            factor rounded to float32 and the product computed in float32 (torch's
-            "opmath" for fp16, bf16 and fp32; float64 for fp64) then rounded to the
-            gradient's format, i.e. ``input``; always to nearest even, whatever
-            ``rounding`` says for the sum). For fp32 inputs ``ddp`` is ``premultiply``;
-            it differs from ``predivide`` whenever N is not a power of two.
+        average: ``none``; ``after`` (sum, then divide by N in the accumulator format, then round once to ``output``);
+            ``premultiply`` (every input times 1/N, both rounded to ``input`` first: NCCL's ncclAvg); ``predivide``
+            (every input divided by N in ``input``, one rounding); ``ddp`` (PyTorch DistributedDataParallel's default,
+            no comm hook: its reducer copies each gradient into the bucket as ``grad * (1. / N)``, the factor rounded
+            to float32 and the product computed in float32 (torch's "opmath" for fp16, bf16 and fp32; float64 for
+            fp64) then rounded to the gradient's format, i.e. ``input``; always to nearest even, whatever ``rounding``
+            says for the sum). For fp32 inputs ``ddp`` is ``premultiply``; it differs from ``predivide`` whenever N is
+            not a power of two.
         offset, total: ``X`` holds columns ``offset .. offset + X.shape[1] - 1`` of a
             vector of ``total`` elements (default: all of it). Plans whose trees vary
             over the elements (ring chunks, atomics) are laid out over ``total``, so
@@ -155,7 +185,7 @@ def reduce(
     1.0078125
     """
     m = _check_args(plan, seed, rounding)
-    A, p = _prepare(X, plan, seed, lazy=get_algorithm(algorithm) in ("plain", "binned", "exact"))  # no tree needed
+    A, p = _prepare(X, plan, seed, lazy=get_algorithm(algorithm) in _TREELESS, input=input, total=total)
     fin, fa = input_format(X, A, input), get_format(accumulate)
     fo = fa if output is None else get_format(output)
     alg, avg, res = get_algorithm(algorithm), get_average(average), get_result(result)
@@ -223,7 +253,7 @@ def case_of(
 ) -> Case:
     """The route table's facts for ``reduce(X, plan, ...)`` with the same arguments, without summing."""
     m, alg, avg, _ = get_mode(rounding), get_algorithm(algorithm), get_average(average), get_result(result)
-    A, p = _prepare(X, plan, seed, lazy=alg in ("plain", "binned", "exact"))
+    A, p = _prepare(X, plan, seed, lazy=alg in _TREELESS, input=input, total=total)
     fin, fa = input_format(X, A, input), get_format(accumulate)
     if output is not None:
         get_format(output)
@@ -537,7 +567,7 @@ def reduce_reference(
     Every addition is :func:`fpreduce.core._reference.add_exact`. Stochastic rounding
     is not supported here.
     """
-    A, p = _prepare(X, plan)
+    A, p = _prepare(X, plan, input=input)
     assert p is not None
     assert not isinstance(p, str)
     avg = get_average(average)

@@ -15,6 +15,8 @@ Text syntax (``parse(text, n)``), one family per item of ``FAMILIES``:
   (recursive doubling), ``rabenseifner``, ``linear`` (Open MPI basic_linear);
 * ``tree:nccl:G`` and ``hier:G`` with G GPUs per node (G must divide n);
 * ``atomic`` (seeded by ``parse(..., seed=)``);
+* ``ompi:default``: Open MPI 4.1's own choice for the message (``parse(...,
+  elements=M, item_bytes=4)``; ``fr.reduce`` gives X's), :mod:`~fpreduce.plans.ompi`;
 * an explicit tree such as ``"((0,1),(2,(3,4)))"``.
 
 Where each collective's association comes from (source file and function) is in
@@ -30,6 +32,8 @@ Modules, one concept each (this package re-exports their public names):
 * :mod:`~fpreduce.plans.collectives`: the collectives' plans and tree builders;
 * :mod:`~fpreduce.plans.per_element`: :class:`PerElementPlan` (``atomic``) and its
   order drawing (numpy, and the numba kernel of the private ``_atomic_kernel``);
+* :mod:`~fpreduce.plans.ompi`: Open MPI 4.1's all-reduce algorithms, their plans and
+  its fixed decision rules (``ompi:default``);
 * :mod:`~fpreduce.plans.families`: :func:`parse`, ``FAMILIES`` and ``AnyPlan``.
 """
 
@@ -43,6 +47,7 @@ from fpreduce.plans.collectives import rd as rd
 from fpreduce.plans.collectives import ring as ring
 from fpreduce.plans.families import FAMILIES as FAMILIES
 from fpreduce.plans.families import AnyPlan as AnyPlan
+from fpreduce.plans.families import by_message as by_message
 from fpreduce.plans.families import parse as parse
 from fpreduce.plans.per_element import PerElementPlan as PerElementPlan
 from fpreduce.plans.per_element import atomic as atomic
@@ -73,6 +78,7 @@ __all__ = [
     "Tree",
     "atomic",
     "blocked",
+    "by_message",
     "fold",
     "hier",
     "kary",

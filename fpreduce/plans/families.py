@@ -1,7 +1,10 @@
 """Plans by name: the text syntax of :func:`parse` and its families.
 
 ``parse(text, n)`` turns a family of ``FAMILIES`` with its parameters (or an
-explicit tree) into a plan; the syntax is listed in :mod:`fpreduce.plans`.
+explicit tree) into a plan; the syntax is listed in :mod:`fpreduce.plans`. One family
+is chosen by the message as well: ``ompi:default`` (Open MPI's own choice,
+:mod:`fpreduce.plans.ompi`) needs its element count and item size (``fr.reduce``
+gives X's); :func:`by_message` tells such a text apart.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from typing import Union
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.plans.collectives import hier, linear, nccl_tree, rabenseifner, rd, ring
+from fpreduce.plans.ompi import default_plan
 from fpreduce.plans.per_element import PerElementPlan, atomic
 from fpreduce.plans.segmented import SegmentedPlan
 from fpreduce.plans.trees import Plan, blocked, kary, numpy_pairwise, pairwise, reverse, sequential, tree
 
-__all__ = ["DESCRIPTIONS", "FAMILIES", "AnyPlan", "parse"]
+__all__ = ["DESCRIPTIONS", "FAMILIES", "AnyPlan", "by_message", "parse"]
 
 #: Any plan: one tree for every element, one per chunk, or one order per element.
 AnyPlan = Union[Plan, SegmentedPlan, PerElementPlan]
@@ -35,6 +39,7 @@ FAMILIES = (
     "tree",
     "hier",
     "atomic",
+    "ompi",
 )
 
 #: One line per family for ``fpreduce list plans``: the syntax, then what it models.
@@ -52,10 +57,18 @@ DESCRIPTIONS: dict[str, str] = {
     "tree": "tree:nccl:G: NCCL's double binary tree across nodes of G GPUs (G divides n)",
     "hier": "hier:G: Horovod hierarchical: reduce-scatter in nodes of G, rd across nodes",
     "atomic": "atomic: every element its own random order (GPU atomicAdd), seeded",
+    "ompi": "ompi:default: Open MPI 4.1's own all-reduce choice (fixed rules) for the message's N, M and datatype",
 }
 
 
-def parse(text: str, n: int | None = None, *, seed: int | None = 0) -> AnyPlan:
+def parse(
+    text: str,
+    n: int | None = None,
+    *,
+    seed: int | None = 0,
+    elements: int | None = None,
+    item_bytes: int | None = None,
+) -> AnyPlan:
     """Parse a plan name (needs ``n``) or an explicit tree; the syntax is in :mod:`fpreduce.plans`.
 
     Args:
@@ -64,10 +77,13 @@ def parse(text: str, n: int | None = None, *, seed: int | None = 0) -> AnyPlan:
         n: number of workers (optional for an explicit tree, checked if given).
         seed: the seed of ``atomic``'s orders (None means 0; ignored by the
             other families).
+        elements, item_bytes: the message ``ompi:default`` is chosen for (M elements
+            of this many bytes: 4 for fp32, 8 for fp64); ignored by the other families.
 
     Raises:
         InvalidArgument: unknown family (with a close-match hint), bad parameter,
-            G not dividing n, or a tree whose leaves are not 0..n-1.
+            G not dividing n, a tree whose leaves are not 0..n-1, or ``ompi:default``
+            without its message (or where Open MPI picks an algorithm not modelled).
 
     >>> parse("pairwise", 4).draw()
     '((0+1)+(2+3))'
@@ -91,6 +107,8 @@ def parse(text: str, n: int | None = None, *, seed: int | None = 0) -> AnyPlan:
         return atomic(n, seed or 0) if family == "atomic" else _SIMPLE[family](n)
     if family == "ring":
         return ring(n, arg or "nccl")
+    if family == "ompi":
+        return _ompi(s, arg, n, elements, item_bytes)
     if family == "tree":
         kind, _, g = arg.partition(":")
         if kind != "nccl":
@@ -112,6 +130,22 @@ _SIMPLE: dict[str, Callable[[int], Plan | SegmentedPlan]] = {
     "rabenseifner": rabenseifner,
     "linear": linear,
 }
+
+
+def by_message(text: str) -> bool:
+    """Whether the plan text is chosen by the message too (``ompi:default``): :func:`parse` needs its size."""
+    return text.strip().partition(":")[0] == "ompi"
+
+
+def _ompi(text: str, arg: str, n: int, elements: int | None, item_bytes: int | None) -> AnyPlan:
+    if arg != "default":
+        raise unknown_name("ompi plan", text, ("ompi:default",))
+    if elements is None or item_bytes is None:
+        raise InvalidArgument(
+            f"plan {text!r} is Open MPI's choice for a message: it needs the element count and the item size "
+            "(fr.reduce takes them from X)"
+        )
+    return default_plan(n, elements, item_bytes)[2]
 
 
 def _int_param(text: str, what: str, arg: str, example: str) -> int:

@@ -22,14 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.tomlfile import read_toml
 from fpreduce.core.formats import format_name
 from fpreduce.core.timing import Profile
+from fpreduce.plans import parse
 from fpreduce.run import rundir
 from fpreduce.run.clock import ComputeModel, Trace, parse_mode, simulate
 from fpreduce.run.model import ModelSource, ModelSpec
-from fpreduce.run.schema import build, in_range
+from fpreduce.run.schema import build, document, in_range, named, tables
 
 __all__ = [
     "PriceConfig",
@@ -129,34 +130,32 @@ MAX_WORKERS = 4096
 
 
 def load_price_config(path: str | Path) -> PriceConfig:
-    """Read a price config; unknown tables and keys are errors with a close-match hint."""
+    """Read a price config; unknown tables and keys are errors with a close-match hint, every error names the file."""
     d = read_toml(path, "the price config")
-    return price_config_from_dict(d)
+    with document(path):
+        return price_config_from_dict(d)
 
 
 def price_config_from_dict(d: dict[str, Any]) -> PriceConfig:
-    """A :class:`PriceConfig` from parsed TOML (tables price, source, compute, cluster)."""
-    tables = ("price", "source", "compute", "cluster")
-    for k in d:
-        if k not in tables:
-            raise unknown_name("table", k, tables)
-    pr = dict(d.get("price", {}))
-    if "modes" in pr:
-        if not isinstance(pr["modes"], list) or not pr["modes"] or not all(isinstance(m, str) for m in pr["modes"]):
-            raise InvalidArgument("price.modes: must be a non-empty list of mode strings")
-        pr["modes"] = tuple(pr["modes"])
-    modes = pr.pop("modes", PriceSpec.modes)
-    spec = build(PriceSpec, "price", pr)
-    spec = PriceSpec(**{**asdict(spec), "modes": modes})
+    """A :class:`PriceConfig` from parsed TOML (tables price, source, compute, cluster), checked by
+    :mod:`fpreduce.run.schema` (each error one line naming the key)."""
+    t = tables(d, ("price", "source", "compute", "cluster"))
+    spec = build(PriceSpec, "price", t["price"])
     in_range("price.workers", spec.workers, 1, hi=MAX_WORKERS + 1, integer=True)  # bounded work (issue 26)
     in_range("price.steps", spec.steps, 1, integer=True)
+    in_range("price.seed", spec.seed, 0, integer=True)
     in_range("price.target_loss", spec.target_loss, 0)
-    for m in spec.modes:
-        parse_mode(m, spec.workers)
-    src = dict(d.get("source", {}))
-    src.setdefault("kind", "model")
-    compute = build(ComputeModel, "compute", d.get("compute", {}))
-    return PriceConfig(spec, ModelSpec.from_dict(src), compute, Profile.from_dict(d.get("cluster", {})))
+    if not spec.modes:
+        raise InvalidArgument("price.modes: empty, expected at least one mode")
+    for i, m in enumerate(spec.modes):
+        with named(f"price.modes[{i}]"):
+            parse_mode(m, spec.workers)
+    with named("price.plan"):
+        parse(spec.plan, spec.workers)
+    compute = build(ComputeModel, "compute", t["compute"])
+    with named("cluster"):
+        profile = Profile.from_dict(t["cluster"])
+    return PriceConfig(spec, ModelSpec.from_dict({"kind": "model", **t["source"]}), compute, profile)
 
 
 def _first_below(tr: Trace, target: float) -> float:

@@ -52,6 +52,24 @@ def document(where: str | Path | None) -> Iterator[None]:
         raise InvalidArgument(f"{where}: nested too deeply") from None
 
 
+@contextlib.contextmanager
+def named(key: str) -> Iterator[None]:
+    """Errors raised inside (by a parser that does not know the key: a plan, a mode) name ``key`` first.
+
+    >>> from fpreduce.plans import parse
+    >>> with named("price.plan"):
+    ...     parse("rign", 4)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    fpreduce.base.errors.InvalidArgument: price.plan: unknown plan 'rign'; did you mean 'ring'? ...
+    """
+    try:
+        yield
+    except InvalidArgument as e:
+        if str(e).startswith(key):
+            raise
+        raise InvalidArgument(f"{key}: {e}") from None
+
+
 def check(ok: bool, key: str, what: str, value: object) -> None:
     """Raise ``InvalidArgument("{key}: must be {what}, got {value!r}")`` unless ``ok``."""
     if not ok:
