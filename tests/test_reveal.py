@@ -121,9 +121,26 @@ def test_a_wider_accumulator_is_revealed_and_verified():
 
 
 def test_one_rounding_of_the_exact_sum_is_no_tree():
-    found = rv.revelation(lambda x: np.float32(math.fsum(x.tolist())), 30)
+    found = rv.revelation(lambda x: np.float32(math.fsum(x.tolist())), 30, verify=500)
     assert found.verdict == "not a binary tree"
     assert "exact in fp64 too" in found.evidence
+    # modelled as a fused addition of all 30 terms, checked against fr.reduce(..., algorithm="exact"): math.fsum
+    # rounds to fp64 first, so a double rounding could flip a last bit; none of these inputs does
+    assert found.fused
+    assert "one rounding of the exact sum explains it: 0 of 500" in found.evidence
+
+
+def test_a_fused_node_inside_a_tree_is_no_plan():
+    def fused_pairs(x):  # ((x0 + x1 + x2) rounded once) + the rest, left to right in fp32
+        s = np.float32(math.fsum(x[:3].tolist()))
+        for v in x[3:]:
+            s = np.float32(s + v)
+        return s
+
+    for method in rv.METHODS:
+        found = rv.revelation(fused_pairs, 8, verify=200, method=method, seed=2)
+        assert (found.verdict, found.plan, found.fused) == ("not a binary tree", None, False)
+        assert "a fused addition of 3 terms" in found.evidence, (method, found.evidence)
 
 
 def test_a_fused_three_term_node_is_named():

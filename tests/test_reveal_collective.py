@@ -138,7 +138,9 @@ def test_one_rounding_of_the_exact_sum_is_no_tree():
 
     found = rc.collective_revelation(fsum, 4, 8, verify=100)
     assert (found.verdict, found.plan) == ("not a binary tree", None)
-    assert "exact" in found.evidence
+    assert "cancellation comes back exact" in found.evidence
+    assert found.fused  # math.fsum then float32: one rounding of the exact sum (fp64 keeps 4 summands exact)
+    assert "one rounding of the exact sum explains it: 0 of 104" in found.evidence
 
 
 def test_bad_functions_get_one_line():

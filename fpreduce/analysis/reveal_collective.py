@@ -49,6 +49,8 @@ from fpreduce.analysis.reveal import (
     _Refused,
     assemble,
     canonical,
+    fused_check,
+    fused_note,
     match_family,
     probe_scale,
     siblings,
@@ -97,6 +99,8 @@ class CollectiveRevelation:
         checked, differing: elements verified and, of them, those with other bits than the plan;
             verify_calls, verify_seconds: the calls and time that took.
         accumulate: the format of the plan's partial sums.
+        fused: one rounding of each element's exact sum explains ``fn`` (as
+            :class:`~fpreduce.analysis.reveal.Revelation`'s).
     """
 
     ranks: int
@@ -116,6 +120,7 @@ class CollectiveRevelation:
     verify_calls: int = 0
     verify_seconds: float = 0.0
     accumulate: str = ""
+    fused: bool = False
 
 
 def call_vector(fn: Callable[[Any], Any], X: Any, elements: int) -> NDArray[np.float64]:
@@ -452,7 +457,21 @@ def collective_revelation(
         notes.append(f"in {wide.name}: {found.evidence}")
         if not exact:
             break
+    else:  # exact in every accumulator: is it one rounding of each element's exact sum?
+        E = shape[1]
+        checked, differing = fused_check(_by_calls(fn, E), shape[0], f, E * max(1, math.ceil(verify / E)), rng)
+        notes.append(fused_note(checked, differing))
+        first = replace(first, fused=differing == 0)
     return replace(first, evidence="; ".join([first.evidence, *notes]), calls=calls)
+
+
+def _by_calls(fn: Callable[[Any], Any], E: int) -> Callable[[Any], NDArray[np.float64]]:
+    """``fn`` over (N, k E) arrays, E columns per call."""
+
+    def many(X: Any) -> NDArray[np.float64]:
+        return np.concatenate([call_vector(fn, X[:, c : c + E].copy(), E) for c in range(0, X.shape[1], E)])
+
+    return many
 
 
 def _attempt(
