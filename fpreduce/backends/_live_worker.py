@@ -4,7 +4,8 @@ Reads ``DIR/job.json`` (backend, dtype, timeout). gloo: RANK and N on the comman
 process group through a ``FileStore`` in DIR (gloo's pairs on ``lo``); mpi: the rank from
 ``COMM_WORLD`` (mpirun forced the algorithm); ``DIR/ready.<rank>`` once joined. Then, for k = 0, 1, ...: waits for
 ``DIR/in.<k>.npy`` (or ``DIR/stop``), all-reduces (SUM) its row in the dtype and writes the
-result as float64 to ``DIR/out.<k>.<rank>.npy`` atomically. Idle past the timeout, it exits 1.
+result as float64 to ``DIR/out.<k>.<rank>.npy`` atomically. It exits 1 when its parent is gone
+or no call came for :data:`IDLE` seconds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
+
+#: Seconds a rank waits for its next call (the parent may compile kernels between calls) before it gives up.
+IDLE = 3600.0
 
 
 def _gloo(workdir: Path, rank: int, n: int, dtype: str, timeout: float) -> Callable[[np.ndarray], np.ndarray]:
@@ -62,11 +66,12 @@ def main(argv: list[str]) -> int:
     else:
         rank, allreduce = _mpi(job["dtype"])
     (workdir / f"ready.{rank}").touch()
-    k = 0
+    k, parent = 0, os.getppid()
     while True:
-        inp, idle, pause = workdir / f"in.{k}.npy", time.monotonic() + timeout, 0.0005
+        inp, idle, pause = workdir / f"in.{k}.npy", time.monotonic() + IDLE, 0.0005
         while not inp.exists() and not (workdir / "stop").exists():
-            if time.monotonic() > idle:
+            if os.getppid() != parent or time.monotonic() > idle:
+                sys.stderr.write(f"fpreduce: error: rank {rank}: no call for {IDLE:g} s or the parent is gone" + "\n")
                 return 1
             time.sleep(pause)
             pause = min(pause * 2, 0.002)
