@@ -84,12 +84,21 @@ def test_mpi_fallbacks_are_what_the_source_says() -> None:
 
 def test_verify_mpi_end_to_end() -> None:
     require("mpi")
-    r = verify("mpi", 5, "rabenseifner", "fp64", 10, 4)
+    calls: list[tuple[int, int]] = []
+    r = verify("mpi", 5, "rabenseifner", "fp64", 10, 4, progress=lambda done, total: calls.append((done, total)))
     assert isinstance(r, VerifyResult)
     assert r.ok
     assert r.cases[0].plan == "rabenseifner"
     assert "0 of 10 elements differ" in r.summary()
     assert "OK: bit-exact" in r.summary()
+    # progress: 5 ranks reaching the all-reduce, 5 results, then the plan and each contrast emulated
+    plans = 1 + len(r.cases[0].contrast)
+    assert {total for _, total in calls} == {2 * 5 + plans}
+    assert calls[0] == (0, 2 * 5 + plans)
+    done = [d for d, _ in calls]
+    assert done == sorted(done), "the count never goes back"
+    assert done[-plans:] == list(range(2 * 5 + 1, 2 * 5 + plans + 1)), "one tick per plan emulated, to the end"
+    assert all(d <= 2 * 5 for d in done[:-plans]), "while the ranks run: at most 2 per rank"
 
 
 @pytest.mark.parametrize(

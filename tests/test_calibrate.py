@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import tomllib
 
 import numpy as np
@@ -41,20 +43,28 @@ def test_fit_rejects_bad_times() -> None:
         cal.calibrate(1)
 
 
-def test_real_calibration_runs_and_its_profile_loads(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
-    """A small real run through the command: the fit completes, its [cluster] table reads back (no timing asserted)."""
+def test_real_calibration_runs_and_its_profile_loads(tmp_path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A small real run through the command: the fit completes, its [cluster] table reads back (no timing asserted);
+    into a pipe, its progress lines count the (algorithm, size) timings to the last."""
     try:
         mpi.check_available()
     except fr.InvalidArgument as e:
         if os.environ.get("CI"):
             pytest.fail(f"CI is set but Open MPI is missing: {e}")
         pytest.skip(str(e))
-    from fpreduce.cli import main
+    from fpreduce.cli import _progress, main
 
+    ticks = itertools.count(0, 10.0)  # every look at the clock 10 s later: a line every other poll
+    monkeypatch.setattr(_progress, "clock", lambda: next(ticks))
     out = tmp_path / "profile.toml"
     args = ["calibrate", "--np", "2", "--algorithms", "ring,recursive_doubling,basic_linear"]
     assert main([*args, "--sizes", "1,1024,65536", "--reps", "2", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out.splitlines()
+    printed, err = (text.splitlines() for text in capsys.readouterr())
+    lines = [line for line in err if line.startswith("fpreduce calibrate: ")]
+    assert lines[-1].startswith("fpreduce calibrate: 9/9 timings (100%), ")
+    assert " done in " in lines[-1]
+    counts = [int(re.findall(r"^fpreduce calibrate: (\d+)/9 timings \(\d+%\), ", line)[0]) for line in lines]
+    assert counts == sorted(counts), "3 algorithms x 3 sizes, counted up"
     assert printed[0].split()[0] == "algorithm"  # the one table formatter's header and rule, then a row each
     assert set(printed[1]) == {"-"}
     assert [ln.split()[0] for ln in printed[2:5]] == ["ring", "recursive_doubling", "basic_linear"]

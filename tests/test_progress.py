@@ -41,3 +41,29 @@ def test_a_short_count_says_nothing(capsys, monkeypatch) -> None:
     for i in range(1, 6):
         bar(i, 5)
     assert capsys.readouterr().err == ""
+
+
+def test_a_wait_gets_heartbeat_lines_and_an_ended_count_says_nothing_more(capsys, fast_clock) -> None:
+    """A count that repeats its done so far (ranks starting up) still gets a line every ~15 s, with the time it
+    has taken; the last poll of an ended count draws nothing new."""
+    bar = _progress.Bar("task", desc="verify")
+    for done in (0, 0, 0, 0, 3, 6, 6, 6):
+        bar(done, 6)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "fpreduce verify: 0/6 tasks (0%), 0 tasks/s, 20 s so far, time left not known yet"
+    assert err[1] == "fpreduce verify: 3/6 tasks (50%), 0.075 tasks/s, about 40 s left"  # 3 in 40 s: 3 more in 40
+    assert err[2] == "fpreduce verify: 6/6 tasks (100%), 0.12 tasks/s, done in 50 s"
+    assert len(err) == 3
+
+
+def test_a_terminal_gets_one_bar_in_ascii_under_no_color(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(_progress, "interactive", lambda: True)
+    monkeypatch.setenv("NO_COLOR", "1")
+    bar = _progress.Bar("timing", desc="calibrate")
+    for done in (0, 0, 2, 4, 4, 4):
+        bar(done, 4)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, "one bar, closed once: the polls after the end draw no second bar"
+    assert "4/4" in err
+    assert "#" in err
+    assert not set(err) & set("▏▎▍▌▋▊▉█"), "NO_COLOR: an ASCII bar"

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,13 +140,24 @@ def compare(
     dtype: str,
     plan: tuple[str, AnyPlan, str],
     others: Mapping[str, AnyPlan],
+    *,
+    tick: Callable[[], None] | None = None,
 ) -> CaseResult:
-    """Compare every rank's result with the matching plan and rank 0's with the others."""
+    """Compare every rank's result with the matching plan and rank 0's with the others; ``tick()`` after each
+    plan emulated (progress)."""
     name, p, note = plan
     y = outs[0]
     agree = all(np.array_equal(bits(y), bits(o)) for o in outs[1:])
-    contrast = {k: differing(y, emulate(X, q, dtype)) for k, q in others.items() if k != name}
-    return CaseResult(X.shape[1], dtype, name, note, differing(y, emulate(X, p, dtype)), contrast, agree)
+
+    def emulated(q: AnyPlan) -> NDArray[np.floating]:
+        z = emulate(X, q, dtype)
+        if tick is not None:
+            tick()
+        return z
+
+    mine = differing(y, emulated(p))
+    contrast = {k: differing(y, emulated(q)) for k, q in others.items() if k != name}
+    return CaseResult(X.shape[1], dtype, name, note, mine, contrast, agree)
 
 
 def new_workdir() -> tempfile.TemporaryDirectory[str]:
@@ -174,8 +185,10 @@ def run_group(
     rank_of_failure: re.Pattern[str] | None = None,
     workdir: Path | None = None,
     n: int = 0,
+    poll: Callable[[], None] | None = None,
 ) -> None:
-    """Run the commands as one process group each; all must exit 0 within ``timeout`` seconds.
+    """Run the commands as one process group each; all must exit 0 within ``timeout`` seconds; ``poll()``
+    is called while they run (every ~20 ms: the caller's progress).
 
     A command that exits non-zero makes the others be killed at once; on timeout
     all are killed (``SIGKILL`` to each command's own process group: only the
@@ -205,6 +218,8 @@ def run_group(
             failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
             if failed or all(c == 0 for c in codes):
                 break
+            if poll is not None:
+                poll()
             if time.monotonic() > deadline:
                 hung = [i for i, c in enumerate(codes) if c is None]
                 _kill(procs)
@@ -229,6 +244,12 @@ def run_group(
         _kill(procs)
         for log in logs:
             log.close()
+
+
+def ranks_done(workdir: Path, n: int) -> int:
+    """How far a group of ``n`` ranks got, out of ``2 n``: the ranks that reached the collective (each touches
+    ``started.<rank>``) plus those that wrote their result (``out.<rank>.npy``)."""
+    return sum((workdir / f"started.{r}").exists() + (workdir / f"out.{r}.npy").exists() for r in range(n))
 
 
 def _progress(workdir: Path | None, n: int) -> str:

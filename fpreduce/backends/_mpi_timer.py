@@ -4,7 +4,8 @@ Reads ``DIR/job.json`` (``sizes`` in elements, ``reps``, ``dtype``); for each si
 two warm-up ``MPI_Allreduce(SUM)`` calls, then ``reps`` timed ones, each after a barrier.
 A repetition's time is the slowest rank's (``MPI_Wtime`` around the call, max over
 ranks); rank 0 writes every repetition's time per size to ``DIR/times.json``
-atomically. Only numpy and mpi4py are used here.
+atomically, and touches ``DIR/timed.<k>`` when size ``k`` is done (the parent's progress). Only
+numpy and mpi4py are used here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def main(argv: list[str]) -> int:
     dt = np.float64 if job["dtype"] == "fp64" else np.float32
     mpitype = MPI.DOUBLE if dt == np.float64 else MPI.FLOAT
     times: dict[str, list[float]] = {}
-    for m in job["sizes"]:
+    for k, m in enumerate(job["sizes"]):
         send = np.full(int(m), 1.0 + rank, dtype=dt)
         recv = np.empty_like(send)
         reps = []
@@ -39,6 +40,8 @@ def main(argv: list[str]) -> int:
             if i >= 2:
                 reps.append(t)
         times[str(m)] = reps
+        if rank == 0:
+            (workdir / f"timed.{k}").touch()
     if rank == 0:
         tmp = workdir / ".times.json.tmp"
         tmp.write_text(json.dumps(times))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from fpreduce.backends import gloo, mpi
 from fpreduce.backends._common import VerifyResult, compare, make_inputs
@@ -38,6 +39,7 @@ def verify(
     seed: int = 0,
     *,
     timeout: float = 120.0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> VerifyResult:
     """Run a real all-reduce on ``np`` local processes and count the bits fpreduce gets wrong.
 
@@ -57,6 +59,8 @@ def verify(
         elements: M, the number of elements all-reduced (>= 1).
         seed: seed of the inputs.
         timeout: seconds before a hung run is killed.
+        progress: ``progress(done, total)`` while it works: the tasks are each rank reaching the
+            all-reduce, each rank's result written, and each plan emulated.
 
     Returns:
         A VerifyResult with one case; ``.summary()`` is printable, ``.ok`` the verdict.
@@ -82,15 +86,41 @@ def verify(
     if not isinstance(seed, int) or seed < 0:
         raise InvalidArgument(f"seed must be a non-negative integer, got {seed!r}")
     X = make_inputs(np, elements, dtype, seed)
+    ranks, tick = _counted(progress, np, _tasks(backend, np, alg, elements, dtype))
     if backend == "mpi":
         library = mpi.check_available()
-        outs = mpi.run_allreduce([X], alg, timeout=timeout)[0]
+        outs = mpi.run_allreduce([X], alg, timeout=timeout, progress=ranks)[0]
         text, plan, note = mpi.expected_plan(alg, np, elements, dtype)
         if alg == mpi.DEFAULT and not re.search(r"(?<![\d.])4\.1\.\d", library):
             note += f"; these are Open MPI 4.1's rules, and {library} ran"
-        case = compare(X, outs, dtype, (text, plan, note), mpi.contrast_plans(np))
+        case = compare(X, outs, dtype, (text, plan, note), mpi.contrast_plans(np), tick=tick)
     else:
         library = gloo.check_available()
-        outs = gloo.run_allreduce([X], [dtype], timeout=timeout)[0]
-        case = compare(X, outs, dtype, gloo.expected_plan(alg, np, elements, dtype), gloo.contrast_plans(np))
+        outs = gloo.run_allreduce([X], [dtype], timeout=timeout, progress=ranks)[0]
+        case = compare(X, outs, dtype, gloo.expected_plan(alg, np, elements, dtype), gloo.contrast_plans(np), tick=tick)
     return VerifyResult(backend, np, alg, seed, library, (case,))
+
+
+def _tasks(backend: str, np: int, algorithm: str, elements: int, dtype: str) -> int:
+    """How many tasks :func:`verify` counts in its progress: ``np`` ranks reaching the all-reduce, ``np``
+    results written, and one emulation per plan compared (the library's plan and its contrasts)."""
+    lib = mpi if backend == "mpi" else gloo
+    name = lib.expected_plan(algorithm, np, elements, dtype)[0]
+    return 2 * np + 1 + sum(k != name for k in lib.contrast_plans(np))
+
+
+def _counted(
+    progress: Callable[[int, int], None] | None, np: int, total: int
+) -> tuple[Callable[[int, int], None] | None, Callable[[], None] | None]:
+    """``progress`` as the two callbacks the run takes: the ranks' count (started now, at 0 of ``total``),
+    then one tick per plan emulated."""
+    if progress is None:
+        return None, None
+    done = [2 * np]
+
+    def tick() -> None:
+        done[0] += 1
+        progress(min(done[0], total), total)
+
+    progress(0, total)
+    return (lambda d, _: progress(d, total)), tick

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,9 +167,17 @@ def fit(n: int, times: dict[str, dict[float, float]], *, name: str = "calibrated
 
 
 def measure(
-    n: int, algorithm: str, sizes: Sequence[int], *, reps: int = 5, dtype: str = "fp32", timeout: float = 300.0
+    n: int,
+    algorithm: str,
+    sizes: Sequence[int],
+    *,
+    reps: int = 5,
+    dtype: str = "fp32",
+    timeout: float = 300.0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[float, float]:
-    """Median seconds of one real ``MPI_Allreduce`` per size (elements) on ``n`` local ranks, keyed by bytes."""
+    """Median seconds of one real ``MPI_Allreduce`` per size (elements) on ``n`` local ranks, keyed by bytes;
+    ``progress(done, len(sizes))`` counts the sizes timed while ``mpirun`` runs."""
     mpi.check_available()
     if algorithm not in mpi.ALGORITHMS:
         raise unknown_name("mpi algorithm", algorithm, mpi.ALGORITHMS)
@@ -181,12 +189,18 @@ def measure(
         job = {"sizes": [int(m) for m in sizes], "reps": int(reps), "dtype": dtype}
         (workdir / "job.json").write_text(json.dumps(job))
         argv = mpi.mpirun_argv(n, algorithm, workdir, module="fpreduce.backends._mpi_timer")
-        run_group([(argv, mpi._ENV)], timeout=timeout, what=f"mpirun -np {n} ({algorithm}) timing")
+        poll = None if progress is None else lambda: progress(_timed(workdir, len(sizes)), len(sizes))
+        run_group([(argv, mpi._ENV)], timeout=timeout, what=f"mpirun -np {n} ({algorithm}) timing", poll=poll)
         out = workdir / "times.json"
         if not out.exists():
             raise BackendError(f"mpirun -np {n} ({algorithm}) timing exited 0 but wrote no times")
         times = json.loads(out.read_text())
     return {float(int(m) * item): float(np.median(times[str(int(m))])) for m in sizes}
+
+
+def _timed(workdir: Path, k: int) -> int:
+    """How many of the ``k`` sizes the timer's rank 0 has timed (it touches ``timed.<i>``)."""
+    return sum((workdir / f"timed.{i}").exists() for i in range(k))
 
 
 def calibrate(
@@ -196,8 +210,10 @@ def calibrate(
     sizes: Sequence[int] = DEFAULT_SIZES,
     reps: int = 5,
     dtype: str = "fp32",
+    progress: Callable[[int, int], None] | None = None,
 ) -> Calibration:
-    """Time Open MPI's forced all-reduce algorithms on ``n`` local ranks and fit a profile.
+    """Time Open MPI's forced all-reduce algorithms on ``n`` local ranks and fit a profile; ``progress(done,
+    total)`` counts the (algorithm, size) timings done, ``len(algorithms) x len(sizes)`` in all.
 
     Raises:
         InvalidArgument: Open MPI or mpi4py missing, n < 2, unknown algorithm, fewer than 2 sizes.
@@ -210,5 +226,16 @@ def calibrate(
             raise unknown_name("mpi algorithm", a, PLANS)
     if len(set(sizes)) < 2 or min(sizes) < 1:
         raise InvalidArgument("calibration needs at least two distinct sizes >= 1 element")
-    times = {a: measure(n, a, sizes, reps=reps, dtype=dtype) for a in algorithms}
+    total = len(algorithms) * len(sizes)
+    times = {}
+    for i, a in enumerate(algorithms):
+        step = None if progress is None else _offset(progress, i * len(sizes), total)
+        times[a] = measure(n, a, sizes, reps=reps, dtype=dtype, progress=step)
+    if progress is not None:
+        progress(total, total)
     return fit(n, times, name=f"openmpi-shm-np{n}")
+
+
+def _offset(progress: Callable[[int, int], None], before: int, total: int) -> Callable[[int, int], None]:
+    """One algorithm's ``progress(done, of its sizes)`` as the calibration's: ``before`` timings done already."""
+    return lambda done, _: progress(before + done, total)

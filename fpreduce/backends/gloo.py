@@ -16,12 +16,12 @@ accumulator = dtype.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from fpreduce.backends._common import BackendError, collect, new_workdir, python, run_group
+from fpreduce.backends._common import BackendError, collect, new_workdir, python, ranks_done, run_group
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.plans import AnyPlan, linear, rd, ring, sequential
 
@@ -70,6 +70,7 @@ def run_allreduce(
     timeout: float = 120.0,
     fault: str | None = None,
     ddp: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[list[np.ndarray]]:
     """Run one real gloo all_reduce(SUM) per (case, dtype) on N processes; every rank's results.
 
@@ -81,6 +82,8 @@ def run_allreduce(
         dtypes: the tensor dtype of each case (``fp32``, ``fp16``, ``bf16``, ``fp64``).
         timeout: seconds before every rank is killed.
         fault: test hook, ``die:R`` or ``hang:R``.
+        progress: ``progress(done, 2 n)`` while the ranks run: those that joined the group plus those that
+            wrote their result.
 
     Returns:
         ``out[i][r]``: rank r's result of case i (float32, float64 for fp64).
@@ -111,7 +114,8 @@ def run_allreduce(
         worker = [python(), "-m", "fpreduce.backends._gloo_worker", str(workdir)]
         cmds = [([*worker, str(r), str(n)], env) for r in range(n)]
         what = f"{'DDP gradient averaging' if ddp else 'gloo all_reduce'} on {n} processes"
-        run_group(cmds, timeout=timeout, what=what, workdir=workdir, n=n)
+        poll = None if progress is None else lambda: progress(ranks_done(workdir, n), 2 * n)
+        run_group(cmds, timeout=timeout, what=what, workdir=workdir, n=n, poll=poll)
         outs, missing = collect(workdir, n)
         if missing:
             raise BackendError(f"gloo all_reduce on {n} processes: rank(s) {missing} wrote no result")

@@ -47,7 +47,7 @@ import re
 import shutil
 import subprocess
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +59,7 @@ from fpreduce.backends._common import (
     excerpt,
     new_workdir,
     python,
+    ranks_done,
     run_group,
 )
 from fpreduce.base.errors import FpreduceWarning, InvalidArgument, unknown_name
@@ -212,6 +213,7 @@ def run_allreduce(
     split_keys: Sequence[Sequence[int]] | None = None,
     delays: Sequence[Sequence[float]] | None = None,
     fault: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[list[np.ndarray]]:
     """Run one real MPI_Allreduce(SUM) per case in a single ``mpirun``; every rank's results.
 
@@ -226,6 +228,8 @@ def run_allreduce(
             to rank 0 through coll/adapt's linear tree (arrival order; ``algorithm``
             still forces the tuned allreduce, unused then). Only rank 0's result counts.
         fault: test hook, ``die:R`` or ``hang:R`` makes rank R exit or hang.
+        progress: ``progress(done, 2 n)`` while the job runs: the ranks that reached the all-reduce plus
+            those that wrote their result.
 
     Returns:
         ``out[i][r]``: rank r's result of case i.
@@ -257,6 +261,7 @@ def run_allreduce(
             rank_of_failure=_FAILED_RANK,
             workdir=workdir,
             n=n,
+            poll=None if progress is None else lambda: progress(ranks_done(workdir, n), 2 * n),
         )
         outs, missing = collect(workdir, n)
         if missing:

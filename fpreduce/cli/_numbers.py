@@ -208,9 +208,20 @@ def _sum_text(doc: dict[str, Any]) -> str:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from fpreduce.backends import BackendError, verify
+    from fpreduce.cli._progress import Bar
 
     try:
-        r = verify(args.backend, args.np, args.algorithm, args.dtype, args.elements, args.seed, timeout=args.timeout)
+        bar = Bar("task", desc="verify")
+        r = verify(
+            args.backend,
+            args.np,
+            args.algorithm,
+            args.dtype,
+            args.elements,
+            args.seed,
+            timeout=args.timeout,
+            progress=bar,
+        )
     except BackendError as e:
         print(f"fpreduce: error: {e}", file=sys.stderr)
         return 1
@@ -261,4 +272,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     v.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     v.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     v.add_argument("--timeout", type=float, default=120.0, help="seconds before a hung run is aborted")
+    v.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress (ranks started and done, plans emulated: a bar on a terminal, else a line every "
+        "~15 s on stderr), no compile note",
+    )
     v.set_defaults(func=_cmd_verify)

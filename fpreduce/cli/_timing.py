@@ -76,7 +76,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         raise InvalidArgument(f"--reps must be >= 1, got {args.reps}")
     if args.out:  # before the minutes of timing
         file_target(args.out, "calibration", "--out", is_calibration, "cluster.toml")
-    cal = calibrate(args.np, algorithms=algorithms, sizes=sizes, reps=args.reps)
+    from fpreduce.cli._progress import Bar
+
+    bar = Bar("timing", desc="calibrate")
+    cal = calibrate(args.np, algorithms=algorithms, sizes=sizes, reps=args.reps, progress=bar)
     head = ["algorithm", "sizes", "smallest us", "largest ms", "prediction error", "own fit"]
     body = [
         [f.algorithm, len(f.nbytes), f"{f.measured[0] * 1e6:.1f}", f"{f.measured[-1] * 1e3:.3f}"]
@@ -160,4 +163,5 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         default=None,
         help="write the [cluster] profile here (TOML; its directory must exist; replaces only an earlier calibration)",
     )
+    ca.add_argument("-q", "--quiet", action="store_true", help=_QUIET)
     ca.set_defaults(func=_cmd_calibrate)
