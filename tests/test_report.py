@@ -573,3 +573,27 @@ def test_pairs_across_output_formats_are_labelled(real_run):
         "bf16->bf16",
         "A",
     ]
+
+
+def test_headline_answers_from_the_data_and_flips(synth):
+    from fpreduce.report._findings import headline
+    from fpreduce.run.rundir import load_run
+
+    said = headline(load_run(synth, config_required=False))
+    m = read_metrics(synth)
+    worst = "B"  # the order-changing arm that differs from its fixed-order twin (R-ring, B-kahan: not twins)
+    assert said[0].startswith(f"The order matters here: {worst} (arrival)")
+    assert f"a mean {float(np.mean(m[worst]['diff_frac'])) * 100:.3g}% of the elements per step" in said[0]
+    assert said[1].startswith("What removes it: B-fp32acc (accumulate fp32)")
+    with open(synth / "metrics.csv") as fh:  # no order-changing arm differs any more: the answer flips
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        if r["arm"] in ("B", "R-ring", "B-kahan"):
+            r["diff_frac"] = r["rerun_diff_frac"] = "0.0"
+    with open(synth / "metrics.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    flipped = headline(load_run(synth, config_required=False))
+    assert flipped[0].startswith("The order does not matter here: B, B-fp32acc, R-ring, B-kahan change their order")
+    assert len(flipped) == 1

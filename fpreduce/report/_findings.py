@@ -120,19 +120,28 @@ def status(run: Results) -> str | None:
 
 def paragraphs(run: Results) -> list[str]:
     """The findings of a loaded run (:func:`fpreduce.report.report.findings`), one paragraph each."""
+    return [p for _, group in groups(run) for p in group]
+
+
+def groups(run: Results) -> list[tuple[str, list[str]]]:
+    """The findings by topic: (heading, paragraphs), empty topics left out."""
     s, banner = run.summary, status(run)
-    return [
+    done = [
         f"{banner}; every number below covers only the completed steps."
         if banner
         else f"The run completed all {s.get('steps_done', s.get('steps', '?'))} configured steps.",
         *([] if run.metrics else ["metrics.csv holds no step yet: there is nothing to measure."]),
-        *_reproducibility(run),
-        *_divergence(run),
-        *_errors(run),
-        *_bounds(run),
-        *_pair_findings(run),
-        *_training(run),
     ]
+    topics = [
+        ("The run", done),
+        ("Run to run: the same arm relaunched", _reproducibility(run)),
+        ("Against the compare_to arm", _divergence(run)),
+        ("Error against the exact sum", _errors(run)),
+        ("Bounds", _bounds(run)),
+        ("One setting changed, all else equal", _pair_findings(run)),
+        ("Training", _training(run)),
+    ]
+    return [(t, g) for t, g in topics if g]
 
 
 def _worst(run: Results, name: str, col: str) -> tuple[NDArray[np.float64], int, int]:
@@ -358,8 +367,8 @@ def _pair(run: Results, a: dict[str, Any], b: dict[str, Any], key: str) -> str:
                 f"{pa['name']}) -> {pct(db)} ({b['name']} vs {pb['name']}), {_compare(da, db)}"
             )
         elif not (is_fixed(a) and is_fixed(b)):
-            lacking = [x["name"] for x, p in ((a, pa), (b, pb)) if not is_twin(x, p)]
-            text += f"; divergence not compared: {', '.join(lacking)} not compared with a fixed-order twin"
+            lacking = [f"{x['name']} is compared with {p['name']}" for x, p in ((a, pa), (b, pb)) if not is_twin(x, p)]
+            text += f"; their divergence is not set side by side ({', '.join(lacking)}, not a fixed-order twin)"
         if not (is_fixed(a) or is_fixed(b)):
             ra, rb = mean(run, a["name"], "rerun_diff_frac"), mean(run, b["name"], "rerun_diff_frac")
             text += f"; mean fraction changed by a relaunch {pct(ra)} -> {pct(rb)}, {_compare(ra, rb)}"
@@ -392,5 +401,54 @@ def _training(run: Results) -> list[str]:
             f"Training, {pair_label(run, a)}: the weights first differed bitwise at step {first}; after the "
             f"last step ({int(steps[k - 1])}) the relative parameter distance was {num(float(pd[k - 1]))} and the "
             f"loss differed by {num(la - lr)} ({name} {la:.6g} vs {other} {lr:.6g})."
+        )
+    return out
+
+
+def headline(run: Results) -> list[str]:
+    """One to three sentences before the findings: does the order matter here, how much, and what removes it,
+    from the arms whose order changes (their relaunches and their comparisons)."""
+    moving = [a for a in run.arms if not is_fixed(a)]
+    if not moving or not run.metrics:
+        return ["This run has no arm whose order changes, so it cannot say whether the order matters."]
+    rerun = {a["name"]: mean(run, a["name"], "rerun_diff_frac") for a in moving}
+    vs = {a["name"]: mean(run, a["name"], "diff_frac") if is_twin(a, partner(run, a)) else math.nan for a in moving}
+    hit = [a for a in moving if rerun[a["name"]] > 0 or vs[a["name"]] > 0]
+    if not hit:
+        names = ", ".join(a["name"] for a in moving)
+        return [
+            f"The order does not matter here: {names} change their order every step, yet a relaunch repeats "
+            "their bits at every step"
+            + (" and they match their fixed-order twins." if any(vs[a["name"]] == 0 for a in moving) else ".")
+        ]
+    w = max(hit, key=lambda a: (np.nan_to_num(vs[a["name"]]), rerun[a["name"]]))
+    u = fin(run.column(w["name"], "ulp_max" if vs[w["name"]] > 0 else "rerun_ulp_max"))
+    how = (
+        f"changes the bits of a mean {pct(vs[w['name']])} of the elements per step against its fixed-order twin "
+        f"{partner(run, w)['name']}"
+        if vs[w["name"]] > 0
+        else f"gives other bits in a mean {pct(rerun[w['name']])} of the elements per relaunch"
+    )
+    far = f", by up to {num(float(u.max()))} ulps of {w.get('compared_in') or out_format(w)}" if u.size else ""
+    again = f", and a relaunch changes {pct(rerun[w['name']])}" if vs[w["name"]] > 0 and rerun[w["name"]] > 0 else ""
+    out = [f"The order matters here: {w['name']} ({w.get('order')}) {how}{far}{again}."]
+    cures = [a for a in moving if a not in hit and rerun[a["name"]] == 0]
+    if cures:
+        said = [
+            f"{a['name']} ({', '.join(f'{k} {_val(a, k)}' for k in differences(a, w)) or 'the same settings'})"
+            for a in cures
+        ]
+        out.append(
+            f"What removes it: {', '.join(said)}: the order still changes every step, yet a relaunch repeats "
+            f"{'its' if len(cures) == 1 else 'their'} bits"
+            + (" and it matches its fixed-order twin" if len(cures) == 1 and vs[cures[0]["name"]] == 0 else "")
+            + "."
+        )
+    else:
+        fixed = [a["name"] for a in run.arms if is_fixed(a)]
+        out.append(
+            "No arm here removes it: only a fixed order"
+            + (f" ({', '.join(fixed)})" if fixed else "")
+            + " gives the same bits at every launch."
         )
     return out

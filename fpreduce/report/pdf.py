@@ -146,6 +146,17 @@ class Doc:
         )
         self.y += 0.85
 
+    def figure(self, draw: Draw, caption: str, height: float = 0.36) -> None:
+        """A figure at the current position, its caption below; a new page when ``height`` (a fraction of the
+        page) and a caption do not fit: two landscape figures share a page."""
+        if self.fig is None or self.y + height * _H + 0.6 > _H - _M:
+            self.new_page()
+        assert self.fig is not None
+        w, top = _W - 2 * _M, self.y
+        self.y = draw(self.fig, (_M / _W, 1 - (top + height * _H) / _H, w / _W, height)) + 0.2
+        self.text(caption, size=9)
+        self.y += 0.25
+
     def figure_page(self, draw: Draw, caption: str) -> None:
         """A figure at the top of a new page, its caption right below it."""
         fig, w = self.new_page(), _W - 2 * _M

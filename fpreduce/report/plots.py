@@ -169,7 +169,8 @@ class _Run:
                     for c in cols
                 )
             ]
-            note = f"; same values as {', '.join(same)} (drawn over it)" if same else ""
+            whose = ", ".join(f"{b}'s" for b in same)
+            note = f"; on these axes its curves coincide with {whose} at every step (drawn over them)" if same else ""
             if not any(np.isfinite(self.col(a, c)[1]).any() for c in cols):
                 note = "; no values (NaN: not applicable)"
             text = self.label(a).replace(f"{a}:", f"{self.pair(a)}:", 1) if pairs else self.label(a)
@@ -247,14 +248,25 @@ def _fig_divergence(run: _Run) -> Figure:
     )
     markers = _step_axes(run, a1, a2)
     pairs = run.pairs()
+    moving = [a for a in run.arms if not str(run.info.get(a, {}).get("order", "")).startswith("fixed:")]
     if pairs:
         _fraction_lines(a1, run.series(("diff_frac", "-"), arms=pairs), markers=markers, label="elements differing")
     else:
         note(a1, "every arm is compared with itself")
-    a1.set(title="elements whose bits differ from the compare_to arm (B vs A)")
-    _fraction_lines(a2, run.series(("rerun_diff_frac", "-")), markers=markers, label="elements changed")
-    a2.set(title="elements that change when the arm is relaunched")
-    run.legend(fig, ("diff_frac", "rerun_diff_frac"), pairs=True)
+    if (alone := [a for a in run.arms if a not in pairs]) and pairs:
+        note(a1, f"not drawn: {', '.join(alone)} (compared with itself)", corner=True)
+    a1.set(title="bits differ from the compare_to arm (pairs: legend)")
+    if moving:
+        _fraction_lines(
+            a2, run.series(("rerun_diff_frac", "-"), arms=moving), markers=markers, label="elements changed"
+        )
+    else:
+        note(a2, "every arm has a fixed order: a relaunch repeats its bits")
+    if (fixed := [a for a in run.arms if a not in moving]) and moving:
+        note(a2, f"not drawn: {', '.join(fixed)} (fixed order: 0 by construction)", corner=True)
+    a2.set(title="bits change on relaunch (arms whose order changes)")
+    shown = [a for a in run.arms if a in pairs or a in moving]
+    run.legend(fig, ("diff_frac", "rerun_diff_frac"), arms=shown, pairs=True)
     return fig
 
 
@@ -345,7 +357,7 @@ def _fig_training(run: _Run) -> Figure:
     else:
         note(a2, "every arm is compared with itself")
     a2.set(
-        title=r"distance to compare_to (B vs A): $\|\theta_B - \theta_A\| \,/\, \|\theta_A\|$",
+        title=r"each replica's distance to its compare_to arm's: $\|\theta - \theta_{ref}\| \,/\, \|\theta_{ref}\|$",
         ylabel="relative parameter distance",
     )
     suffix, marked, xmax = {}, 0, max(int(m["step"][-1]) for m in run.metrics.values())

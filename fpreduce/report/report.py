@@ -25,7 +25,7 @@ from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.formats import get_format
 from fpreduce.plans import parse
 from fpreduce.report._figure import percent_axis, series_style
-from fpreduce.report._findings import paragraphs, status
+from fpreduce.report._findings import groups, headline, paragraphs, status
 from fpreduce.report._sweep_report import write_sweep_report
 from fpreduce.report.layers import CAPTION as LAYERS_CAPTION
 from fpreduce.report.layers import replay_pages
@@ -200,7 +200,9 @@ def _methods(doc: Doc, run: Results) -> None:
         size=8,
     )
     doc.heading("Reduction plans", 11)
-    n = min(int(run.summary.get("workers") or 8), 8)
+    workers = int(run.summary.get("workers") or 8)
+    n = workers if workers <= 16 else 8  # a tree of more than 16 leaves does not fit the page
+    drawn = f"drawn for n = {n} workers" if n == workers else f"drawn for n = {n} workers (the run has {workers})"
     for order in dict.fromkeys(str(a.get("order")) for a in run.arms):
         try:
             policy: OrderPolicy | None = OrderPolicy.parse(order)
@@ -209,7 +211,7 @@ def _methods(doc: Doc, run: Results) -> None:
         plan = policy.plan if policy is not None else ""
         doc.text(
             f"{order}: {_POLICIES[policy.kind] if policy is not None else 'unknown order policy'}"
-            + (f"; drawn for n = {n} workers:" if plan else "."),
+            + (f"; {drawn}:" if plan else "."),
             size=9,
         )
         if plan:
@@ -303,7 +305,8 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
         doc.heading(f"fpreduce report: {s.get('name', run.dir.name)}", 18)
         doc.text(QUESTION, size=11)
         doc.heading("Run", 11)
-        date = next((str(s[k]) for k in ("date", "created", "started", "finished") if s.get(k)), "n/a")
+        date = next((str(s[k]) for k in ("date", "created", "started", "finished") if s.get(k)), None)
+        date = date or "not recorded (summary.json predates the run date)"
         doc.table(
             ["", ""],
             [
@@ -324,11 +327,18 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
         doc.table(["arm", *cols], [[a["name"], *(a.get(c) or "" for c in cols)] for a in run.arms], size=8)
         doc.new_page()
         doc.heading("Findings")
-        for f in paragraphs(run):
-            doc.text("- " + f)
-            doc.y += 0.06
-        for draw, caption in _figures(run):
-            doc.figure_page(draw, caption)
+        for h in headline(run):
+            doc.text(h, size=11, weight="bold")
+        doc.y += 0.1
+        for topic, paras in groups(run):
+            doc.heading(topic, 11)
+            for f in paras:
+                doc.text("- " + f, size=9.5)
+                doc.y += 0.04
+        for i, (draw, caption) in enumerate(_figures(run)):
+            if i == 0:
+                doc.new_page()
+            doc.figure(draw, caption)
         replay_pages(doc, run.dir)  # fpreduce replay's runs: the emulation and the per-parameter table
         _methods(doc, run)
         _appendix(doc, run)

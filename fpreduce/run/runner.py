@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -510,6 +511,7 @@ def _write_summary(
         "exact_time_s": round(times[1]["exact"], 3),
         "metrics_time_s": round(times[1]["metrics"], 3),
         "versions": {"fpreduce": __version__, "numpy": np.__version__, "python": platform.python_version()},
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),  # when this summary was written
         "arms": [
             arm_summary(a.spec, cfg, cols.get(a.spec.name, {}), a.hist, (a.first_div, a.first_param_div)) for a in arms
         ],
