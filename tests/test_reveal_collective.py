@@ -162,3 +162,63 @@ def test_bad_functions_get_one_line():
     assert found.plan is None
     with pytest.raises(fr.InvalidArgument, match="no fixed tree|not a binary tree"):
         fr.reveal_collective(shuffled, 6, 36, verify=200)
+
+
+def test_gloo_ring_is_revealed_from_the_real_library():
+    """torch.distributed's gloo all_reduce on 3 local ranks (one launch: the expensive part)."""
+    from _backends import require
+
+    from fpreduce.backends.live import LiveAllReduce
+
+    require("gloo")
+    with LiveAllReduce("gloo", 3) as fn:
+        found = rc.collective_revelation(fn, 3, 9, verify=90)
+        assert fn.disagreeing == 0
+    assert (found.verdict, found.differing, found.checked) == ("tree", 0, 90)
+    assert found.families == ("ring:gloo",)
+    assert found.calls <= 6
+    assert per_element(found.plan, 9) == per_element(fr.plans.parse("ring:gloo", 3), 9)
+
+
+def test_cli_reveals_open_mpi_forced_ring(capsys):
+    """mpirun -np 5 with the ring forced, through `fpreduce reveal mpi:ring --json` (one launch)."""
+    import json
+
+    from _backends import require
+
+    from fpreduce.cli import main
+
+    require("mpi")
+    assert main(["reveal", "mpi:ring", "--np", "5", "--n", "25", "--verify", "100", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["verdict"], doc["plan"], doc["differing"], doc["checked"]) == ("tree", "ring:ompi", 0, 100)
+    assert doc["calls"] <= 10
+    assert [(r["start"], r["stop"]) for r in doc["runs"]] == [(0, 5), (5, 10), (10, 15), (15, 20), (20, 25)]
+    assert main(["reveal", "mpi:nosuch", "--np", "5"]) == 2
+    assert capsys.readouterr().err.startswith("fpreduce: error: unknown mpi algorithm")
+
+
+def test_reveal_report_pdf(tmp_path, capsys):
+    from fpreduce.cli import main
+    from fpreduce.report.reveal import summary_row, write_reveal_report
+    from fpreduce.run.rundir import is_report
+
+    ring = fr.plans.parse("ring:ompi", 4)
+    coll = rc.collective_revelation(box(ring), 4, 16, verify=64)
+    one = fr.revelation(np.sum, 20, verify=30)
+    assert summary_row("ring", coll) == [
+        "ring",
+        "4 x 16",
+        coll.calls,
+        summary_row("ring", coll)[3],
+        64,
+        0,
+        "tree",
+        "ring:ompi",
+    ]
+    assert summary_row("numpy.sum", one)[1:3] == ["20", one.calls]
+    regions = fr.analysis.reveal.hazard_map(np.sum, range(1, 12), verify=5)
+    out = write_reveal_report(tmp_path / "r.pdf", [("ring", coll), ("numpy.sum", one)], sweeps=[("numpy.sum", regions)])
+    assert is_report(out)
+    assert main(["reveal", "numpy.sum", "--n", "9", "--verify", "20", "--report", str(tmp_path / "no" / "r.pdf")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

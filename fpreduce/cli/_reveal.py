@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from functools import lru_cache
@@ -123,6 +124,7 @@ def _collective(args: argparse.Namespace) -> int:
         )
         agree = fn.disagreeing == 0
         library, started = fn.library, fn.start_seconds
+    _report(args, found)
     text = found.families[0] if found.families and found.plan is not None else None
     if args.json:
         doc = {k: getattr(found, k) for k in found.__dataclass_fields__ if k not in ("plan", "runs")}
@@ -162,9 +164,29 @@ def _collective(args: argparse.Namespace) -> int:
     return 0 if agree else 1
 
 
+def _report(args: argparse.Namespace, found: Any = None, regions: Any = None) -> None:
+    """``--report FILE.pdf``: the reveal report of this target (fpreduce.report.reveal)."""
+    if args.report is None:
+        return
+    from fpreduce.report.reveal import write_reveal_report
+    from fpreduce.run.rundir import check_report_target
+
+    out = write_reveal_report(
+        check_report_target(args.report),
+        [] if found is None else [(args.target, found)],
+        sweeps=[] if regions is None else [(args.target, regions)],
+        title=f"fpreduce reveal {args.target}",
+    )
+    print(f"report: {out}", file=sys.stderr if args.json else sys.stdout)
+
+
 def _cmd_reveal(args: argparse.Namespace) -> int:
     from fpreduce.analysis.reveal import match_family, revelation, tree_text
 
+    if args.report is not None:
+        from fpreduce.run.rundir import check_report_target
+
+        check_report_target(args.report)  # before any probe
     if args.target == "gloo" or args.target.partition(":")[0] == "mpi":
         return _collective(args)
     if args.np is not None:
@@ -178,6 +200,7 @@ def _cmd_reveal(args: argparse.Namespace) -> int:
     found = revelation(
         fn, args.n, format=args.format, accumulate=args.accumulate, method=args.method, verify=verify, seed=args.seed
     )
+    _report(args, found)
     families = match_family(found.plan) if found.plan is not None else []
     text = None if found.plan is None else (families[0] if families else tree_text(found.plan))
     if args.json:
@@ -219,6 +242,7 @@ def _sweep(fn: Callable[[Any], Any], args: argparse.Namespace) -> int:
     ns = _sizes(args.sweep)
     verify = 1000 if args.verify is None else args.verify
     regions = hazard_map(fn, ns, format=args.format, verify=verify, seed=args.seed)
+    _report(args, regions=regions)
     if args.json:
         print(
             jsonfile.dumps(
@@ -272,6 +296,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     )
     r.add_argument("--seed", type=int, default=0, help="seed of the pivots and the random inputs (default 0)")
     r.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
+    r.add_argument(
+        "--report", default=None, metavar="FILE.pdf", help="also write a PDF: the table, evidence, plan and figures"
+    )
     r.set_defaults(func=_cmd_reveal)
 
 
