@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fpreduce as fr
-from fpreduce.core._reference import round_fraction
 from fpreduce.core.algorithms import BINNED_MAX_ROWS, binned, compensated, compensated_reference, exact
+from fpreduce.core.exact import round_fraction
 
 FORMATS = ["fp64", "fp32", "bf16", "fp16", "fp8_e5m2"]
 MODES = ["nearest_even", "toward_zero", "up", "down"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from itertools import permutations
 
 import numpy as np
@@ -13,8 +14,6 @@ from hypothesis import strategies as st
 import fpreduce as fr
 from fpreduce import plans as P
 from fpreduce.base import jit
-from fpreduce.core import _fastpath as F
-from fpreduce.core._fastpath import _gather_orders
 from fpreduce.plans import per_element as PE
 from fpreduce.plans._atomic_kernel import kernel_width
 from fpreduce.plans.per_element import draw_groups, orders_numpy
@@ -207,24 +206,24 @@ def test_relabel_composes_with_small_dtypes():
 
 
 @pytest.mark.parametrize(("n", "width"), [(5, 1), (64, 1000), (3, 70000), (300, 200)])
-def test_gather_orders_matches_fancy_indexing(n, width):
+def test_gathered_orders_are_fancy_indexing(n, width):
+    """Each element summed in its own order (the engine gathers the leaves) is the left fold of the leaves picked
+    by fancy indexing: bf16 accumulation, where the order shows, in any layout of X and either path."""
     rng = np.random.default_rng(n)
-    A = rng.standard_normal((n, width + 40), dtype=np.float32)
+    A = fr.round_to(rng.standard_normal((n, width + 40), dtype=np.float32), "bf16")
     lo, hi = 17, 17 + width
-    o = P.atomic(n, seed=1).orders(5, 5 + width)
-    want = A[o.T.astype(np.intp), np.arange(lo, hi)]
-    got = _gather_orders(A, o, lo, hi)
-    assert got.shape == (n, width)
-    assert got.flags.c_contiguous
-    assert np.array_equal(got, want)
-    assert np.array_equal(_gather_orders(A, o.astype(np.intp), lo, hi), want)  # any integer orders
-    assert np.array_equal(_gather_orders(np.asfortranarray(A), o, lo, hi), want)  # any layout of A
-    buf = np.full((n, width + 3), np.nan, dtype=np.float32)
-    Y = _gather_orders(A, o, lo, hi, buf)
-    assert np.shares_memory(Y, buf)
-    assert np.array_equal(Y, want)
-    assert np.isnan(buf[:, width:]).all()
-    assert _gather_orders(A, o[:0], lo, lo).shape == (n, 0)
+    plan = P.atomic(n, seed=1)
+    o = plan.orders(5, 5 + width)
+    Y = A[o.T.astype(np.intp), np.arange(lo, hi)]  # column j: its leaves in its own order
+    kw = dict(input="bf16", accumulate="bf16", offset=5, total=5 + width + 40)
+    want = fr.reduce(Y, "sequential", input="bf16", accumulate="bf16")
+    for X in (A[:, lo:hi], np.asfortranarray(A)[:, lo:hi]):
+        for compiled in (True, False):
+            with jit.disabled() if not compiled else nullcontext():
+                got = fr.reduce(X, plan, **kw)
+            assert got.shape == (width,)
+            assert np.array_equal(bits_of(got), bits_of(want)), compiled
+    assert fr.reduce(A[:, lo:lo], plan, **kw).shape == (0,)
 
 
 # -- the fused kernel (orders, gather and fold in one numba pass) against the numpy path ---------------------------
@@ -236,22 +235,13 @@ def bits_of(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float32).view(np.uint32)
 
 
-def run_both(X, monkeypatch, **kw):  # type: ignore[no-untyped-def]
-    """(fused result, numpy-path result, number of blocks the fused kernel completed)."""
-    done = []
-    real = F._fused_atomic
-
-    def counting(*a, **k):  # type: ignore[no-untyped-def]
-        r = real(*a, **k)
-        done.append(r is not None)
-        return r
-
-    monkeypatch.setattr(F, "_fused_atomic", counting)
-    monkeypatch.setattr("fpreduce.core.engine._fused_atomic", counting)
-    fused = fr.reduce(X, "atomic", **kw)
+def run_both(X, **kw):  # type: ignore[no-untyped-def]
+    """(fused result, numpy-path result, number of blocks the fused kernel completed: the route trace)."""
+    with fr.trace_routes() as ran:
+        fused = fr.reduce(X, "atomic", **kw)
     with jit.disabled():
         plain = fr.reduce(X, "atomic", **kw)
-    return fused, plain, sum(done)
+    return fused, plain, ran.count(fr.Route.FUSED_ATOMIC)
 
 
 @needs_jit
@@ -261,10 +251,10 @@ def test_fused_equals_numpy_path(monkeypatch, fin, fa, n):
     rng = np.random.default_rng(n)
     m = 40000  # more than one engine block
     X = fr.round_to(rng.standard_normal((n, m), dtype=np.float32) * np.float32(4.0), fin)
-    fused, plain, done = run_both(X, monkeypatch, input=fin, accumulate=fa, seed=7)
+    fused, plain, done = run_both(X, input=fin, accumulate=fa, seed=7)
     assert np.array_equal(bits_of(fused), bits_of(plain))
     assert done == 2  # both blocks fused
-    part, _, _ = run_both(X[:, 1000:30000], monkeypatch, input=fin, accumulate=fa, seed=7, offset=1000, total=m)
+    part, _, _ = run_both(X[:, 1000:30000], input=fin, accumulate=fa, seed=7, offset=1000, total=m)
     assert np.array_equal(bits_of(part), bits_of(fused[1000:30000]))  # chunks: the element index is global
 
 
@@ -273,11 +263,11 @@ def test_fused_falls_back_when_it_must(monkeypatch):
     rng = np.random.default_rng(1)
     X = fr.round_to(rng.standard_normal((8, 300), dtype=np.float32), "bf16")
     X[3, 5] = np.nan
-    fused, plain, done = run_both(X, monkeypatch, input="bf16", accumulate="bf16")
+    fused, plain, done = run_both(X, input="bf16", accumulate="bf16")
     assert done == 0
     assert np.array_equal(bits_of(fused), bits_of(plain))
     Y = rng.standard_normal((8, 300), dtype=np.float32)  # not bf16 values: the inputs need rounding first
-    fused, plain, done = run_both(Y, monkeypatch, input="bf16", accumulate="bf16")
+    fused, plain, done = run_both(Y, input="bf16", accumulate="bf16")
     assert done == 0
     assert np.array_equal(bits_of(fused), bits_of(plain))
     for kw in [
@@ -286,16 +276,16 @@ def test_fused_falls_back_when_it_must(monkeypatch):
         dict(input="bf16", accumulate="bf16", rounding="toward_zero"),
         dict(input="bf16", accumulate="bf16", average="premultiply"),
     ]:
-        fused, plain, done = run_both(X[:, 10:], monkeypatch, **kw)
+        fused, plain, done = run_both(X[:, 10:], **kw)
         assert done == 0, kw
         assert np.array_equal(bits_of(fused), bits_of(plain)), kw
     big = np.full((4, 10), 3e38, dtype=np.float32)  # bf16 sums beyond float32: Inf, past Veltkamp's range
     big = fr.round_to(big, "bf16")
-    fused, plain, done = run_both(big, monkeypatch, input="bf16", accumulate="bf16")
+    fused, plain, done = run_both(big, input="bf16", accumulate="bf16")
     assert done == 0
     assert np.isinf(fused).all()
     assert np.array_equal(bits_of(fused), bits_of(plain))
-    fused, plain, done = run_both(big, monkeypatch, input="bf16", accumulate="fp32")  # fp32: Inf is no NaN
+    fused, plain, done = run_both(big, input="bf16", accumulate="fp32")  # fp32: Inf is no NaN
     assert done == 1
     assert np.isinf(fused).all()
     assert np.array_equal(bits_of(fused), bits_of(plain))
@@ -307,7 +297,7 @@ def test_fused_follows_the_rejection_path(monkeypatch, narrow, n, bits, group_bi
     narrow(bits, group_bits)
     rng = np.random.default_rng(n)
     X = fr.round_to(rng.standard_normal((n, 3000), dtype=np.float32), "bf16")
-    fused, plain, done = run_both(X, monkeypatch, input="bf16", accumulate="bf16", seed=4)
+    fused, plain, done = run_both(X, input="bf16", accumulate="bf16", seed=4)
     assert done == 1
     assert np.array_equal(bits_of(fused), bits_of(plain))
     ref = fr.reduce_reference(X[:, :200], P.atomic(n, seed=4), input="bf16", accumulate="bf16")

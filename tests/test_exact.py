@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fpreduce.base.errors import InvalidArgument
-from fpreduce.core._reference import round_fraction
-from fpreduce.core.exact import exact_sum, exact_sum_fraction, exact_sum_mpmath
+from fpreduce.core.exact import exact_sum, exact_sum_fraction, exact_sum_mpmath, round_fraction
 from fpreduce.core.formats import get_format
 
 SETTINGS = settings(max_examples=settings.default.max_examples * 10 // 3, deadline=None)  # ci: 200, dev: 66

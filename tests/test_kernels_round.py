@@ -16,7 +16,7 @@ import pytest
 import fpreduce as fr
 from fpreduce.base import jit
 from fpreduce.core import _kernels_round as kr
-from fpreduce.core._reference import add_exact
+from fpreduce.core.exact import add_exact
 from fpreduce.core.formats import get_format
 from fpreduce.core.grid import MODE_CODES, grid_of
 

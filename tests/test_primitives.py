@@ -18,7 +18,7 @@ import fpreduce as fr
 from fpreduce.base import jit
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core import _kernels_round, _steps
-from fpreduce.core._reference import add_exact, round_float
+from fpreduce.core.exact import add_exact, round_float
 from fpreduce.core.formats import get_format
 from fpreduce.strategies import arrays, shapes
 

@@ -11,8 +11,8 @@ import fpreduce as fr
 from fpreduce.base import jit
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core import products
-from fpreduce.core._reference import add_exact, round_fraction
 from fpreduce.core.algorithms import compensated_reference
+from fpreduce.core.exact import add_exact, round_fraction
 from fpreduce.core.fabsum import block_sums, fabsum_bound
 from fpreduce.core.formats import get_format
 from fpreduce.core.primitives import stream_key

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fpreduce as fr
-from fpreduce.core._reference import round_fraction
+from fpreduce.core.exact import round_fraction
 
 NARROW = ["fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
 DIRECTED = ["nearest_even", "toward_zero", "up", "down"]
@@ -151,7 +151,7 @@ def test_scalars_give_zero_dimensional_results():
 def test_overflow_rule_is_one_function(name, mode):
     # round_to (vector), the scalar rounder (exact integers) and the Fraction reference
     # give what overflow_value says, for positive and negative overflow
-    from fpreduce.core._reference import round_scaled
+    from fpreduce.core.exact import round_scaled
     from fpreduce.core.rounding import Mode, overflow_value
 
     f = fr.get_format(name)

@@ -23,7 +23,7 @@ import pytest
 import fpreduce as fr
 from fpreduce.base import jit
 from fpreduce.core import _kernels_round as kr
-from fpreduce.core._reference import add_exact, round_float, round_fraction
+from fpreduce.core.exact import add_exact, round_float, round_fraction
 from fpreduce.core.formats import get_format
 
 FORMATS = ["fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp64"]

@@ -7,6 +7,8 @@ rational ``reduce_reference`` agree bit for bit, also on subnormals, ties, overf
 signed zeros, NaN and Inf.
 """
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -14,8 +16,8 @@ from hypothesis import strategies as st
 
 import fpreduce as fr
 from fpreduce.base import jit
-from fpreduce.core import _fastpath, _tall, routes
-from fpreduce.core._sr_numpy import _fold_numpy_sr
+from fpreduce.core import routes
+from fpreduce.core.exact import add_exact
 from fpreduce.core.formats import get_format
 
 ACCS = ["fp32", "bf16", "fp16", "tf32", "fp64", "fp8_e4m3", "fp8_e5m2"]
@@ -85,18 +87,46 @@ def test_compiled_fold_equals_numpy_and_fraction_reference(n, m, acc, mode, plan
 @needs_jit
 @pytest.mark.parametrize("acc", ACCS)
 @pytest.mark.parametrize("mode", MODES)
-def test_block_kernel_many_columns(acc, mode, monkeypatch):
-    """More columns than one block of the row kernel, and more than the register path takes."""
-    monkeypatch.setattr(_tall, "_WIDE", _tall._WIDTH)  # blocks of _WIDTH columns
+def test_block_kernel_many_columns(acc, mode):
+    """More columns than the register path takes: the row-block kernel, as many as a block holds and more."""
     n, m = 5, routes.WIDTH + 37
     X = data("bf16", n, m, 3, True)
     for plan in ("sequential", "pairwise", "((0,(1,2)),(3,4))"):
         kw = {"input": "bf16", "accumulate": acc, "rounding": mode}
-        got = fr.reduce(X, plan, **kw)
+        d = fr.explain(X, plan, **kw)
+        with fr.trace_routes() as ran:
+            got = fr.reduce(X, plan, **kw)
+        assert ran[0] is d.route, (plan, str(d), ran)
         with jit.disabled():
             assert same(got, fr.reduce(X, plan, **kw))
         cols = np.r_[0:40, m - 40 : m]  # the reference is slow: both ends of the row
         assert same(got[cols], fr.reduce_reference(X[:, cols], plan, **kw))
+
+
+def right_pairs(n):
+    """((0,1),((2,3),(...,(n-2,n-1)))): a tree whose program keeps n/2 partial rows alive at once."""
+    t = (n - 2, n - 1)
+    for i in range(n - 4, -1, -2):
+        t = ((i, i + 1), t)
+    return fr.plans.tree(t)
+
+
+@needs_jit
+@pytest.mark.parametrize(("acc", "mode"), [("bf16", "nearest_even"), ("fp16", "up"), ("fp32", "down")])
+def test_row_blocks_of_a_deep_program_cross_their_boundary(acc, mode):
+    """514 leaves in pairs down a right spine: 257 live rows, so a block of the row kernel holds its least
+    (routes.WIDTH columns); WIDTH + 37 columns span two blocks, and the columns on both sides of the cut
+    give the bits of the numpy twin and of the Fraction reference."""
+    n, m = 514, routes.WIDTH + 37
+    p = right_pairs(n)
+    X = data("bf16", n, m, 4, True)
+    kw = {"input": "bf16", "accumulate": acc, "rounding": mode}
+    assert fr.explain(X, p, **kw).route is fr.Route.ROW_BLOCKS
+    got = fr.reduce(X, p, **kw)
+    with jit.disabled():
+        assert same(got, fr.reduce(X, p, **kw))
+    cols = np.r_[0:3, routes.WIDTH - 3 : routes.WIDTH + 3, m - 3 : m]
+    assert same(got[cols], fr.reduce_reference(X[:, cols], p, **kw))
 
 
 @needs_jit
@@ -183,10 +213,14 @@ def test_kernel_is_off_without_numba_in_deterministic_modes():
         assert d.route is fr.Route.SR_NUMPY  # stochastic rounding always folds by its counter-based law
 
 
-def test_left_spine():
-    assert _fastpath._left_spine(((2, 0), 1), 3).tolist() == [2, 0, 1]
-    assert _fastpath._left_spine((0, (1, 2)), 3) is None
-    assert _fastpath._left_spine(0, 1).tolist() == [0]
+def test_left_folds_are_decided_with_their_row_order():
+    """A left-deep tree folds its leaves in its spine's order (a right-deep one in the reversed order: addition
+    commutes); any other tree runs as a program (no order)."""
+    X = np.zeros((4, 2), np.float32)
+    assert fr.explain(X[:3], fr.plans.tree(((2, 0), 1))).order.tolist() == [2, 0, 1]
+    assert fr.explain(X[:3], fr.plans.tree((0, (1, 2)))).order.tolist() == [2, 1, 0]
+    assert fr.explain(X, fr.plans.tree(((0, 1), (2, 3)))).order is None
+    assert fr.explain(X[:1], fr.plans.tree(0)).route is fr.Route.SINGLE
 
 
 @needs_jit
@@ -196,7 +230,7 @@ def test_right_deep_trees_fold_as_the_left_fold_of_their_reversed_order():
     the tree's post-order, which is the reversed fold's order)."""
     n, m = 9, 3000
     p = fr.plans.parse("linear", n)
-    assert _fastpath.fold_order(p.root).tolist() == list(range(n))[::-1]
+    assert fr.explain(np.zeros((n, m), np.float32), p).order.tolist() == list(range(n))[::-1]
     X = data("bf16", n, m, 21, specials=True)
     cols = np.r_[0:30, m - 30 : m]
     for acc, mode in (("bf16", "nearest_even"), ("fp16", "up"), ("fp32", "down"), ("bf16", "toward_zero")):
@@ -207,9 +241,9 @@ def test_right_deep_trees_fold_as_the_left_fold_of_their_reversed_order():
         assert same(got[cols], fr.reduce_reference(X[:, cols], p, **kw))
     X = data("bf16", n, m, 22, specials=False)
     got = fr.reduce(X, p, input="bf16", accumulate="bf16", rounding="stochastic", seed=3)
-    key = np.uint64(int(np.random.default_rng(3).integers(0, 2**63)))
-    by_tree = _fold_numpy_sr(p.root, None, X, get_format("bf16"), key, 0)  # the tree's own post-order draws
-    assert same(got, by_tree.astype(np.float32))
+    key = int(np.random.default_rng(3).integers(0, 2**63))
+    for j in (0, 1, 2, m - 1):  # the tree's own post-order draws
+        assert same(got[j], sr_tree(p.root, X[:, j], "bf16", key, j)), j
 
 
 # --- stochastic rounding: a counter-based generator (splitmix64 of seed, element, addition) ---
@@ -229,6 +263,37 @@ def splitmix_uniform(key, e, t):
     z = mix((key + (e + 1) * g) & M64)
     z = mix((z + (t + 1) * g) & M64)
     return (z >> 11) / 2.0**53
+
+
+def sr_add(x, y, fmt, u):
+    """x + y stochastically rounded, the documented law in Fractions: the upper neighbour iff u < the float64
+    distance of the exact sum from the lower one over their gap; past the top the neighbour is where the values
+    would continue (the overflow threshold), taken as ±Inf."""
+    f = get_format(fmt)
+    lo, hi = add_exact(x, y, f, "down"), add_exact(x, y, f, "up")
+    if not lo < hi:  # an exact sum, or NaN (an Inf operand: lo == hi)
+        return lo if lo == hi else add_exact(x, y, f, "nearest_even")
+    top = Fraction(f.max_finite) + Fraction(2) ** (f.emax - f.precision + 1)
+    a = Fraction(lo) if np.isfinite(lo) else -top
+    b = Fraction(hi) if np.isfinite(hi) else top
+    frac = Fraction(float(Fraction(x) + Fraction(y) - a)) / (b - a)
+    return hi if Fraction(u) < frac else lo
+
+
+def sr_tree(root, col, fmt, key, e):
+    """Element e's stochastic fold along ``root`` (leaves index ``col``): addition t (the tree's post-order,
+    from 0) draws splitmix_uniform(key, e, t); an independent scalar reference of the compiled and numpy folds."""
+    t = [0]
+
+    def fold(node):
+        if isinstance(node, int | np.integer):
+            return float(col[int(node)])
+        a, b = fold(node[0]), fold(node[1])
+        u = splitmix_uniform(key, e, t[0])
+        t[0] += 1
+        return sr_add(a, b, fmt, u)
+
+    return fold(root)
 
 
 @pytest.mark.parametrize("seed", [0, 12345])
@@ -290,8 +355,6 @@ def test_stochastic_segmented_and_atomic_plans_draw_by_element(plan):
     """Plans whose tree varies over the elements use the same counter-based generator:
     element e's result is its own tree folded with the draws of (key, e, addition), so a
     vector reduced in pieces gives the bits of the whole, with or without numba."""
-    from fpreduce.core._sr_numpy import _fold_numpy_sr
-
     n, m = 4, 300
     X = data("bf16", n, m, 8, specials=False)
     p = fr.plans.parse(plan, n, seed=3)
@@ -301,12 +364,10 @@ def test_stochastic_segmented_and_atomic_plans_draw_by_element(plan):
     assert same(whole, np.concatenate(parts))
     with jit.disabled():
         assert same(whole, fr.reduce(X, p, seed=5, **kw))
-    key = np.uint64(int(np.random.default_rng(5).integers(0, 2**63)))
+    key = int(np.random.default_rng(5).integers(0, 2**63))
     trees = [fr.plans.sequential(n, o).root for o in p.orders(0, m)] if plan == "atomic" else None
     if trees is None:
         bounds = p.bounds(m)
         trees = [p.trees[int(np.searchsorted(bounds, j, side="right")) - 1].root for j in range(m)]
     for j in (0, 1, 77, 150, m - 1):
-        col = X[:, j : j + 1].astype(np.float64)
-        want = _fold_numpy_sr(trees[j], None, col, get_format("bf16"), key, np.array([j]))
-        assert same(whole[j], want[0]), j
+        assert same(whole[j], sr_tree(trees[j], X[:, j], "bf16", key, j)), j
