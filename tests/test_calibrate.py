@@ -73,3 +73,19 @@ def test_real_calibration_runs_and_its_profile_loads(tmp_path, capsys, monkeypat
     assert loaded.gpus_per_node == 2
     assert loaded.name == "openmpi-shm-np2"
     assert set(table) == {"name", "alpha", "beta", "gamma", "alpha_intra", "beta_intra", "gpus_per_node"}
+
+
+def test_a_fit_that_misses_by_more_than_a_quarter_is_warned() -> None:
+    """The warning follows the prediction errors: one per algorithm over 25%, none at or under it."""
+    true = Profile(alpha=1e-5, beta=1e-9, gamma=1e-10)
+    times = {a: {b: cost(p, 4, b, true) for b in (4.0, 4e3, 4e5, 4e7)} for a, p in cal.PLANS.items()}
+    assert cal.misses(cal.fit(4, times)) == []  # the model's own times: no miss
+    times["ring"] = {b: t * (3.0 if b > 1e5 else 0.3) for b, t in times["ring"].items()}  # no alpha-beta line
+    said = cal.misses(cal.fit(4, times))
+    worst = {f.algorithm: f.error for f in cal.fit(4, times).fits}
+    assert [w.split(" with ")[0] for w in said] == [
+        f"the fitted profile predicts {a}" for a, e in worst.items() if e > 0.25
+    ]
+    assert said
+    assert all(f"{worst[w.split()[4]]:.0%} (over 25%;" in w for w in said)
+    assert cal.misses(cal.fit(4, times), limit=max(worst.values())) == []

@@ -90,6 +90,20 @@ class Calibration:
         return "\n".join(lines) + "\n"
 
 
+#: a median prediction error above this is a fit that misses: ``calibrate`` warns
+MISS = 0.25
+
+
+def misses(c: Calibration, limit: float = MISS) -> list[str]:
+    """One warning per algorithm the joint profile predicts with a median relative error above ``limit``."""
+    return [
+        f"the fitted profile predicts {f.algorithm} with a median error of {f.error:.0%} (over {limit:.0%}; "
+        f"{f.algorithm}'s own fit: {f.own_error:.0%}): treat this profile's predictions for {f.algorithm} as rough"
+        for f in c.fits
+        if f.error > limit
+    ]
+
+
 #: the first line of a profile written by :meth:`Calibration.to_toml`
 _HEADER = "# fpreduce calibrate"
 

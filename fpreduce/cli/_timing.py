@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 
 from fpreduce.base import jsonfile
 from fpreduce.base.errors import InvalidArgument
@@ -67,7 +68,7 @@ def _sizes(text: str) -> tuple[float, ...]:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from fpreduce.backends.calibrate import PLANS, calibrate, is_calibration
+    from fpreduce.backends.calibrate import PLANS, calibrate, is_calibration, misses
     from fpreduce.run.rundir import atomic_write, file_target
 
     algorithms = tuple(a.strip() for a in args.algorithms.split(",")) if args.algorithms else tuple(PLANS)
@@ -87,6 +88,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         for f in cal.fits
     ]
     print(table(head, body, align="l"))
+    for w in misses(cal):
+        print(f"fpreduce: warning: {w}", file=sys.stderr)
     text = cal.to_toml()
     if args.out:
         atomic_write(file_target(args.out, "calibration", "--out", is_calibration, "cluster.toml"), text)
@@ -113,7 +116,7 @@ def _cmd_price(args: argparse.Namespace) -> int:
             print(jsonfile.dumps({"name": cfg.spec.name, "target_loss": doc["target_loss"], "rows": doc["rows"]}))
         else:
             print(table(doc["rows"]))
-            print("\n".join(findings(doc["rows"], doc["target_loss"])))
+            print("\n".join(findings(doc["rows"], doc["target_loss"], given=cfg.spec.target_loss > 0)))
         if not args.no_report:
             files = write_price_report(out)
             if not args.json:
