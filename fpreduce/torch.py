@@ -29,11 +29,18 @@ own hooks (``attach(model, hook)``): ``allreduce_hook`` (the bucket divided by N
 then summed), ``fp16_compress_hook`` and ``bf16_compress_hook`` (the bucket cast to fp16 or
 bf16, divided by N and summed in it, cast back); any other hook, sparse gradients
 (``nn.Embedding(sparse=True)``) and DDP's ``mixed_precision`` are refused at ``attach``
-(the replay could not emulate them). Before scaling, the hook gathers every rank's bucket
-(the local gradients, before any division) on rank 0, and after the all-reduce it keeps rank
-0's result.
+(the replay could not emulate them). Before scaling, the hook copies the bucket (the local
+gradients, before any division) and starts sending the copy to rank 0, without waiting (on the
+CPU point to point into the row it fills, else ``dist.gather``); after the all-reduce it keeps a
+copy of rank 0's result.
 
-Rank 0 writes, one step at a time (memory: one step's ``N x elements`` values)::
+Rank 0 writes the steps in order, in a background thread, while the training goes on: it holds
+at most two steps (one written, one waiting), and the hook waits for room before a third, so
+memory on rank 0 stays at most three steps' ``N x elements`` float32 (buffers are used again).
+:meth:`Recorder.flush` waits until every completed step is on disk, and ``close()`` flushes. A
+write that fails ends the recording and raises :class:`RecordingError`, in one line, on rank 0:
+at the next step's hook, or at ``flush()`` / ``close()``. Each file is written whole under a
+temporary name, then renamed; the manifest last::
 
     REC/manifest.json          world size (ranks per node, if torchrun says), backend, device,
                                dtype, wire (the format the all-reduce sums in: the dtype, or
@@ -60,6 +67,9 @@ import json
 import os
 import threading
 import warnings
+from collections import deque
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +77,7 @@ import numpy as np
 
 from fpreduce.base.errors import InvalidArgument
 
-__all__ = ["AVERAGES", "FORMAT", "HOOKS", "MANIFEST", "PATHS", "Recorder", "step_file"]
+__all__ = ["AVERAGES", "FORMAT", "HOOKS", "MANIFEST", "PATHS", "Recorder", "RecordingError", "step_file"]
 
 FORMAT = "fpreduce-ddp-recording"
 MANIFEST = "manifest.json"
@@ -92,6 +102,7 @@ RANKS_DIFFER = "ranks differ"
 _CODES = ("copy", "in-place")  # a path's code in the gathered bucket (paths that vary by step)
 _DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
 _UNSEEN = -1  # no gradient reached the parameter this step
+_TAG = 0x46505200  # the point-to-point tags of a bucket's rows: this plus the bucket's index
 
 
 def step_file(kind: str, step: int) -> str:
@@ -99,11 +110,83 @@ def step_file(kind: str, step: int) -> str:
     return f"{kind}/step_{step:06d}.npy"
 
 
-def _save(path: Path, a: np.ndarray) -> None:
+def _save(path: Path, shape: tuple[int, ...], pieces: list[np.ndarray]) -> None:
+    """Write the float32 array of ``shape`` whose C-order values are ``pieces``, one after the other, as
+    ``np.save`` would (its header, version 1.0), without joining them first; atomically (a temporary
+    file, then a rename)."""
+    if sum(int(a.size) for a in pieces) != int(np.prod(shape)) or any(a.dtype != np.float32 for a in pieces):
+        raise ValueError(f"fpreduce.torch: pieces of {shape} float32 expected")  # a bug of the recorder's
     tmp = path.with_name(f".{path.name}.tmp")
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False, "shape": shape}
     with open(tmp, "wb") as f:
-        np.save(f, a)
+        np.lib.format.write_array_header_1_0(f, header)
+        for a in pieces:
+            f.write(np.ascontiguousarray(a).data)
     os.replace(tmp, path)
+
+
+class RecordingError(RuntimeError):
+    """A recorded step could not be written (rank 0): raised once, at the next step's hook, by
+    :meth:`Recorder.flush` or by :meth:`Recorder.close`; the steps after it are not recorded."""
+
+
+class _Writer:
+    """Rank 0's step files, written in order by one background thread, while training goes on.
+
+    It holds at most ``depth`` steps, the one it writes included (the recording hook waits for room:
+    memory stays bounded, and a disk slower than the training slows the training down).
+    The thread ends when nothing waits (a new one starts with the next step), so it never holds up
+    the interpreter's exit; a failed write ends the recording: the error is kept for :meth:`wait`.
+    """
+
+    def __init__(self, depth: int) -> None:
+        self._jobs: deque[Callable[[], None]] = deque()
+        self._cond = threading.Condition()
+        self._depth, self._running = depth, False
+        self._error: str | None = None
+        self._reported = False
+
+    def put(self, job: Callable[[], None]) -> None:
+        with self._cond:
+            if self._error is not None:
+                return  # the recording ended at the failed step
+            self._jobs.append(job)
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, name="fpreduce-recorder-writer").start()
+
+    def wait(self, *, room: bool) -> None:
+        """Wait until it holds fewer than ``depth`` steps (``room``) or every step is written; a failed
+        write raises :class:`RecordingError` (once)."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._error is not None or (len(self._jobs) < self._depth if room else not self._running)
+            )
+            if self._error is not None and not self._reported:
+                self._reported = True
+                raise RecordingError(self._error)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._jobs:
+                    self._running = False
+                    self._cond.notify_all()
+                    return
+                job = self._jobs[0]
+            try:
+                job()
+            except Exception as e:  # kept for the training thread, said in one line
+                said = str(e) if isinstance(e, RecordingError) else f"fpreduce.torch.Recorder: {type(e).__name__}: {e}"
+                with self._cond:
+                    self._error = " ".join(said.split())
+                    self._jobs.clear()
+                    self._running = False
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._jobs.popleft()
+                self._cond.notify_all()
 
 
 class Recorder:
@@ -119,9 +202,13 @@ class Recorder:
         if steps is not None and steps < 1:
             raise InvalidArgument(f"Recorder: steps must be >= 1 or None, got {steps}")
         self.out_dir, self.max_steps, self.group = Path(out_dir), steps, process_group
-        self.steps = 0  # steps written (rank 0)
+        self.steps = 0  # steps on disk (rank 0; flush() waits for the others)
+        self._queued = 0  # steps handed to the writer (rank 0)
         self._seen = 0  # steps whose buckets were hooked (every rank: all decide alike to gather)
         self._lock = threading.Lock()
+        self._writer = _Writer(depth=2)  # rank 0: one step written, one waiting (a third is gathered)
+        self._sent: list[tuple[int, Any, list[Any]]] = []  # (step, buffer, its sends) in flight from this rank
+        self._free: dict[tuple[int, str], list[Any]] = {}  # float32 buffers to use again, by (elements, device)
         self._pending: dict[int, dict[str, Any]] = {}  # bucket index -> grads, real, layout, paths
         self._last: int | None = None  # the last bucket's index in the pending step
         self._layouts: list[list[dict[str, Any]]] = []
@@ -247,6 +334,7 @@ class Recorder:
 
     # ------------------------------------------------------------------ the hook
     def _hook(self, _state: Any, bucket: Any) -> Any:
+        import torch
         import torch.distributed as dist
 
         buf = bucket.buffer()
@@ -269,7 +357,9 @@ class Recorder:
 
         def keep(f: Any) -> Any:
             t = f.value()
-            self._add(index, "real", t.detach().float().cpu().numpy().copy())
+            real = self._take(int(t.numel()), torch.device("cpu"))
+            real.copy_(t.detach().reshape(-1))  # DDP reuses the bucket
+            self._add(index, "real", real)
             return t
 
         return fut.then(keep)
@@ -304,45 +394,86 @@ class Recorder:
                     view.div_(n)
 
     def _gather(self, bucket: Any, buf: Any, paths: list[str]) -> None:
-        import torch
-        import torch.distributed as dist
-
-        local = buf.detach().float()  # exact for bf16/fp16; gathered before the hook changes it
-        if self._fixed is None:  # every rank's paths travel with its bucket
-            codes = torch.tensor([float(_CODES.index(p)) for p in paths], dtype=torch.float32, device=local.device)
-            local = torch.cat([local.reshape(-1), codes])
+        """Start gathering the bucket's copy (taken before any scaling) on rank 0; its writer waits
+        for the rows. Each rank first waits for what it sent of the earlier steps."""
+        self._wait_sent(self._seen)
+        local = self._snapshot(buf, paths)
         if self._rank != 0:
-            dist.gather(local, None, dst=0, group=self.group)
+            self._sent.append((self._seen, local, self._transfer(int(bucket.index()), local, None)))
             return
-        parts = [local.new_empty(local.shape) for _ in range(self._world)]
-        dist.gather(local, parts, dst=0, group=self.group)
+        self._writer.wait(room=True)  # a failed write surfaces here, at the next step
+        rows = [local] + [self._take(int(local.numel()), local.device) for _ in range(1, self._world)]
+        works = self._transfer(int(bucket.index()), local, rows)
         base, size, m = buf.data_ptr(), buf.element_size(), int(buf.numel())
         params = [
             {"name": self._names.get(id(p), f"?{i}"), "shape": list(g.shape), "offset": (g.data_ptr() - base) // size}
             for i, (p, g) in enumerate(zip(bucket.parameters(), bucket.gradients(), strict=True))
         ]
         layout = {"index": int(bucket.index()), "elements": m, "params": params}
-        rows = np.stack([p.cpu().numpy() for p in parts])
-        grads = rows[:, :m]
         path: Any = paths[0] if len(set(paths)) == 1 else paths
-        if self._fixed is None and (rows[:, m:] != rows[:1, m:]).any():
-            path = RANKS_DIFFER
         with self._lock:
             if bucket.index() in self._pending:  # a new step while the last one never completed
                 self._drop("a step's all-reduce did not complete")
-            self._pending[int(bucket.index())] = {"layout": layout, "grads": grads, "paths": path}
+            self._pending[int(bucket.index())] = {"layout": layout, "rows": rows, "works": works, "paths": path}
             if bucket.is_last():
                 self._last = int(bucket.index())
         self._flush_if_complete()
 
-    def _add(self, index: int, key: str, value: np.ndarray) -> None:
+    def _snapshot(self, buf: Any, paths: list[str]) -> Any:
+        """The bucket as float32 (exact for bf16/fp16), then, when the paths vary, each parameter's path code."""
+        import torch
+
+        m = int(buf.numel())
+        local = self._take(m if self._fixed is not None else m + len(paths), buf.device)
+        local[:m].copy_(buf.detach().reshape(-1))
+        if self._fixed is None:  # every rank's paths travel with its bucket
+            local[m:].copy_(torch.tensor([float(_CODES.index(p)) for p in paths], dtype=torch.float32))
+        return local
+
+    def _transfer(self, index: int, local: Any, rows: list[Any] | None) -> list[Any]:
+        """Every rank's ``local`` into ``rows`` on rank 0 (None elsewhere). On the CPU, point to point
+        into the rows themselves (gloo's gather receives into one flat tensor, then copies it out)."""
+        import torch.distributed as dist
+
+        if local.device.type != "cpu":
+            return [dist.gather(local, rows, group=self.group, async_op=True, group_dst=0)]
+        tag = _TAG + index
+        if rows is None:
+            return [dist.isend(local, group=self.group, tag=tag, group_dst=0)]
+        return [dist.irecv(rows[r], group=self.group, tag=tag, group_src=r) for r in range(1, self._world)]
+
+    def _wait_sent(self, before: int) -> None:
+        """Wait for this rank's buckets of the steps before ``before`` to be sent; their buffers are free again."""
+        while self._sent and self._sent[0][0] < before:
+            _, local, works = self._sent.pop(0)
+            for w in works:
+                w.wait()
+            self._give([local])
+
+    def _take(self, n: int, device: Any) -> Any:
+        """A float32 buffer of ``n`` elements on ``device``: a free one if there is one (writing into
+        fresh pages costs more than the copy itself)."""
+        import torch
+
+        with self._lock:
+            free = self._free.get((n, str(device)))
+            if free:
+                return free.pop()
+        return torch.empty(n, dtype=torch.float32, device=device)
+
+    def _give(self, buffers: list[Any]) -> None:
+        with self._lock:
+            for b in buffers:
+                self._free.setdefault((int(b.numel()), str(b.device)), []).append(b)
+
+    def _add(self, index: int, key: str, value: Any) -> None:
         with self._lock:
             if index in self._pending:
                 self._pending[index][key] = value
         self._flush_if_complete()
 
     def _drop(self, why: str) -> None:
-        warnings.warn(f"fpreduce.torch.Recorder: step {self.steps} not recorded: {why}", stacklevel=3)
+        warnings.warn(f"fpreduce.torch.Recorder: step {self._queued} not recorded: {why}", stacklevel=3)
         self._pending, self._last = {}, None
 
     # ------------------------------------------------------------------ writing (rank 0)
@@ -352,28 +483,45 @@ class Recorder:
             if last is None or sorted(pend) != list(range(last + 1)) or any("real" not in b for b in pend.values()):
                 return
             self._pending, self._last = {}, None
-            self._write_step([pend[i] for i in range(last + 1)])
+            t, self._queued = self._queued, self._queued + 1
+        self._writer.put(partial(self._write_step, t, [pend[i] for i in range(last + 1)]))
 
-    def _write_step(self, buckets: list[dict[str, Any]]) -> None:
+    def _write_step(self, t: int, buckets: list[dict[str, Any]]) -> None:
+        """Step ``t``'s two files, then the manifest (the writer's thread, steps in order)."""
+        try:
+            for b in buckets:
+                for w in b["works"]:
+                    w.wait()
+                b["arrays"] = [r.cpu().numpy() for r in b["rows"]]
+        except RuntimeError as e:
+            raise RecordingError(f"fpreduce.torch.Recorder: step {t}: the gather of the buckets failed: {e}") from e
         layout: list[dict[str, Any]] = []
         start = 0
         for b in buckets:
             layout.append({**b["layout"], "start": start})
             start += b["layout"]["elements"]
-        if layout not in self._layouts:
-            self._layouts.append(layout)
-        per_bucket = [b["paths"] for b in buckets]
+        per_bucket = [_bucket_paths(b) for b in buckets]
         paths: Any = per_bucket[0] if all(p == per_bucket[0] and isinstance(p, str) for p in per_bucket) else per_bucket
-        if paths not in self._path_sets:
-            self._path_sets.append(paths)
-        t = self.steps
-        _save(self.out_dir / step_file("grads", t), np.concatenate([b["grads"] for b in buckets], axis=1))
-        _save(self.out_dir / step_file("real", t), np.concatenate([b["real"] for b in buckets]))
-        self._step_layout.append(self._layouts.index(layout))
-        self._step_paths.append(self._path_sets.index(paths))
+        n = len(buckets[0]["arrays"])
+        grads = [b["arrays"][r][: b["layout"]["elements"]] for r in range(n) for b in buckets]
+        try:
+            _save(self.out_dir / step_file("grads", t), (n, start), grads)
+            _save(self.out_dir / step_file("real", t), (start,), [b["real"].numpy() for b in buckets])
+            if layout not in self._layouts:
+                self._layouts.append(layout)
+            if paths not in self._path_sets:
+                self._path_sets.append(paths)
+            self._step_layout.append(self._layouts.index(layout))
+            self._step_paths.append(self._path_sets.index(paths))
+            self._manifest.update(steps=t + 1, elements=start)
+            self._write_manifest()
+        except OSError as e:
+            raise RecordingError(f"fpreduce.torch.Recorder: step {t} not written to {self.out_dir}: {e}") from e
         self.steps = t + 1
-        self._manifest.update(steps=self.steps, elements=start)
-        self._write_manifest()
+        if t and self._step_layout[-1] != self._step_layout[-2]:  # DDP rebuilt its buckets: the old sizes go
+            with self._lock:
+                self._free.clear()
+        self._give([r for b in buckets for r in (*b["rows"], b["real"])])
 
     def _write_manifest(self) -> None:
         path = self.out_dir / MANIFEST
@@ -382,23 +530,51 @@ class Recorder:
         os.replace(tmp, path)
 
     # ------------------------------------------------------------------ closing
+    def flush(self) -> None:
+        """Wait until every completed step is on disk (rank 0) or sent to rank 0 (the others).
+
+        Raises:
+            RecordingError (rank 0, once): a step could not be written; the recording ends before it.
+        """
+        self._wait_sent(self._seen + 1)
+        self._writer.wait(room=False)
+
     def close(self) -> None:
-        """Stop recording (the hook keeps all-reducing); a step left incomplete is dropped with a warning."""
+        """Stop recording (the hook keeps all-reducing) and :meth:`flush`; a step left incomplete is
+        dropped with a warning."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             if self._pending:
                 self._drop("incomplete when the recorder was closed")
+        try:
+            self.flush()
+        finally:
+            self._free.clear()
 
     def __enter__(self) -> Recorder:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # the body's exception goes on; a failed write beside it is said, not raised over it
+            self.close()
+        except RecordingError as e:
+            warnings.warn(str(e), stacklevel=2)
 
 
 # ---------------------------------------------------------------------- what the recorder can follow
+def _bucket_paths(bucket: dict[str, Any]) -> Any:
+    """A gathered bucket's path (or paths): ``ranks differ`` when the ranks' path codes differ."""
+    rows, m = bucket["arrays"], bucket["layout"]["elements"]
+    if any(len(r) > m and (r[m:] != rows[0][m:]).any() for r in rows):
+        return RANKS_DIFFER
+    return bucket["paths"]
+
+
 def _hook_name(hook: Any) -> str | None:
     """The name in :data:`HOOKS` of torch's hook ``hook`` (None: no hook)."""
     if hook is None:

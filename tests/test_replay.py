@@ -12,6 +12,7 @@ missing, it fails. The bad-input tests build recordings by hand (no torch needed
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import re
@@ -105,6 +106,16 @@ def test_a_wrapped_user_hook_replays_with_its_average(recorded: dict[str, Any]) 
     rec = open_recording(recorded["dir"] / "rec-hook")
     assert (rec.steps, rec.average, rec.elements) == (2, "predivide", 12 * 5 + 5)  # steps=2 of 3 trained
     assert replay(rec)["differ"] == 0
+
+
+def test_step_files_are_what_np_save_writes(recorded: dict[str, Any]) -> None:
+    """The writer streams each rank's buckets into the file without joining them: the bytes are np.save's."""
+    files = sorted(recorded["dir"].glob("rec-*/*/step_*.npy"))
+    assert len(files) >= 4 * STEPS
+    for f in files:
+        buf = io.BytesIO()
+        np.save(buf, np.load(f))
+        assert f.read_bytes() == buf.getvalue(), f
 
 
 def test_replay_cli_json_and_run_directory(recorded: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
