@@ -1,10 +1,14 @@
-"""Progress off a terminal: plain lines with what is done, the rate and the time left; -q silences them."""
+"""Progress in every log: off a terminal, plain lines with what is done, the rate and the time left (and a long
+kernel compile says it is alive); on a terminal one bar; -q silences them."""
 
 import itertools
 import re
+import time
+import types
 
 import pytest
 
+from fpreduce.base import jit
 from fpreduce.cli import _progress, main
 
 PRICE = '[price]\nname = "p"\nworkers = 2\nsteps = 4\nmodes = ["sync", "async"]\n[source]\nhidden = 4\n'
@@ -67,3 +71,46 @@ def test_a_terminal_gets_one_bar_in_ascii_under_no_color(capsys, monkeypatch) ->
     assert "4/4" in err
     assert "#" in err
     assert not set(err) & set("▏▎▍▌▋▊▉█"), "NO_COLOR: an ASCII bar"
+
+
+@pytest.mark.skipif(not jit.AVAILABLE, reason="numba not installed (or FPREDUCE_NO_JIT)")
+def test_a_long_compile_says_it_is_alive_then_that_it_ended(capsys, monkeypatch) -> None:
+    """numba's compile event held open (as a long compile does): the notice, a line every EVERY seconds, one at
+    its end; no process, no real compile."""
+    from numba.core import event
+
+    jit.numba()  # (its listener installed)
+    monkeypatch.setattr(jit, "EVERY", 0.01)
+    monkeypatch.setattr(jit, "_QUIET", [False])
+    monkeypatch.delenv("FPREDUCE_QUIET", raising=False)  # (another test's -q)
+
+    def fold() -> None: ...
+
+    fold.__module__ = "fpreduce.a_test_group"
+    data = {"dispatcher": types.SimpleNamespace(py_func=fold)}
+    event.start_event("numba:compile", data=data)
+    err = ""
+    try:
+        for _ in range(3000):  # until a line came (the thread's own pace; nothing timed is asserted)
+            err += capsys.readouterr().err
+            if "still compiling" in err:
+                break
+            time.sleep(0.01)
+    finally:
+        event.end_event("numba:compile", data=data)
+    lines = (err + capsys.readouterr().err).splitlines()
+    assert lines[0].startswith("fpreduce: compiling kernels for fpreduce.a_test_group (once, cached in ")
+    assert all(
+        re.fullmatch(
+            r"fpreduce: still compiling kernels for fpreduce\.a_test_group: \d+ s so far "
+            r"\(\d+ compiled before it in this process\)",
+            line,
+        )
+        for line in lines[1:-1]
+    ), lines
+    assert len(lines) >= 3
+    assert re.fullmatch(r"fpreduce: compiled kernels for fpreduce\.a_test_group in \d+ s", lines[-1])
+    monkeypatch.setattr(jit, "EVERY", 3600.0)
+    event.start_event("numba:compile", data=data)  # a compile ended before its first line: no line at all
+    event.end_event("numba:compile", data=data)
+    assert capsys.readouterr().err == ""

@@ -14,7 +14,10 @@ GIL, cached on disk in :func:`cache_dir` (``$NUMBA_CACHE_DIR`` if set, else the 
 cache directory, never the installed package), and registered under the name of what it
 computes. When a process compiles a kernel the disk cache does not hold (numba's
 ``numba:compile`` event fires only then), one line on stderr says so, once per group:
-``fpreduce: compiling kernels for <what> (once, cached in <dir>; ~N s)``. Silent when
+``fpreduce: compiling kernels for <what> (once, cached in <dir>; ~N s)``; a compile that
+takes longer adds a line every :data:`EVERY` seconds until it ends (a log shows it is
+alive): ``fpreduce: still compiling kernels for <what>: 45 s so far (3 compiled before it
+in this process)``, then ``fpreduce: compiled kernels for <what> in 52 s``. Silent when
 the cache is warm, with ``FPREDUCE_QUIET=1``, or after :func:`quiet`.
 
 >>> jit(lambda x: x) is None or callable(jit(lambda x: x))
@@ -28,6 +31,8 @@ import importlib.util
 import os
 import platform
 import sys
+import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +40,7 @@ from typing import Any
 
 __all__ = [
     "AVAILABLE",
+    "EVERY",
     "cache_dir",
     "disabled",
     "enabled",
@@ -229,6 +235,8 @@ def _listen(nb: Any) -> None:
                 return
             _DEPTH[0] += 1
             what, seconds = _GROUPS.get(fn, (_module_of(fn), 0.0))
+            if _DEPTH[0] == 1:
+                _BEATS.append(_beat(what))
             if _DEPTH[0] > 1 or what in _ANNOUNCED or _QUIET[0] or os.environ.get("FPREDUCE_QUIET"):
                 return
             _ANNOUNCED.add(what)
@@ -239,13 +247,53 @@ def _listen(nb: Any) -> None:
         def on_end(self, ev: Any) -> None:
             if ours(ev) is not None:
                 _DEPTH[0] -= 1
+                if _DEPTH[0] == 0 and _BEATS:
+                    _BEATS.pop()()
+                    _COMPILED[0] += 1
 
     event.register("numba:compile", Notice())
+
+
+#: seconds between two lines of a compile still under way
+EVERY = 15.0
+
+
+def _beat(what: str) -> Callable[[], None]:
+    """While one kernel (and the callees it compiles) compiles: a line every :data:`EVERY` seconds, and one at its
+    end if any was written; the compile calls the function returned when it ends."""
+    done, start, before = threading.Event(), time.monotonic(), _COMPILED[0]
+
+    def say(text: str) -> None:
+        if not (_QUIET[0] or os.environ.get("FPREDUCE_QUIET")):
+            sys.stderr.write(f"fpreduce: {text}\n")
+            sys.stderr.flush()
+
+    def beat() -> None:
+        said = False
+        while not done.wait(EVERY):
+            said = True
+            say(
+                f"still compiling kernels for {what}: {time.monotonic() - start:.0f} s so far "
+                f"({before} compiled before it in this process)"
+            )
+        if said:
+            say(f"compiled kernels for {what} in {time.monotonic() - start:.0f} s")
+
+    thread = threading.Thread(target=beat, name="fpreduce-compile-progress", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        done.set()
+        thread.join(1.0)  # (its last line before the compile's caller goes on)
+
+    return stop
 
 
 _TUNED: list[bool] = []
 _QUIET = [False]
 _DEPTH = [0]  # fpreduce compiles under way (nested: a kernel's callees)
+_BEATS: list[Callable[[], None]] = []  # stops the outermost compile's progress lines
+_COMPILED = [0]  # outermost compiles ended in this process
 _GROUPS: dict[Callable[..., Any], tuple[str, float]] = {}
 _ANNOUNCED: set[str] = set()
 _JITABLE: list[Callable[..., Any]] = []
