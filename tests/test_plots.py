@@ -225,7 +225,7 @@ def test_missing_summary(tmp_path):
         plot_run(run)
 
 
-@pytest.mark.parametrize(("text", "match"), [("{", "not a readable JSON"), ('{"arms": 3}', "no 'arms'")])
+@pytest.mark.parametrize(("text", "match"), [("{", "not a readable JSON"), ('{"arms": 3}', "arms: expected an array, got 3")])
 def test_bad_summary(tmp_path, text, match):
     run = write_run(tmp_path / "r", steps=2)
     (run / "summary.json").write_text(text)

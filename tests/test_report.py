@@ -460,7 +460,7 @@ def test_foreign_dir(tmp_path):
     with pytest.raises(InvalidArgument, match="not a fpreduce run summary"):
         write_report(d)
     (d / "summary.json").write_text('{"arms": [{"name": "A", "order": "fixed:sequential", "input": "bf61"}]}')
-    with pytest.raises(InvalidArgument, match="arms\\[0\\] has no 'accumulate'"):
+    with pytest.raises(InvalidArgument, match="arms\\[0\\].accumulate: expected string, got None"):
         write_report(d)
     (d / "summary.json").write_text('{"arms": [{"name": "A", "order": "x", "input": "bf61", "accumulate": "fp32"}]}')
     with pytest.raises(InvalidArgument, match="did you mean 'bf16'"):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import math
 import unicodedata
 import zipfile
 from collections.abc import Iterator, Sequence
@@ -34,7 +35,7 @@ from numpy.typing import NDArray
 from fpreduce.base import jsonfile
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.formats import get_format
-from fpreduce.run import _files
+from fpreduce.run import _files, schema
 from fpreduce.run._files import (
     FIGURES_DIR,
     REPORT_PDF,
@@ -59,25 +60,26 @@ from fpreduce.run._studies import (
 __all__ = [
     "COLUMNS",
     "CONFIG_TOML",
+    "DirState",
     "FIGURES_DIR",
+    "Kind",
     "METRICS_CSV",
     "POINTS_DIR",
     "REAL_COLUMNS",
     "REAL_CSV",
     "REPLAY_JSON",
     "REPORT_PDF",
-    "STATE_NPZ",
-    "SUMMARY_JSON",
-    "SWEEP_CSV",
-    "STUDIES",
-    "SWEEP_COLUMNS",
-    "SWEEP_MEASURES",
-    "DirState",
-    "Kind",
     "Results",
+    "STATE_NPZ",
+    "STUDIES",
+    "SUMMARY_JSON",
+    "SWEEP_COLUMNS",
+    "SWEEP_CSV",
+    "SWEEP_MEASURES",
     "atomic_write",
     "check_name",
     "check_report_target",
+    "check_summary",
     "claim",
     "clear_run",
     "clear_sweep",
@@ -94,8 +96,8 @@ __all__ = [
     "point_dirs",
     "read_config",
     "read_metrics",
-    "read_replay",
     "read_real",
+    "read_replay",
     "read_rows",
     "read_state",
     "read_study",
@@ -105,8 +107,8 @@ __all__ = [
     "write_metrics",
     "write_real",
     "write_replay",
-    "write_study",
     "write_state",
+    "write_study",
     "write_summary",
     "write_sweep",
 ]
@@ -444,11 +446,11 @@ def read_metrics(source: str | Path) -> dict[str, dict[str, NDArray[Any]]]:
 
 
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
-    """Read ``RUN/summary.json``, checked: a non-empty ``arms`` list, each arm with a
-    ``name``, ``order``, ``input`` and ``accumulate`` (strings) and known formats.
+    """Read ``RUN/summary.json``, checked against its schema (:func:`check_summary`) before anyone reads it.
 
     Raises:
-        InvalidArgument: the file is missing, not JSON, or not a fpreduce run summary.
+        InvalidArgument: the file is missing, not JSON, or not a fpreduce run summary: one line naming
+            the file and the key.
     """
     path = Path(run_dir) / SUMMARY_JSON
     _files.require(path, "run")
@@ -458,19 +460,84 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
         raise InvalidArgument(f"{path}: not a readable JSON file (not valid JSON: {e})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise InvalidArgument(f"{path}: not a readable JSON file ({e})") from None
-    arms = summary.get("arms") if isinstance(summary, dict) else None
-    if not isinstance(arms, list) or not arms or not all(isinstance(a, dict) for a in arms):
-        raise InvalidArgument(f"{path}: not a fpreduce run summary (no 'arms' list of named arms)")
-    for i, a in enumerate(arms):
-        for key in ("name", "order", "input", "accumulate"):
-            if not isinstance(a.get(key), str):
-                raise InvalidArgument(f"{path}: arms[{i}] has no {key!r}; not a fpreduce run summary")
-        for key in ("input", "accumulate", "output"):
-            try:
-                get_format(a.get(key) or "fp32")
-            except InvalidArgument as e:
-                raise InvalidArgument(f"{path}: arms[{i}].{key}: {e}") from None
+    try:
+        check_summary(summary)
+    except InvalidArgument as e:
+        raise InvalidArgument(f"{path}: not a fpreduce run summary: {e}") from None
+    except RecursionError:
+        raise InvalidArgument(f"{path}: not a fpreduce run summary: nested too deeply") from None
     return summary  # type: ignore[no-any-return]
+
+
+#: summary.json's aggregates of an arm (a number, ``null`` when no step gave one; NaN and Inf restored) -> lowest
+_ARM_STATS = {
+    **dict.fromkeys(("mean_diff_frac", "median_diff_frac", "mean_rerun_diff_frac", "mean_frac_correct"), 0.0),
+    **dict.fromkeys(("max_ulp", "max_rerun_ulp", "mean_err_norm", "max_err_norm", "max_err_backward"), 0.0),
+    **dict.fromkeys(("max_err_ulp", "mean_err_rel", "max_err_rel", "final_param_dist"), 0.0),
+    "final_loss": -math.inf,
+}
+_TOP_COUNTS = {"format": 1, "steps": 1, "workers": 1, "elements": 1, "seed": 0}
+
+
+def check_summary(s: object) -> None:
+    """summary.json's schema (what :func:`fpreduce.run.runner.run_experiment` writes; keys an older run lacks
+    are optional, keys a newer one adds are left alone): a non-empty ``arms`` list of tables, each with a
+    ``name``, ``order``, ``input`` and ``accumulate``; known formats; integers that are integers (``steps_done``
+    in 0..``steps``); aggregates that are numbers or ``null``; ``reference`` and ``compare_to`` naming arms.
+
+    Raises:
+        InvalidArgument: one line naming the key (``arms[0].max_ulp``, ``steps_done``).
+    """
+    s = schema.table("summary", s, ("arms",))
+    arms = schema.array("arms", s["arms"], nonempty=True)
+    for key, lo in _TOP_COUNTS.items():
+        if key in s:
+            schema.integer(key, s[key], lo)
+    if "steps_done" in s:
+        schema.integer("steps_done", s["steps_done"], 0, s.get("steps"))
+    if "complete" in s:
+        schema.typed("complete", s["complete"], "bool")
+    for key in [k for k in s if k.endswith("_time_s")]:
+        schema.number(key, s[key], 0.0, null=True)
+    for key in ("name", "source"):
+        if key in s:
+            schema.string(key, s[key])
+    names = tuple(
+        schema.string(f"arms[{i}].name", schema.table(f"arms[{i}]", a).get("name")) for i, a in enumerate(arms)
+    )
+    if "reference" in s:
+        schema.string("reference", s["reference"], names)
+    for i, a in enumerate(arms):
+        _check_arm(f"arms[{i}]", a, names)
+
+
+def _check_arm(key: str, a: dict[str, Any], names: tuple[str, ...]) -> None:
+    for k in ("order", "input", "accumulate"):
+        schema.string(f"{key}.{k}", a.get(k))
+    for k in ("output", "rounding", "algorithm", "average", "compared_in"):
+        if k in a:
+            schema.string(f"{key}.{k}", a[k])
+    for k in ("input", "accumulate", "output", "compared_in"):
+        if a.get(k):
+            with schema.named(f"{key}.{k}"):
+                get_format(a[k])
+    if "compare_to" in a:
+        schema.string(f"{key}.compare_to", a["compare_to"], names)
+    if a.get("reproducible") is not None:
+        schema.typed(f"{key}.reproducible", a["reproducible"], "bool")
+    for k in ("first_divergence_step", "first_param_divergence_step"):
+        if a.get(k) is not None:
+            schema.integer(f"{key}.{k}", a[k], 0)
+    for k, lo in _ARM_STATS.items():
+        v = a.get(k)
+        if v is not None and not (isinstance(v, float) and math.isnan(v)):
+            schema.check(schema.is_number(v) and v >= lo, f"{key}.{k}", f"a number >= {lo} or null", v)
+    if a.get("ulp_hist") is not None:
+        h = schema.table(f"{key}.ulp_hist", a["ulp_hist"], ("edges", "counts"))
+        edges = schema.typed(f"{key}.ulp_hist.edges", h["edges"], "tuple[float, ...]")
+        schema.array(f"{key}.ulp_hist.counts", h["counts"], len(edges))
+        for j, c in enumerate(h["counts"]):
+            schema.integer(f"{key}.ulp_hist.counts[{j}]", c, 0)
 
 
 def read_config(run_dir: str | Path) -> str | None:

@@ -87,6 +87,11 @@ def is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def is_number(v: object) -> bool:
+    """An int or float (NaN and Inf included) that is not a bool."""
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
 def is_finite(v: object) -> bool:
     """A finite int or float that is not a bool."""
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
