@@ -13,7 +13,6 @@ from test_tall import ACCS, MODES, data, same
 
 import fpreduce as fr
 from fpreduce.base import jit
-from fpreduce.core import _chain
 from fpreduce.core.formats import get_format
 from fpreduce.plans import pairwise
 
@@ -81,33 +80,26 @@ def test_stochastic_chain_with_specials_and_overflow():
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 31, 32, 63, 64, 65, 100, 131, 1000, 4097, 12345])
-def test_pairwise_blocks_are_the_trees_nodes(n):
-    """The boundaries are the nodes of ``pairwise(n)`` at one depth, their programs the subtrees' ops
-    (numbered in post-order, run level by level)."""
-    bounds, progs = _chain.pairwise_blocks(n)
-    nodes = [(0, n)]
-    while len(nodes) < bounds.size - 1:
-        nodes = [h for lo, hi in nodes for h in ((lo, lo + (hi - lo + 1) // 2), (lo + (hi - lo + 1) // 2, hi))]
-    assert [lo for lo, _ in nodes] + [n] == bounds.tolist()
-    sizes = np.diff(bounds)
-    c = progs.shape[1] - 1
-    assert set(sizes.tolist()) <= {c, c + 1}
-    assert n < 64 or sizes.min() >= 32
-    for q in range(2):
-        k = c + q
-        want: list[tuple[int, int]] = []
-
-        def post(t, k=k, want=want):
-            if isinstance(t, int):
-                return t
-            a, b = post(t[0]), post(t[1])
-            want.append((a, b))
-            return k + len(want) - 1
-
-        post(pairwise(k).root)
-        ops = progs[q, : k - 1].tolist()
-        assert sorted(ops, key=lambda o: o[2]) == [[a, b, t] for t, (a, b) in enumerate(want)]
-        ready = set(range(k))  # run in this order, every op finds its operands computed
-        for a, b, t in ops:
-            assert {a, b} <= ready
-            ready.add(k + t)
+def test_pairwise_chains_run_the_trees_additions(n):
+    """A few columns summed pairwise (blocks of leaves, each its subtree's program, then the nodes above them)
+    give the bits of ``pairwise(n)``: stochastic rounding numbers the additions in the tree's post-order, so
+    another tree or another numbering gives other bits (compiled against the numpy fold of the plan object),
+    and in a directed mode the Fraction reference's bits."""
+    m = 3
+    rng = np.random.default_rng(n)
+    X = fr.round_to(rng.standard_normal((n, m)) * np.exp2(rng.integers(-12, 12, (n, m))), "bf16").astype(np.float32)
+    kw = {"input": "bf16", "accumulate": "bf16", "rounding": "stochastic", "seed": 5}
+    got = fr.reduce(X, "pairwise", **kw)
+    if n > 1 and jit.enabled():
+        assert fr.explain(X, "pairwise", **kw).route is fr.Route.CHAIN_PAIRWISE
+        if n > 3:  # (pairwise(3) is ((0, 1), 2), a left fold: a chain)
+            assert fr.explain(X, pairwise(n), **kw).route is fr.Route.COLUMNS  # the tree's program, compiled
+        assert same(got, fr.reduce(X, pairwise(n), **kw))
+    if n <= 1000:
+        with jit.disabled():  # (the numpy fold of the plan object: a Python loop over the additions)
+            assert same(got, fr.reduce(X, pairwise(n), **kw))
+    if n > 3:  # (pairwise(3) is ((0, 1), 2): the left fold)
+        assert not same(got, fr.reduce(X, "sequential", **kw))  # the data tell trees apart
+    if n <= 131:
+        kw = {"input": "bf16", "accumulate": "bf16", "rounding": "up"}
+        assert same(fr.reduce(X, "pairwise", **kw), fr.reduce_reference(X, "pairwise", **kw))

@@ -7,12 +7,13 @@ give the bits of the numpy path (``jit.disabled()``) and of ``compensated_refere
 and NaN/Inf or sums beyond Veltkamp's range (handed back to the numpy path).
 """
 
+from contextlib import nullcontext
+
 import numpy as np
 import pytest
 
 import fpreduce as fr
 from fpreduce.base import jit
-from fpreduce.core import _compensated
 from fpreduce.core.algorithms import compensated_reference
 from fpreduce.core.formats import get_format
 
@@ -45,7 +46,10 @@ def test_compiled_compensated_equals_numpy_and_reference(acc, kind, plan):
     inp = "fp32" if acc in ("fp32", "fp64") else acc
     X = data(inp, 9, 4100 + 7, 1)  # more than one block
     kw = {"input": inp, "accumulate": acc, "algorithm": kind}
-    got = fr.reduce(X, plan, **kw)
+    assert fr.explain(X, plan, **kw).route is fr.Route.COMPENSATED
+    with fr.trace_routes() as ran:
+        got = fr.reduce(X, plan, **kw)
+    assert ran == [fr.Route.COMPENSATED]  # the compiled kernel answered every column
     with jit.disabled():
         assert same(got, fr.reduce(X, plan, **kw))
     p = fr.plans.parse(plan, 9)
@@ -60,18 +64,27 @@ def test_specials_and_veltkamp_range_go_to_the_numpy_path(kind):
     X = np.array([[1.0, 3e38, -0.0], [np.inf, 3e38, -0.0], [2.0, -3e38, -0.0]], dtype=np.float32)
     X = fr.round_to(X, "bf16").astype(np.float32)
     kw = {"input": "bf16", "accumulate": "bf16", "algorithm": kind}
-    got = fr.reduce(X, "sequential", **kw)
+    with fr.trace_routes() as ran:
+        got = fr.reduce(X, "sequential", **kw)
+    assert ran[0] is fr.Route.COMPENSATED
+    assert fr.Route.NUMPY_COMPENSATED in ran[1:]  # handed back: the rerun of the blocks, compensated in numpy
     with jit.disabled():
         assert same(got, fr.reduce(X, "sequential", **kw))
     assert same(got, compensated_reference(X, "bf16", kind=kind))
 
 
 def test_off_without_numba_or_outside_nearest_even():
-    from fpreduce.core.arith import _Arith
-    from fpreduce.core.rounding import Mode
-
-    ar = _Arith(get_format("bf16"), Mode.UP, None)
-    assert _compensated.compensated_plan(np.arange(2), np.zeros((2, 2), np.float32), None, ar, "kahan") is None  # type: ignore[arg-type]
-    with jit.disabled():
-        ar = _Arith(get_format("bf16"), Mode.NEAREST_EVEN, None)
-        assert _compensated.compensated_plan(np.arange(2), np.zeros((2, 2), np.float32), None, ar, "kahan") is None  # type: ignore[arg-type]
+    """The compiled kernel takes nearest even only, and only with numba: else the blocks, compensated in numpy."""
+    X = np.zeros((2, 2), np.float32)
+    on = fr.explain(X, "sequential", accumulate="bf16", algorithm="kahan")
+    assert on.route is fr.Route.COMPENSATED or not jit.enabled()
+    for mode, ctx in (("up", nullcontext), ("nearest_even", jit.disabled)):
+        with ctx():
+            d = fr.explain(X, "sequential", accumulate="bf16", rounding=mode, algorithm="kahan")
+            assert d.route is fr.Route.BLOCKS, str(d)
+            assert d.inner is not None
+            assert d.inner.route is fr.Route.NUMPY_COMPENSATED, str(d)
+            with fr.trace_routes() as ran:
+                fr.reduce(X, "sequential", accumulate="bf16", rounding=mode, algorithm="kahan")
+            assert fr.Route.COMPENSATED not in ran
+            assert fr.Route.NUMPY_COMPENSATED in ran
