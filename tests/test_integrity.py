@@ -310,8 +310,8 @@ def _damaged_sources(tmp_path: Path) -> dict[str, Path]:
     steps = tmp_path / "steps"
     steps.mkdir()
     for t in range(3):
-        np.save(steps / f"s{t}.npy", g[t])
-    (steps / "s2.npy").write_bytes((steps / "s2.npy").read_bytes()[:-4])
+        np.save(steps / f"step_{t:06d}.npy", g[t])
+    (steps / "step_000002.npy").write_bytes((steps / "step_000002.npy").read_bytes()[:-4])
     return {n: tmp_path / n for n in ("cut.npz", "bad-deflate.npz", "cut.npy", "empty.npy")} | {"steps": steps}
 
 

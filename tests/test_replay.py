@@ -319,7 +319,7 @@ def test_a_mismatch_is_counted_and_exits_1(tmp_path: Path, capsys: pytest.Captur
         ("manifest", "no manifest.json"),
         ("step", "truncated recording: real/step_000001.npy is missing"),
         ("world", "holds 2 ranks but the manifest says world_size = 3"),
-        ("backend", "backend 'mpi' is not modelled"),
+        ("backend", "manifest.json: backend: 'mpi' is not modelled"),
         ("nothing", "no such recording directory"),
     ],
 )
@@ -346,14 +346,14 @@ def test_bad_recordings_are_one_line_errors(
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"hook": "my_hook"}, "recorded under the hook 'my_hook', which the replay cannot emulate"),
+        ({"hook": "my_hook"}, "manifest.json: hook: 'my_hook', which the replay cannot emulate"),
         (
             {"version": 2, "paths": {"copy": {"average": "ddp", "wire": "fp32"}}, "path_sets": ["ranks differ"]},
             "step 0, bucket 0 took the path 'ranks differ', which the replay cannot emulate",
         ),
         (
             {"version": 2, "paths": {"copy": {"average": "dd", "wire": "fp32"}}, "path_sets": ["copy"]},
-            "path 'copy' (average 'dd', fp32) is not replayable",
+            "manifest.json: paths.copy: average 'dd', wire 'fp32': not replayable",
         ),
     ],
 )
@@ -459,27 +459,27 @@ def _renumber(m: dict[str, Any], d: Path) -> None:
 
 
 _BROKEN = {
-    "zero elements": (_set("elements", 0), "elements: 0 is out of range"),
-    "huge shape": (_set("layouts.0.0.params.0.shape", [2**40, 2**40]), "params[0].shape[0]: 1099511627776 is out of"),
+    "zero elements": (_set("elements", 0), "elements: must be in [1, 1099511627776], got 0"),
+    "huge shape": (_set("layouts.0.0.params.0.shape", [2**40, 2**40]), "params[0].shape[0]: must be in [0, 7], got 1099511627776"),
     "product too big": (_set("layouts.0.0.params.0.shape", [7, 7]), "layouts[0][0].params: ends past its 7 elements"),
-    "negative start": (_set("layouts.0.0.start", -1), "layouts[0][0].start: -1 is out of range"),
-    "negative offset": (_set("layouts.0.0.params.0.offset", -5), "params[0].offset: -5 is out of range"),
-    "negative shape": (_set("layouts.0.0.params.0.shape", [-7]), "params[0].shape[0]: -7 is out of range"),
+    "negative start": (_set("layouts.0.0.start", -1), "layouts[0][0].start: must be in [0, 7], got -1"),
+    "negative offset": (_set("layouts.0.0.params.0.offset", -5), "params[0].offset: must be in [0, 7], got -5"),
+    "negative shape": (_set("layouts.0.0.params.0.shape", [-7]), "params[0].shape[0]: must be in [0, 7], got -7"),
     "bucket past the end": (_two_buckets(4, 5), "layouts[0]: ends past its 7 elements"),
     "buckets overlapping": (_two_buckets(2, 3), "layouts[0][1].start: 2 overlaps the one before"),
     "bucket leaving a gap": (_two_buckets(5, 2), "leaves columns 4..4 uncovered"),
     "params overlapping": (_two_params, "params[1].offset: 2 overlaps the one before"),
-    "bucket without params": (_set("layouts.0.0.params", []), "layouts[0][0].params: a bucket without parameters"),
-    "bucket missing params": (lambda m, d: m["layouts"][0][0].pop("params"), "layouts[0][0].params: missing"),
-    "layouts a dict": (_set("layouts", {"a": 1}), "layouts: dict where a list belongs"),
-    "layout a string": (_set("layouts.0", "bucket"), "layouts[0]: str where a list belongs"),
-    "bucket a number": (_set("layouts.0.0", 5), "layouts[0][0]: int where an object belongs"),
-    "world_size 1e400": (_set("world_size", "@1e400"), "world_size: inf is not an integer"),
-    "world_size 3.9": (_set("world_size", 3.9), "world_size: 3.9 is not an integer"),
-    "world_size true": (_set("world_size", True), "world_size: True is not an integer"),
-    "steps a string": (_set("steps", "2"), "steps: '2' is not an integer"),
+    "bucket without params": (_set("layouts.0.0.params", []), "layouts[0][0].params: empty, expected at least one entry"),
+    "bucket missing params": (lambda m, d: m["layouts"][0][0].pop("params"), "layouts[0][0].params: required"),
+    "layouts a dict": (_set("layouts", {"a": 1}), "layouts: expected an array, got {'a': 1}"),
+    "layout a string": (_set("layouts.0", "bucket"), "layouts[0]: expected an array, got 'bucket'"),
+    "bucket a number": (_set("layouts.0.0", 5), "layouts[0][0]: expected a table, got 5"),
+    "world_size 1e400": (_set("world_size", "@1e400"), "world_size: expected integer, got inf"),
+    "world_size 3.9": (_set("world_size", 3.9), "world_size: expected integer, got 3.9"),
+    "world_size true": (_set("world_size", True), "world_size: expected integer, got True"),
+    "steps a string": (_set("steps", "2"), "steps: expected integer, got '2'"),
     "step_layout too short": (_set("step_layout", [0]), "step_layout: 1 entries, expected 2"),
-    "step_layout out of range": (_set("step_layout", [0, 3]), "step_layout[1]: 3 is out of range"),
+    "step_layout out of range": (_set("step_layout", [0, 3]), "step_layout[1]: must be in [0, 0], got 3"),
     "deeply nested JSON": (_nested, "not readable JSON (nested too deeply)"),
     "step file 20 bytes short": (
         _short_file,

@@ -1,4 +1,5 @@
 import math
+import re
 
 import numpy as np
 import pytest
@@ -441,20 +442,35 @@ def test_file_element_ranges(tmp_path):
     a = np.arange(2 * 3 * 10, dtype=np.float32).reshape(2, 3, 10)
     np.save(tmp_path / "g.npy", a)
     (tmp_path / "d").mkdir()
-    np.save(tmp_path / "d" / "s.npy", a[1])
+    np.save(tmp_path / "d" / "step_000000.npy", a[1])
     for src in (fsrc(tmp_path / "g.npy"), fsrc(tmp_path / "d")):
         assert np.array_equal(src.gradients(src.max_steps - 1, lo=2, hi=7), a[1][:, 2:7])
         with pytest.raises(fr.InvalidArgument, match="element range"):
             src.gradients(0, lo=3, hi=11)
 
 
-def test_directory_in_natural_name_order(tmp_path):
-    for k in (10, 2, 1):
-        np.save(tmp_path / f"step_{k}.npy", np.full((3, 4), float(k), np.float32))
-    (tmp_path / "notes.txt").write_text("ignored")
-    src = fsrc(tmp_path)
-    assert (src.max_steps, src.elements) == (3, 4)
-    assert [float(src.gradients(t)[0, 0]) for t in range(3)] == [1.0, 2.0, 10.0]
+def test_directory_of_step_files_in_step_order(tmp_path):
+    for k in (10, 2, 1, 0, 1_000_000):
+        np.save(tmp_path / f"step_{k:06d}.npy", np.full((3, 4), float(k), np.float32))
+    (tmp_path / "notes.txt").write_text("never read")
+    (tmp_path / "x.npy").mkdir()  # a directory: never read
+    with pytest.raises(fr.InvalidArgument, match="step_000003.npy is missing .* source.gaps = true"):
+        fsrc(tmp_path)  # a gap (0, 1, 2, 10, 10^6) is an error unless asked for
+    src = open_source(FileSpec(str(tmp_path), gaps=True), workers=3, seed=0)
+    assert (src.max_steps, src.elements) == (5, 4)
+    assert [float(src.gradients(t)[0, 0]) for t in range(5)] == [0.0, 1.0, 2.0, 10.0, 1e6]  # by number, not name
+
+
+@pytest.mark.parametrize("name", ["a.npy", ".step_000001.npy", "step_1.npy", "step_0000001.npy", "step_000001.NPY"])
+def test_a_directory_holds_step_files_and_nothing_else(tmp_path, name):
+    """A stray or hidden .npy beside the step files is refused in one line naming it, never read as a step
+    (issue 26: a stray grads/a.npy became step 0 of the A/B run)."""
+    for k in range(2):
+        np.save(tmp_path / f"step_{k:06d}.npy", np.full((3, 4), float(k), np.float32))
+    np.save(tmp_path / "x.npy", np.zeros((3, 4), np.float32))
+    (tmp_path / "x.npy").rename(tmp_path / name)
+    with pytest.raises(fr.InvalidArgument, match=f"{re.escape(name)}: not a step file"):
+        fsrc(tmp_path)
 
 
 def _object_npz(p):
@@ -502,9 +518,9 @@ def test_file_errors_are_one_line_and_name_the_file(tmp_path, name, make, words)
 
 
 def test_directory_errors(tmp_path):
-    with pytest.raises(fr.InvalidArgument, match="no .npy files"):
+    with pytest.raises(fr.InvalidArgument, match="no step files"):
         fsrc(tmp_path)
-    np.save(tmp_path / "a.npy", np.zeros((3, 4), np.float32))
-    np.save(tmp_path / "b.npy", np.zeros((3, 5), np.float32))
-    with pytest.raises(fr.InvalidArgument, match="differ in shape"):
+    np.save(tmp_path / "step_000000.npy", np.zeros((3, 4), np.float32))
+    np.save(tmp_path / "step_000001.npy", np.zeros((3, 5), np.float32))
+    with pytest.raises(fr.InvalidArgument, match=r"step_000001.npy: shape \(3, 5\), but step_000000.npy has \(3, 4\)"):
         fsrc(tmp_path)

@@ -29,7 +29,6 @@ gradients), the result rounded once to the dtype.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,8 @@ from fpreduce.core.formats import get_format
 from fpreduce.core.metrics import ulp_gap
 from fpreduce.core.rounding import round_to
 from fpreduce.plans import AnyPlan, parse, ring
+from fpreduce.run import schema
+from fpreduce.run.sources import step_file, step_numbers
 
 __all__ = [
     "MODELLED",
@@ -73,7 +74,7 @@ _V1_HOOKS = {"ddp default": None, "allreduce_hook": None, "fp16_compress_hook": 
 
 
 def _step_file(kind: str, step: int) -> str:
-    return f"{kind}/step_{step:06d}.npy"  # fpreduce.torch.step_file
+    return f"{kind}/{step_file(step)}"  # fpreduce.torch.step_file writes them
 
 
 def _npy_shape(path: Path) -> tuple[int, ...]:
@@ -194,7 +195,8 @@ def _manifest(d: Path) -> dict[str, Any]:
     except RecursionError:
         raise InvalidArgument(f"{path}: not readable JSON (nested too deeply)") from None
     if not isinstance(m, dict) or m.get("format") != "fpreduce-ddp-recording":
-        raise InvalidArgument(f"{path}: not a fpreduce.torch recording manifest")
+        got = schema.shown(m.get("format")) if isinstance(m, dict) else "no object"
+        raise InvalidArgument(f"{path}: format: {got}, not 'fpreduce-ddp-recording': not a fpreduce.torch recording")
     return m
 
 
@@ -234,10 +236,11 @@ def open_recording(path: str | Path) -> Recording:
         raise InvalidArgument(f"{d / _MANIFEST}: incomplete manifest ({type(e).__name__}: {e})") from None
     if rec.backend not in MODELLED:
         raise InvalidArgument(
-            f"{d}: backend {rec.backend!r} is not modelled by the replay (modelled: gloo, verified; nccl, modelled)"
+            f"{d / _MANIFEST}: backend: {rec.backend!r} is not modelled by the replay (modelled: gloo, verified; "
+            "nccl, modelled)"
         )
     if rec.dtype not in _ITEM:
-        raise InvalidArgument(f"{d / _MANIFEST}: dtype {rec.dtype!r} not replayable")
+        raise InvalidArgument(f"{d / _MANIFEST}: dtype: {rec.dtype!r} is not replayable (fp32, bf16, fp16)")
     if rec.steps < 1 or len(rec.step_layout) != rec.steps or len(rec.step_paths) != rec.steps or rec.world < 1:
         raise InvalidArgument(f"{d / _MANIFEST}: records {rec.steps} steps of {rec.world} ranks: nothing to replay")
     for t in range(rec.steps):
@@ -251,10 +254,11 @@ def _paths(d: Path, m: dict[str, Any]) -> tuple[dict[str, dict[str, str]], list[
     if "paths" not in m:
         hook = str(m.get("hook") or "ddp default")
         if hook not in _V1_HOOKS:
-            raise InvalidArgument(f"{d}: recorded under the hook {hook!r}, which the replay cannot emulate")
+            raise InvalidArgument(f"{d / _MANIFEST}: hook: {hook!r}, which the replay cannot emulate")
         wire = _V1_HOOKS[hook] or str(m["dtype"])
         compress = "ddp" if m.get("backend") == "nccl" else "predivide"  # torch's div_ on a GPU multiplies by 1/N
-        average = compress if _V1_HOOKS[hook] else str(m["average"])
+        with schema.document(d / _MANIFEST):
+            average = compress if _V1_HOOKS[hook] else schema.string("average", m.get("average"), _AVERAGES)
         does = f"as recorded (version 1, {hook})"
         return {"recorded": {"average": average, "wire": wire, "does": does}}, ["recorded"], [0] * int(m["steps"])
     paths = {
@@ -264,7 +268,8 @@ def _paths(d: Path, m: dict[str, Any]) -> tuple[dict[str, dict[str, str]], list[
     for name, v in paths.items():
         if v["average"] not in _AVERAGES or v["wire"] not in _ITEM:
             raise InvalidArgument(
-                f"{d / _MANIFEST}: path {name!r} (average {v['average']!r}, {v['wire']}) is not replayable"
+                f"{d / _MANIFEST}: paths.{name}: average {v['average']!r}, wire {v['wire']!r}: not replayable "
+                f"(averages: {', '.join(_AVERAGES)}; wires: {', '.join(_ITEM)})"
             )
     if len({v["wire"] for v in paths.values()}) != 1:
         raise InvalidArgument(f"{d / _MANIFEST}: paths that sum in different formats: not replayable")
@@ -275,135 +280,94 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _int(where: Path, key: str, v: Any, lo: int = 0, hi: int = 2**62) -> int:
-    """``v``, a JSON integer (not a float, not a bool) in [lo, hi], or a one-line error naming ``key``."""
-    if type(v) is not int:
-        raise InvalidArgument(f"{where}: {key}: {v!r} is not an integer")
-    if not lo <= v <= hi:
-        raise InvalidArgument(f"{where}: {key}: {v} is out of range [{lo}, {hi}]")
-    return v
-
-
-def _list(where: Path, key: str, v: Any, n: int | None = None) -> list[Any]:
-    if not isinstance(v, list):
-        raise InvalidArgument(f"{where}: {key}: {type(v).__name__} where a list belongs")
-    if n is not None and len(v) != n:
-        raise InvalidArgument(f"{where}: {key}: {len(v)} entries, expected {n} (manifest: steps)")
-    return v
-
-
-def _dict(where: Path, key: str, v: Any, required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``v`` as an object holding every key of ``required`` (one line naming the first missing)."""
-    if not isinstance(v, dict):
-        raise InvalidArgument(f"{where}: {key}: {type(v).__name__} where an object belongs")
-    for field in required:
-        if field not in v:
-            raise InvalidArgument(f"{where}: {key}.{field}: missing")
-    return v
-
-
 def _check_manifest(where: Path, m: dict[str, Any]) -> None:
-    """Types and ranges of every key the replay reads, before it reads any: integers that are JSON
-    integers, buckets that tile ``elements`` exactly (by ``start``) and parameters that tile their bucket
-    exactly (by ``offset``, with shapes of non-negative integers), ``step_layout`` / ``step_paths`` naming
-    a layout / path set that exists. Each failure is one line naming the file and the key."""
-    for key in ("world_size", "steps", "elements", "layouts", "step_layout"):
-        if key not in m:
-            raise InvalidArgument(f"{where}: {key}: missing")
-    world = _int(where, "world_size", m["world_size"], 1, 2**20)
-    steps = _int(where, "steps", m["steps"], 1, 10**9)
-    elements = _int(where, "elements", m["elements"], 1, 2**40)
-    if m.get("local_world_size") is not None:
-        _int(where, "local_world_size", m["local_world_size"], 1, world)
-    for key in ("backend", "dtype"):
-        if not isinstance(m.get(key), str):
-            raise InvalidArgument(f"{where}: {key}: {m.get(key)!r} is not a string")
-    layouts = _list(where, "layouts", m["layouts"])
-    if not layouts:
-        raise InvalidArgument(f"{where}: layouts: empty")
-    for i, layout in enumerate(layouts):
-        _check_layout(where, f"layouts[{i}]", _list(where, f"layouts[{i}]", layout), elements)
-    for t, v in enumerate(_list(where, "step_layout", m["step_layout"], steps)):
-        _int(where, f"step_layout[{t}]", v, 0, len(layouts) - 1)
-    if "paths" in m:
-        for key in ("path_sets", "step_paths"):
-            if key not in m:
-                raise InvalidArgument(f"{where}: {key}: missing")
-        for name, v in _dict(where, "paths", m["paths"]).items():
-            for k in ("average", "wire"):
-                if not isinstance(_dict(where, f"paths.{name}", v).get(k), str):
-                    raise InvalidArgument(f"{where}: paths.{name}.{k}: {v.get(k)!r} is not a string")
-        sets = _list(where, "path_sets", m["path_sets"])
-        for i, entry in enumerate(sets):
-            if isinstance(entry, str):
-                continue
-            for j, b in enumerate(_list(where, f"path_sets[{i}]", entry)):
-                if isinstance(b, str):
-                    continue
-                if not all(isinstance(x, str) for x in _list(where, f"path_sets[{i}][{j}]", b)):
-                    raise InvalidArgument(f"{where}: path_sets[{i}][{j}]: path names must be strings")
-        for t, v in enumerate(_list(where, "step_paths", m["step_paths"], steps)):
-            _int(where, f"step_paths[{t}]", v, 0, max(len(sets) - 1, 0))
+    """Types and ranges of every key the replay reads, before it reads any (:mod:`fpreduce.run.schema`):
+    integers that are JSON integers, buckets that tile ``elements`` exactly (by ``start``) and parameters
+    that tile their bucket exactly (by ``offset``, with shapes of non-negative integers), ``step_layout`` /
+    ``step_paths`` naming a layout / path set that exists. Each failure is one line naming the file and the key."""
+    with schema.document(where):
+        schema.table("manifest", m, ("world_size", "steps", "elements", "layouts", "step_layout"))
+        world = schema.integer("world_size", m["world_size"], 1, 2**20)
+        steps = schema.integer("steps", m["steps"], 1, 10**9)
+        elements = schema.integer("elements", m["elements"], 1, 2**40)
+        if m.get("local_world_size") is not None:
+            schema.integer("local_world_size", m["local_world_size"], 1, world)
+        for key in ("backend", "dtype"):
+            schema.string(key, m.get(key))
+        for key in ("hook", "average"):
+            if m.get(key) is not None:
+                schema.string(key, m[key])
+        layouts = schema.array("layouts", m["layouts"], nonempty=True)
+        for i, layout in enumerate(layouts):
+            _check_layout(f"layouts[{i}]", schema.array(f"layouts[{i}]", layout), elements)
+        for t, v in enumerate(schema.array("step_layout", m["step_layout"], steps)):
+            schema.integer(f"step_layout[{t}]", v, 0, len(layouts) - 1)
+        if "paths" in m:
+            _check_path_keys(m, steps)
 
 
-def _check_layout(where: Path, key: str, layout: list[Any], elements: int) -> None:
+def _check_path_keys(m: dict[str, Any], steps: int) -> None:
+    """``paths`` (name -> average, wire), ``path_sets`` (a path per step, bucket or parameter), ``step_paths``."""
+    schema.table("manifest", m, ("path_sets", "step_paths"))
+    for name, v in schema.table("paths", m["paths"]).items():
+        for k in ("average", "wire"):
+            schema.string(f"paths.{name}.{k}", schema.table(f"paths.{name}", v, (k,))[k])
+    sets = schema.array("path_sets", m["path_sets"])
+    for i, entry in enumerate(sets):
+        if isinstance(entry, str):
+            continue
+        for j, b in enumerate(schema.array(f"path_sets[{i}]", entry)):
+            if not isinstance(b, str):
+                schema.typed(f"path_sets[{i}][{j}]", b, "tuple[str, ...]")
+    for t, v in enumerate(schema.array("step_paths", m["step_paths"], steps)):
+        schema.integer(f"step_paths[{t}]", v, 0, max(len(sets) - 1, 0))
+
+
+def _check_layout(key: str, layout: list[Any], elements: int) -> None:
     """The buckets tile columns [0, elements) exactly; each bucket's parameters tile it exactly."""
     spans = []
     for b, bucket in enumerate(layout):
         k = f"{key}[{b}]"
-        bucket = _dict(where, k, bucket, ("start", "elements", "params"))
-        lo = _int(where, f"{k}.start", bucket["start"], 0, elements)
-        n = _int(where, f"{k}.elements", bucket["elements"], 1, elements)
-        params = _list(where, f"{k}.params", bucket["params"])
-        if not params:
-            raise InvalidArgument(f"{where}: {k}.params: a bucket without parameters")
+        bucket = schema.table(k, bucket, ("start", "elements", "params"))
+        lo = schema.integer(f"{k}.start", bucket["start"], 0, elements)
+        n = schema.integer(f"{k}.elements", bucket["elements"], 1, elements)
         pspans = []
-        for i, prm in enumerate(params):
+        for i, prm in enumerate(schema.array(f"{k}.params", bucket["params"], nonempty=True)):
             kp = f"{k}.params[{i}]"
-            prm = _dict(where, kp, prm, ("name", "shape", "offset"))
-            if not isinstance(prm["name"], str):
-                raise InvalidArgument(f"{where}: {kp}.name: {prm['name']!r} is not a string")
+            prm = schema.table(kp, prm, ("name", "shape", "offset"))
+            schema.string(f"{kp}.name", prm["name"])
             size = 1
-            for j, s in enumerate(_list(where, f"{kp}.shape", prm["shape"])):
-                size *= _int(where, f"{kp}.shape[{j}]", s, 0, elements)  # Python ints: no overflow
-            off = _int(where, f"{kp}.offset", prm["offset"], 0, n)
+            for j, dim in enumerate(schema.array(f"{kp}.shape", prm["shape"])):
+                size *= schema.integer(f"{kp}.shape[{j}]", dim, 0, elements)  # Python ints: no overflow
+            off = schema.integer(f"{kp}.offset", prm["offset"], 0, n)
             pspans.append((off, off + size, kp))
-        _tiles(where, f"{k}.params", pspans, n, "offset")
+        _tiles(f"{k}.params", pspans, n, "offset")
         spans.append((lo, lo + n, k))
-    _tiles(where, key, spans, elements, "start")
+    _tiles(key, spans, elements, "start")
 
 
-def _tiles(where: Path, key: str, spans: list[tuple[int, int, str]], total: int, field: str) -> None:
+def _tiles(key: str, spans: list[tuple[int, int, str]], total: int, field: str) -> None:
     at = 0
     for lo, hi, k in sorted(spans):
         if lo != at:
             what = "overlaps the one before" if lo < at else f"leaves columns {at}..{lo - 1} uncovered"
-            raise InvalidArgument(f"{where}: {k}.{field}: {lo} {what} (must tile {key} exactly)")
+            raise InvalidArgument(f"{k}.{field}: {lo} {what} (must tile {key} exactly)")
         at = hi
     if at != total:
         what = "ends past" if at > total else "ends before"
-        raise InvalidArgument(f"{where}: {key}: {what} its {total} elements (at {at}; must tile exactly)")
-
-
-_STEP_NAME = re.compile(r"step_(\d{6})\.npy")
+        raise InvalidArgument(f"{key}: {what} its {total} elements (at {at}; must tile exactly)")
 
 
 def _check_step_files(d: Path, steps: int) -> None:
-    """``grads/`` and ``real/`` hold exactly ``step_000000.npy`` .. the last step's file. Any other ``.npy``
-    (a stray ``a.npy``, a hidden ``.step_1.npy``, a step past ``steps``) is refused: ``grads/`` is the A/B
-    run's file source, which would read it. Files not ending in ``.npy`` are never read and left alone."""
+    """``grads/`` and ``real/`` hold exactly ``step_000000.npy`` .. the last step's file
+    (:func:`fpreduce.run.sources.step_numbers`: any other ``.npy``, a stray ``a.npy`` or a hidden
+    ``.step_1.npy``, is refused; ``grads/`` is the A/B run's file source). A step past ``steps`` is refused.
+    Files not ending in ``.npy`` are never read and left alone."""
     for kind in ("grads", "real"):
         sub = d / kind
         if not sub.is_dir():
             raise InvalidArgument(f"{d}: truncated recording: no {kind}/ directory")
-        found = set()
-        for f in sorted(sub.iterdir()):
-            if f.suffix != ".npy":
-                continue
-            got = _STEP_NAME.fullmatch(f.name)
-            if got is None:
-                raise InvalidArgument(f"{f}: not a step file (a recording holds only {kind}/step_NNNNNN.npy)")
-            found.add(int(got.group(1)))
+        found = set(step_numbers(sub))
         missing = sorted(set(range(steps)) - found)
         if missing:
             raise InvalidArgument(

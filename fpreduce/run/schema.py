@@ -170,7 +170,7 @@ def integer(key: str, v: object, lo: int = 0, hi: int | None = None) -> int:
     fpreduce.base.errors.InvalidArgument: world_size: expected integer, got 3.9
     """
     typed(key, v, "int")
-    in_range(key, v, lo, hi=None if hi is None else hi + 1, integer=True)
+    check(lo <= v and (hi is None or v <= hi), key, f"an integer >= {lo}" if hi is None else f"in [{lo}, {hi}]", v)  # type: ignore[operator]
     return v  # type: ignore[return-value]
 
 

@@ -32,9 +32,11 @@ between CPUs).
 Recorded gradients: the ``file`` layout
 --------------------------------------
 The ``file`` source reads one array ``(steps, workers, elements)`` (``.npy``, or
-``.npz``: key ``grads``, else its first array) or a directory of per-step ``.npy``
-files ``(workers, elements)`` in name order (digit runs compare as numbers:
-``step_2`` before ``step_10``; other files are ignored). Row ``w`` is rank ``w``'s
+``.npz``: key ``grads``, else its first array) or a directory of per-step files
+``step_000000.npy``, ``step_000001.npy``, ... ``(workers, elements)`` (:func:`step_files`:
+the step is the number; any other ``.npy`` there, hidden or not, is refused, files of other
+kinds are never read; the numbers start at 0 without gaps unless ``gaps = true``, which
+takes the files in number order). Row ``w`` is rank ``w``'s
 *local* gradient, before any all-reduce. ``fpreduce.torch.Recorder`` (a DDP
 communication hook) writes this layout as ``REC/grads/`` while your job trains
 (``docs/replay.md``; the recording's directory stands for its ``grads/``);
@@ -75,6 +77,7 @@ from fpreduce.run.model import ModelSource, ModelSpec, check_step
 from fpreduce.run.schema import KindSpec, check, choice, in_range, is_finite, is_int
 
 __all__ = [
+    "STEP_FILE",
     "FileSource",
     "FileSpec",
     "ModelSource",
@@ -88,6 +91,9 @@ __all__ = [
     "memory_needed",
     "open_source",
     "spec_from_dict",
+    "step_file",
+    "step_files",
+    "step_numbers",
 ]
 
 DISTS = ("normal", "student_t", "lognormal", "sparse")
@@ -160,11 +166,14 @@ class FileSpec(KindSpec):
     """Gradients from a file or directory (layout in the module docstring).
 
     Attributes:
-        path: a ``.npy``/``.npz`` file or a directory of per-step ``.npy`` files.
+        path: a ``.npy``/``.npz`` file or a directory of per-step files ``step_NNNNNN.npy``.
+        gaps: a directory's step numbers may skip (steps 0, 1, 5, 17 are the run's steps 0..3); by
+            default a gap is an error (a lost file, or another recording's).
     """
 
     kind: ClassVar[str] = "file"
     path: str
+    gaps: bool = False
 
     def __post_init__(self) -> None:
         check(isinstance(self.path, str) and self.path != "", "source.path", "a non-empty path", self.path)
@@ -299,18 +308,19 @@ class FileSource(Source):
         self._array: Any = None
         self._path, self._layout = path, {}
         if path.is_dir():
-            files = sorted(
-                (f for f in path.iterdir() if f.suffix == ".npy" and f.is_file()),
-                key=lambda f: [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", f.name) if t],
-            )
+            files = step_files(path, gaps=spec.gaps)
             if not files:
-                raise InvalidArgument(f"{path}: no .npy files in this directory")
-            shapes = {_npy_header(f, 2)[0] for f in files}
+                raise InvalidArgument(f"{path}: no step files (step_000000.npy, ...) in this directory")
             self._layout = {f: _npy_header(f, 2) for f in files}
-            if len(shapes) > 1:
-                raise InvalidArgument(f"{path}: per-step files differ in shape: {sorted(shapes)}")
+            shape = self._layout[files[0]][0]
+            for f in files:
+                if self._layout[f][0] != shape:
+                    raise InvalidArgument(
+                        f"{f}: shape {self._layout[f][0]}, but {files[0].name} has {shape}: every step file holds "
+                        "(workers, elements)"
+                    )
             self._files, self.max_steps = files, len(files)
-            _, self.elements = self._check_shape(path, (len(files), *shapes.pop()))[1:]
+            _, self.elements = self._check_shape(path, (len(files), *shape))[1:]
         elif path.is_file():
             if path.suffix == ".npz":
                 self._array = _load_npz(path)
@@ -395,9 +405,63 @@ def _refuse_overflow(path: Path, step: int, lo: int, a: NDArray[Any], out: NDArr
 
 
 def file_shape(path: str | Path) -> tuple[int, int, int]:
-    """(steps, workers, elements) of recorded gradients, read from the headers (checked as a run would)."""
-    f = FileSource(FileSpec(str(path)), workers=None)
+    """(steps, workers, elements) of recorded gradients, read from the headers (checked as a run would; a
+    directory's step files counted whatever their gaps: the run's own ``source.gaps`` decides)."""
+    f = FileSource(FileSpec(str(path), gaps=True), workers=None)
     return f.max_steps, f.workers, f.elements
+
+
+#: the one name of a step file (a recording's ``grads/`` and ``real/``, a ``--source`` directory): ``step_`` and the
+#: step's number in at least six digits (``step_000017.npy``; step 10^6 is ``step_1000000.npy``)
+STEP_FILE = re.compile(r"step_(\d{6,})\.npy")
+
+
+def step_file(step: int) -> str:
+    """The name of step ``step``'s file: ``step_000017.npy``."""
+    return f"step_{step:06d}.npy"
+
+
+def step_numbers(d: Path) -> dict[int, Path]:
+    """Step number -> file, of the files of directory ``d`` named :data:`STEP_FILE` (the number written as
+    :func:`step_file` writes it). Any other ``.npy`` file (a stray ``a.npy``, a hidden ``.step_1.npy``, an
+    unpadded ``step_1.npy``) is refused: it would be read as a step nobody recorded. Other files and
+    directories are left alone, never read.
+
+    Raises:
+        InvalidArgument: one line naming the file that is no step file.
+    """
+    out = {}
+    for f in sorted(d.iterdir()):
+        if f.suffix.lower() != ".npy" or not f.is_file():
+            continue
+        got = STEP_FILE.fullmatch(f.name)
+        if got is None or step_file(int(got.group(1))) != f.name:
+            raise InvalidArgument(
+                f"{f}: not a step file (a directory of steps holds only step_NNNNNN.npy, e.g. step_000000.npy; "
+                "move it away)"
+            )
+        out[int(got.group(1))] = f
+    return out
+
+
+def step_files(d: Path, *, gaps: bool = False) -> list[Path]:
+    """The step files of directory ``d`` in step order (:func:`step_numbers`).
+
+    Without ``gaps`` the numbers are 0, 1, 2, ... with none missing; with it, any increasing numbers.
+
+    Raises:
+        InvalidArgument: a file that is no step file, or (without ``gaps``) a missing step: one line naming it.
+    """
+    found = step_numbers(d)
+    numbers = sorted(found)
+    if not gaps:
+        for i, n in enumerate(numbers):
+            if n != i:
+                raise InvalidArgument(
+                    f"{d}: {step_file(i)} is missing (the next step file is {step_file(n)}): a lost step or a "
+                    "numbering gap; set source.gaps = true (--set source.gaps=true) to take the files in number order"
+                )
+    return [found[n] for n in numbers]
 
 
 def _npy_header(path: Path, ndim: int) -> tuple[tuple[int, ...], np.dtype[Any], int, bool]:
