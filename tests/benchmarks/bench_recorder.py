@@ -8,9 +8,10 @@ MLP (1024-2048-1024, fp32) twice over: a plain DDP model and a twin under
 plain steps, then ``--steps`` recorded steps (forward, backward, SGD step, zero_grad), and the
 recorded block ends with ``Recorder.flush()``: the files still being written are counted in
 the recorded steps' time (per step: the block's time over its steps). Printed, per N: the
-medians over rounds of rank 0's plain step and recorded step, their ratio, the ratio's spread
-over the rounds (min-max), and whether the two models ended bit-identical. Rank 0 deletes each
-block's step files (a round at N = 4 writes ~84 MB a step).
+medians over rounds of rank 0's plain step and recorded step (wall time), their ratio and its
+spread over the rounds (min-max); the CPU time of a step summed over the ranks (every thread,
+user and system: what a loaded machine charges) and rank 0's alone; whether the two models
+ended bit-identical. Rank 0 deletes each block's step files (~84 MB a step at N = 4).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 SIZES = (1024, 2048, 1024)  # 4,197,376 parameters
+TIMED = ("plain", "recorded")
 
 
 def _model() -> Any:
@@ -48,14 +50,14 @@ def _step(model: Any, opt: Any, gen: Any, batch: int) -> None:
     opt.zero_grad()
 
 
-def _block(model: Any, opt: Any, gen: Any, batch: int, steps: int, rec: Any = None) -> float:
-    """Seconds per step of ``steps`` steps (a recorder's files flushed inside the time)."""
-    t0 = time.perf_counter()
+def _block(model: Any, opt: Any, gen: Any, batch: int, steps: int, rec: Any = None) -> tuple[float, float]:
+    """Wall and CPU seconds per step of ``steps`` steps (a recorder's files flushed inside the time)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         _step(model, opt, gen, batch)
     if rec is not None:
         rec.flush()
-    return (time.perf_counter() - t0) / steps
+    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
 
 
 def rank_main(a: argparse.Namespace) -> int:
@@ -73,7 +75,8 @@ def rank_main(a: argparse.Namespace) -> int:
     models = [DistributedDataParallel(_model()) for _ in range(2)]
     opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in models]
     gens = [torch.Generator().manual_seed(1000 + a.rank) for _ in range(2)]
-    plain, recorded = [], []
+    plain: list[tuple[float, float]] = []
+    recorded: list[tuple[float, float]] = []
     with fpreduce.torch.Recorder(d / "rec") as rec:
         rec.attach(models[1])
         _block(models[0], opts[0], gens[0], a.batch, 1)  # warm-up (DDP rebuilds its buckets after step 0)
@@ -92,16 +95,15 @@ def rank_main(a: argparse.Namespace) -> int:
         torch.equal(p.detach().view(-1).view(torch.uint8), q.detach().view(-1).view(torch.uint8))
         for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True)
     )
-    if a.rank == 0:
-        params = sum(p.numel() for p in models[0].parameters())
-        out = {"plain": plain, "recorded": recorded, "same": same, "written": written, "params": params}
-        (d / "result.json").write_text(json.dumps(out))
+    params = sum(p.numel() for p in models[0].parameters())
+    out = {"plain": plain, "recorded": recorded, "same": same, "written": written, "params": params}
+    (d / f"rank{a.rank}.json").write_text(json.dumps(out))
     dist.barrier()
     sys.stdout.flush()
     os._exit(0)  # DDP's reducer threads can abort the interpreter's teardown
 
 
-def run(n: int, a: argparse.Namespace) -> dict[str, Any]:
+def run(n: int, a: argparse.Namespace) -> list[dict[str, Any]]:
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory(prefix="bench-recorder-") as d:
         args = ["--dir", d, "--world", str(n), "--rounds", str(a.rounds), "--steps", str(a.steps)]
@@ -114,7 +116,7 @@ def run(n: int, a: argparse.Namespace) -> dict[str, Any]:
         for r, (p, err) in enumerate(zip(procs, errs, strict=True)):
             if p.returncode != 0:
                 raise SystemExit(f"rank {r} exited {p.returncode}: {err.decode()[-2000:]}")
-        return dict(json.loads((Path(d) / "result.json").read_text()))
+        return [json.loads((Path(d) / f"rank{r}.json").read_text()) for r in range(n)]
 
 
 def main() -> int:
@@ -131,15 +133,21 @@ def main() -> int:
         return rank_main(a)
     bad = 0
     for n in (int(v) for v in a.np.split(",")):
-        r = run(n, a)
-        ratios = [q / p for p, q in zip(r["plain"], r["recorded"], strict=True)]
-        p, q = statistics.median(r["plain"]), statistics.median(r["recorded"])
-        bad += not r["same"]
+        ranks = run(n, a)
+        r = ranks[0]
+        wall = [(p[0], q[0]) for p, q in zip(r["plain"], r["recorded"], strict=True)]
+        ratios = [q / p for p, q in wall]
+        p, q = statistics.median(w[0] for w in wall), statistics.median(w[1] for w in wall)
+        cpu = [statistics.median(sum(x[kind][i][1] for x in ranks) for i in range(a.rounds)) for kind in TIMED]
+        cpu0 = [statistics.median(c for _, c in r[kind]) for kind in TIMED]
+        bad += not all(x["same"] for x in ranks)
         print(
-            f"N={n} {r['params']:,} parameters, batch {a.batch}: plain {p * 1e3:7.1f} ms/step, "
-            f"recorded {q * 1e3:7.1f} ms/step, {q / p:4.2f}x (per round {min(ratios):.2f}-{max(ratios):.2f}x, "
-            f"{a.rounds} rounds of {a.steps} steps, {r['written']} steps written); "
-            f"training {'bit-identical' if r['same'] else 'CHANGED by the recorder'}",
+            f"N={n} {r['params']:,} parameters, batch {a.batch}, {a.rounds} rounds of {a.steps} steps "
+            f"({r['written']} written): plain {p * 1e3:.0f} ms/step, recorded {q * 1e3:.0f} ms/step: {q / p:.2f}x "
+            f"(rounds {min(ratios):.2f}-{max(ratios):.2f}x); CPU of all ranks {cpu[0] * 1e3:.0f} -> "
+            f"{cpu[1] * 1e3:.0f} ms/step ({cpu[1] / cpu[0]:.2f}x), rank 0's "
+            f"{cpu0[0] * 1e3:.0f} -> {cpu0[1] * 1e3:.0f}; "
+            f"training {'bit-identical' if all(x['same'] for x in ranks) else 'CHANGED by the recorder'}",
             flush=True,
         )
     return 1 if bad else 0
