@@ -60,6 +60,7 @@ def test_notebooks_exist() -> None:
         "04_training_divergence.ipynb",
         "05_remedies.ipynb",
         "06_price_of_determinism.ipynb",
+        "07_reveal.ipynb",
     ]
 
 
@@ -175,6 +176,27 @@ def test_06_price_of_determinism(run) -> None:  # type: ignore[no-untyped-def]
     assert r["weights_differ_rerun"]["sync"] == 0.0
     assert r["weights_differ_rerun"]["sync:arrival"] > 0.5
     assert r["step_ms"]["async"] < r["step_ms"]["sync"]
+
+
+def test_07_reveal(run) -> None:  # type: ignore[no-untyped-def]
+    _, r = run("07_reveal.ipynb")
+    s = r["numpy_sum"]
+    assert (s["verdict"], s["family"], s["checked"], s["differing"]) == ("tree", ["numpy"], 10_000, 0)
+    assert s["calls"] <= 1000 * 10  # n log2 n at n = 1000
+    assert r["numpy_depth"] == {"7": 6, "8": 3, "128": 18, "129": 12}
+    g = r["gloo"]
+    assert (g["verdict"], g["families"][0], g["runs"], g["differing"], g["disagreeing"]) == (
+        "tree",
+        "ring:gloo",
+        4,
+        0,
+        0,
+    )
+    assert g["checked"] >= 10_000
+    assert g["calls"] <= 8
+    for v in r["ab"].values():
+        assert (v["A_reproducible"], v["B_reproducible"]) == (True, False)
+        assert v["B_vs_A"] > 0
 
 
 _QUOTE = re.compile(r"\d(?:\.\d+)?\s*(?:%|×|ulp|times)|\d\.\d")  # a measured number in prose
