@@ -93,3 +93,21 @@ def test_overflow_and_signed_zeros_by_mode(acc, m):
             assert same(got[:4], fr.reduce_reference(X[:, :4], "sequential", **kw))
     signs = np.signbit(fr.reduce(zeros, "sequential", input=acc, accumulate=acc, rounding="down"))
     assert signs.all()  # the reference agrees above; this says which way it went
+
+
+@needs_jit
+@pytest.mark.parametrize("fmt", ["fp64", "fp32", "bf16"])
+@pytest.mark.parametrize("mode", DIRECTED)
+def test_software_directed_additions_are_exact_with_the_hardware_off(fmt, mode):
+    """With the processor's rounding off, every route's one addition (the software rounders: fp64's, float32's
+    bits, the float64 rounder) is the exact sum rounded once (test_kernels_round's pairs, overflow included)."""
+    from test_kernels_round import by_every_route, pairs, two_rows
+
+    from fpreduce.core.exact import add_exact
+
+    f = get_format(fmt)
+    ps = pairs("fp32" if fmt == "fp64" else fmt, 300, seed=4)
+    with hw.disabled():
+        got, _ = by_every_route(two_rows(ps), fmt, mode)
+    for (x, y), g in zip(ps, got, strict=True):
+        assert same(float(g), add_exact(x, y, f, mode)), (fmt, mode, x, y, g)

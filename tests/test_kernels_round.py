@@ -1,29 +1,30 @@
-"""The integer-bit rounding of the compiled folds (core/_kernels_round.py) against the exact references.
+"""One rounded addition, every route, every mode, against the exact references.
 
-One addition of two values of a format, rounded in every mode: the plain-Python
-functions against ``_reference.add_exact`` (Fractions) on ties, subnormals, a binade's
-first value with a remainder below it, overflow by mode, signed zeros, NaN and Inf;
-stochastic rounding against the documented law computed with Fractions; the numba
-row loops against the plain-Python functions, bit for bit.
+Two rows of values of a format (ties, subnormals, a binade's first value with a
+remainder below it, overflow by mode, signed zeros, NaN and Inf), reduced by every
+route one addition can take (wide rows folded in place, the row kernel, a chain or a
+register per column, the numpy blocks): each column is one IEEE addition and must be
+``add_exact`` (Fractions) of its two values; stochastic rounding follows the
+documented law computed with Fractions, with the uniform of an independent pure-Python
+splitmix64 (``test_tall.splitmix_uniform``: key, element, addition 0).
 """
 
 import math
+from contextlib import nullcontext
 from fractions import Fraction
 
 import numpy as np
 import pytest
+from test_tall import splitmix_uniform
 
 import fpreduce as fr
 from fpreduce.base import jit
-from fpreduce.core import _kernels_round as kr
+from fpreduce.core import routes
 from fpreduce.core.exact import add_exact
 from fpreduce.core.formats import get_format
-from fpreduce.core.grid import MODE_CODES, grid_of
 
-PY = kr.plain()  # the plain-Python functions, whatever compiled state the module is in
 FORMATS = ["bf16", "fp16", "tf32", "fp32", "fp8_e4m3", "fp8_e5m2"]
 MODES = ["nearest_even", "toward_zero", "up", "down"]
-CODE_MODES = {code: mode for mode, code in MODE_CODES.items()}
 
 
 def bits(v):
@@ -50,23 +51,55 @@ def pairs(fmt, count=300, seed=0):
     xs = [float(v) for v in x] + [1.0, 2.0**f.emin, 1.0, math.nan, math.inf, -math.inf, math.inf, -0.0]
     tiny = 2.0 ** (f.emin - f.precision + 1)
     ys = [float(v) for v in y] + [-(2.0**-30), -tiny, 2.0**-40, 1.0, 1.0, -1.0, -math.inf, -0.0]
-    return list(zip(xs, ys, strict=True))
+    xs, ys = (fr.round_to(np.array(v), f).tolist() for v in (xs, ys))  # 2**-30, 2**-40: values of f, or rounded
+    out = list(zip(xs, ys, strict=True))
+    if f.emin == -126:  # float32's own subnormals and overflow, where the float32 kernels work on its bits
+        m, q = f.max_finite, tiny
+        out += [(m, m), (-m, -m), (m, -m / 2), (2.0**-126, -q), (2.0**-125, -q), (2.0**-126, q)]
+    return out
 
 
-def params(fmt):
-    f = get_format(fmt)
-    return 53 - f.precision, f.emin + 1023, f.max_finite, (math.inf if f.has_inf else math.nan), f.has_inf
+def two_rows(ps, dtype=np.float32):
+    return np.array([[x for x, _ in ps], [y for _, y in ps]], dtype=dtype)
+
+
+def by_every_route(X, fmt, mode, seed=None):
+    """(result, routes run) of X (2 rows) summed into ``fmt`` by each route one addition can take: the whole
+    row left to right and pairwise (wide rows, the row kernel), a few columns at a time (a chain or a register
+    per column), compiled and numpy. Every result is checked equal to the first."""
+    inp = "fp32" if fmt == "fp64" and X.dtype == np.float32 else fmt
+    kw = {"input": inp, "accumulate": fmt, "rounding": mode, "seed": seed}
+    m, first, seen = X.shape[1], None, set()
+    for ctx in (nullcontext, jit.disabled):
+        for plan, step in (("sequential", m), ("pairwise", m), ("sequential", routes.NARROW)):
+            with ctx(), fr.trace_routes() as ran, np.errstate(all="ignore"):
+                d = fr.explain(X[:, :step], plan, **kw)
+                got = np.concatenate(
+                    [fr.reduce(X[:, a : a + step], plan, offset=a, total=m, **kw) for a in range(0, m, step)]
+                )
+            assert ran[0] is d.route, (plan, step, str(d), ran)
+            seen.update(ran)
+            if first is None:
+                first = got
+            assert np.array_equal(np.isnan(got), np.isnan(first)), (ctx, plan, step)
+            nan = np.isnan(got)
+            assert np.array_equal(
+                got[~nan].astype(np.float64).view(np.uint64), first[~nan].astype(np.float64).view(np.uint64)
+            ), (ctx, plan, step)
+    return first, seen
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("mode", range(4))
 def test_add_round_is_the_exact_sum_rounded_once(fmt, mode):
     f = get_format(fmt)
-    sh, eminb, maxf, big, has_inf = params(fmt)
-    for x, y in pairs(fmt, seed=mode):
-        with np.errstate(invalid="ignore"):
-            got = PY["add_round"](x, y, sh, eminb, maxf, big, has_inf, mode, 0.0)
-        assert same(got, add_exact(x, y, f, MODES[mode])), (fmt, MODES[mode], x, y, got)
+    ps = pairs(fmt, seed=mode)
+    got, seen = by_every_route(two_rows(ps), fmt, MODES[mode])
+    for (x, y), g in zip(ps, got, strict=True):
+        assert same(float(g), add_exact(x, y, f, MODES[mode])), (fmt, MODES[mode], x, y, g)
+    if jit.enabled():
+        assert seen & {fr.Route.WIDE_LEFT, fr.Route.ROW_BLOCKS}, seen
+        assert seen & {fr.Route.CHAIN, fr.Route.COLUMNS}, seen
 
 
 @pytest.mark.parametrize("mode", [1, 2, 3])
@@ -77,10 +110,10 @@ def test_add_fp64_directed_and_overflow(mode):
     y = np.concatenate([rng.standard_normal(200) * np.exp2(rng.integers(-60, 60, 200)) * x[:200], -x[200:]])
     extra = [(f.max_finite, f.max_finite), (-f.max_finite, -f.max_finite), (1.0, 2.0**-80), (1.0, -(2.0**-80))]
     extra += [(-1.0, 2.0**-80), (2.0**-1074, -0.0), (-0.0, -0.0), (math.inf, 1.0), (math.inf, -math.inf)]
-    for a, b in list(zip(x.tolist(), y.tolist(), strict=True)) + extra:
-        with np.errstate(invalid="ignore", over="ignore"):
-            got = PY["add_fp64"](a, b, f.max_finite, mode, 0.0)
-        assert same(got, add_exact(a, b, f, MODES[mode])), (MODES[mode], a, b, got)
+    ps = list(zip(x.tolist(), y.tolist(), strict=True)) + extra
+    got, _ = by_every_route(two_rows(ps, np.float64), "fp64", MODES[mode])
+    for (a, b), g in zip(ps, got, strict=True):
+        assert same(float(g), add_exact(a, b, f, MODES[mode])), (MODES[mode], a, b, g)
 
 
 def sr_law(x, y, f, u):
@@ -93,43 +126,25 @@ def sr_law(x, y, f, u):
     return hi if Fraction(u) < frac else lo
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp8_e5m2", "fp32"])
-def test_stochastic_rounding_follows_the_law(fmt):
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp8_e5m2", "fp32", "fp64"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_stochastic_rounding_follows_the_law(fmt, seed):
+    """Each column's one addition rounds up iff its uniform (key, element, addition 0) is below the exact
+    fraction: the same bits on every route, compiled and numpy (fp64: its own law, below)."""
     f = get_format(fmt)
-    sh, eminb, maxf, big, has_inf = params(fmt)
-    rng = np.random.default_rng(1)
-    for x, y in pairs(fmt, 200, seed=5)[:200]:
+    ps = pairs("fp32" if fmt == "fp64" else fmt, 200, seed=5)
+    key = int(np.random.default_rng(seed).integers(0, 2**63))
+    got, _ = by_every_route(two_rows(ps), fmt, "stochastic", seed=seed)
+    checked = 0
+    for e, ((x, y), g) in enumerate(zip(ps, got, strict=True)):
         s = x + y
-        if not math.isfinite(s) or s == 0 or abs(s) > maxf / 2:
+        if not math.isfinite(s) or s == 0 or abs(s) > f.max_finite / 2:
             continue
-        u = float(rng.random())
-        got = PY["add_round"](x, y, sh, eminb, maxf, big, has_inf, 4, u)
-        assert same(got, sr_law(x, y, f, u)), (fmt, x, y, u, got)
-
-
-@pytest.mark.parametrize("fmt", ["bf16", "fp16", "tf32", "fp8_e4m3", "fp8_e5m2"])
-def test_float32_rounding_equals_the_float64_one(fmt):
-    """add_round32 (float32 sum and remainder, int bits of float32) gives add_round's bits in every mode,
-    stochastic included (same u), and the exact rounding: float32 subnormals, float32 overflow near bf16's top."""
-    f = get_format(fmt)
-    sh, eminb, maxf, big, has_inf = params(fmt)
-    ps = pairs(fmt, 300, seed=11)
-    if f.emin == -126:
-        q = 2.0 ** (f.emin - f.precision + 1)
-        ps += [(maxf, maxf), (-maxf, -maxf), (maxf, -maxf / 2), (2.0**-126, -q), (2.0**-125, -q), (2.0**-126, q)]
-    rng = np.random.default_rng(2)
-    for mode in range(5):
-        for x, y in ps:
-            u = float(rng.random())
-            with np.errstate(invalid="ignore", over="ignore"):
-                got = PY["add_round32"](np.float32(x), np.float32(y), sh - 29, eminb - 896, maxf, big, has_inf, mode, u)
-                want = PY["add_round"](x, y, sh, eminb, maxf, big, has_inf, mode, u)
-            assert same(float(got), want), (fmt, mode, x, y, got, want)
-            if mode < 4:
-                assert same(want, add_exact(x, y, f, MODES[mode])), (fmt, mode, x, y)
-
-
-needs_jit = pytest.mark.skipif(not jit.enabled(), reason="numba not installed or FPREDUCE_NO_JIT set")
+        u = splitmix_uniform(key, e, 0)
+        want = fp64_sr_law(x, y, u) if fmt == "fp64" else sr_law(x, y, f, u)
+        assert same(float(g), want), (fmt, x, y, u, g)
+        checked += 1
+    assert checked > 100  # most pairs have an inexact finite sum
 
 
 def fp64_sr_law(x, y, u):
@@ -140,40 +155,3 @@ def fp64_sr_law(x, y, u):
         return s
     other = float(np.nextafter(s, math.inf if err > 0 else -math.inf))
     return other if Fraction(u) < abs(err) / abs(Fraction(other) - Fraction(s)) else s
-
-
-@needs_jit
-@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp8_e4m3", "fp64"])
-def test_compiled_rows_equal_the_references(fmt):
-    """The numba row loops (vectorized, one per mode) give the references' bits, stochastic draws included."""
-    from fpreduce.core import _tall
-
-    _tall._kernels()  # compiles this module's functions too
-    with np.errstate(over="ignore"):  # uint64 products wrap
-        assert kr.uniform(kr.element_seed(np.uint64(5), 3), 2) == PY["uniform"](PY["element_seed"](np.uint64(5), 3), 2)
-    f = get_format(fmt)
-    ps = pairs("fp32" if fmt == "fp64" else fmt, 200, seed=3)
-    dt = np.float64 if fmt == "fp64" else np.float32
-    A = np.array([[x for x, _ in ps]], dtype=dt)
-    B = np.array([[y for _, y in ps]], dtype=dt)
-    key = np.uint64(99)
-    z = np.array([kr.element_seed(key, e) for e in range(A.shape[1])], dtype=np.uint64)
-    for mode in range(5) if fmt != "fp64" else range(1, 5):
-        grid = grid_of(f, CODE_MODES[mode])
-        D = np.empty_like(A)
-        with np.errstate(invalid="ignore", over="ignore"):
-            kr.rows_any(D[0], A[0], B[0], grid, z, 7)  # by dtype, as the kernels call it: rows_wide for fp64
-        for j in range(A.shape[1]):
-            x, y = float(A[0, j]), float(B[0, j])
-            if mode < 4:
-                want = add_exact(x, y, f, MODES[mode])
-            elif not (math.isfinite(x + y) and x + y != 0 and abs(x + y) <= f.max_finite / 2):
-                continue
-            else:
-                u = float(kr.uniform(z[j], 7))
-                want = fp64_sr_law(x, y, u) if fmt == "fp64" else sr_law(x, y, f, u)
-            assert same(float(D[0, j]), want), (fmt, mode, x, y, D[0, j], want)
-            if mode < 4:  # the scalar left fold of the two rows: one addition, the same rounding
-                with np.errstate(invalid="ignore", over="ignore"):
-                    left = kr.left_any(np.vstack([A, B]), np.zeros(0, dtype=np.int64), j, grid, z[j])
-                assert same(float(left), want), (fmt, mode, x, y, left, want)
