@@ -460,7 +460,10 @@ def _renumber(m: dict[str, Any], d: Path) -> None:
 
 _BROKEN = {
     "zero elements": (_set("elements", 0), "elements: must be in [1, 1099511627776], got 0"),
-    "huge shape": (_set("layouts.0.0.params.0.shape", [2**40, 2**40]), "params[0].shape[0]: must be in [0, 7], got 1099511627776"),
+    "huge shape": (
+        _set("layouts.0.0.params.0.shape", [2**40, 2**40]),
+        "params[0].shape[0]: must be in [0, 7], got 1099511627776",
+    ),
     "product too big": (_set("layouts.0.0.params.0.shape", [7, 7]), "layouts[0][0].params: ends past its 7 elements"),
     "negative start": (_set("layouts.0.0.start", -1), "layouts[0][0].start: must be in [0, 7], got -1"),
     "negative offset": (_set("layouts.0.0.params.0.offset", -5), "params[0].offset: must be in [0, 7], got -5"),
@@ -469,7 +472,10 @@ _BROKEN = {
     "buckets overlapping": (_two_buckets(2, 3), "layouts[0][1].start: 2 overlaps the one before"),
     "bucket leaving a gap": (_two_buckets(5, 2), "leaves columns 4..4 uncovered"),
     "params overlapping": (_two_params, "params[1].offset: 2 overlaps the one before"),
-    "bucket without params": (_set("layouts.0.0.params", []), "layouts[0][0].params: empty, expected at least one entry"),
+    "bucket without params": (
+        _set("layouts.0.0.params", []),
+        "layouts[0][0].params: empty, expected at least one entry",
+    ),
     "bucket missing params": (lambda m, d: m["layouts"][0][0].pop("params"), "layouts[0][0].params: required"),
     "layouts a dict": (_set("layouts", {"a": 1}), "layouts: expected an array, got {'a': 1}"),
     "layout a string": (_set("layouts.0", "bucket"), "layouts[0]: expected an array, got 'bucket'"),
