@@ -271,8 +271,8 @@ def sr_add(x, y, fmt, u):
     would continue (the overflow threshold), taken as ±Inf."""
     f = get_format(fmt)
     lo, hi = add_exact(x, y, f, "down"), add_exact(x, y, f, "up")
-    if not lo < hi:  # an exact sum, or NaN (an Inf operand: lo == hi)
-        return lo if lo == hi else add_exact(x, y, f, "nearest_even")
+    if not lo < hi:  # an exact sum (x + (-x) is +0 but in mode down), Inf or NaN
+        return add_exact(x, y, f, "nearest_even")
     top = Fraction(f.max_finite) + Fraction(2) ** (f.emax - f.precision + 1)
     a = Fraction(lo) if np.isfinite(lo) else -top
     b = Fraction(hi) if np.isfinite(hi) else top
