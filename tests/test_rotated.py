@@ -13,7 +13,7 @@ from test_tall import data, same
 
 import fpreduce as fr
 from fpreduce.base import jit
-from fpreduce.core import _rotated, routes
+from fpreduce.core import routes
 
 needs_jit = pytest.mark.skipif(not jit.enabled(), reason="numba not installed or FPREDUCE_NO_JIT set")
 CASES = [
@@ -35,27 +35,44 @@ def orders(name, n, relabel=None):
     return p, routes.left_segments(p, 4096, 0, 4096).perms
 
 
+def chunks(perms):
+    """A plan whose chunk c folds left in the order ``perms[c]``."""
+    perms = np.asarray(perms)
+    n = perms.shape[1]
+    return fr.plans.SegmentedPlan("chunks", n, shape=fr.plans.sequential(n), perms=perms)
+
+
+def rotations(p, n):
+    """(B, offs): chunk c's order is B rotated by offs[c], as the route table finds them (None: it takes the
+    chunks segment by segment); checked against the route ``fr.explain`` decides."""
+    rot = routes.left_segments(p, routes.ROT, 0, routes.ROT).rot
+    d = fr.explain(np.zeros((n, routes.ROT), np.float32), p, input="bf16", accumulate="bf16")
+    assert d.route is (fr.Route.SEGMENT_FOLDS if rot is None else fr.Route.RING_ROWS), str(d)
+    return rot
+
+
 @pytest.mark.parametrize("name", ["ring:nccl", "ring:gloo", "ring"])
 def test_rings_are_rotations_of_one_order(name):
     n = 9
     p, perms = orders(name, n)
-    B, offs = _rotated.rotations(perms)
+    B, offs = rotations(p, n)
     for s in range(perms.shape[0]):
         assert perms[s].tolist() == [int(B[(offs[s] + k) % n]) for k in range(n)]
     relabel = np.random.default_rng(1).permutation(n)
-    _, moved = orders(name, n, relabel)
-    assert _rotated.rotations(moved) is not None  # a ring over other workers is still a ring
+    q, _ = orders(name, n, relabel)
+    assert rotations(q, n) is not None  # a ring over other workers is still a ring
 
 
 def test_other_orders_are_not_rotations():
     _, perms = orders("ring:nccl", 6)
     swapped = perms.copy()
     swapped[2, [1, 3]] = swapped[2, [3, 1]]  # one chunk's order is no longer a rotation
-    assert _rotated.rotations(swapped) is None
+    assert rotations(chunks(swapped), 6) is None
     rng = np.random.default_rng(2)
-    assert _rotated.rotations(np.array([rng.permutation(6) for _ in range(6)])) is None
-    assert _rotated.rotations(np.array([[0, 1, 1], [1, 1, 0]])) is None  # not permutations
-    assert _rotated.rotations(np.array([[0, 1, 2], [0, 1, 2]]))[1].tolist() == [0, 0]  # repeated offsets are fine
+    assert rotations(chunks([rng.permutation(6) for _ in range(6)]), 6) is None
+    with pytest.raises(fr.InvalidArgument, match="permutation"):  # not permutations: refused by the plan
+        chunks([[0, 1, 1], [1, 1, 0]])
+    assert rotations(chunks([[0, 1, 2], [0, 1, 2]]), 3)[1].tolist() == [0, 0]  # repeated offsets are fine
 
 
 def segment_by_segment(X, p, kw):
