@@ -451,14 +451,14 @@ def _random_inputs(f: Format, n: int, count: int, rng: np.random.Generator) -> A
 
     A third normal, a third heavy-tailed (binades spread), a third cancelling.
     """
-    k = np.arange(count) % 3
-    X = rng.standard_normal((n, count))
+    X = rng.standard_normal((count, n))  # a row per input; only the rows of each kind are drawn for it
     hi = min(20, math.floor(math.log2(f.max_finite / (4 * n))))
     lo = max(hi - 40, f.emin + 1)
-    heavy = np.sign(X) * np.exp2(rng.uniform(lo, hi, size=X.shape))
-    mirror = -X[rng.permutation(n)] * (1 + 2.0**-8 * rng.standard_normal(X.shape))
-    cancel = np.where(rng.random(X.shape) < 0.5, X, mirror)
-    X = np.where(k == 1, heavy, np.where(k == 2, cancel, X)).T  # (count, n): a row per input
+    heavy = X[1::3]
+    heavy[...] = np.copysign(np.exp2(rng.uniform(lo, hi, size=heavy.shape)), heavy)
+    cancel = X[2::3]
+    mirror = -cancel[:, rng.permutation(n)] * (1 + 2.0**-8 * rng.standard_normal(cancel.shape))
+    np.copyto(cancel, mirror, where=rng.random(cancel.shape) >= 0.5)
     native = X.astype(as_native(np.zeros(1), f).dtype)  # numpy's and ml_dtypes' casts: values of the format
     if format_name(native.dtype) != f.name:  # a format without a dtype of its own (tf32)
         native = as_native(round_to(X, f), f)
