@@ -8,11 +8,10 @@ included, and stochastic rounding gives the same bits whole or in pieces.
 
 import numpy as np
 import pytest
-from test_tall import data, same
+from test_tall import data, same, sr_tree
 
 import fpreduce as fr
 from fpreduce.base import jit
-from fpreduce.core import _fastpath, _segments
 from fpreduce.plans import Plan, SegmentedPlan
 
 needs_jit = pytest.mark.skipif(not jit.enabled(), reason="numba not installed or FPREDUCE_NO_JIT set")
@@ -31,11 +30,16 @@ def plan_of(name, n):
 
 
 def test_fold_order_of_left_and_right_deep_trees():
-    order = _fastpath.fold_order
+    """The row order the route table folds a tree in (a right-deep tree: its reversed leaves), None for others."""
+
+    def order(t):
+        n = 1 + max(int(v) for v in str(t).replace("(", " ").replace(")", " ").replace(",", " ").split())
+        return fr.explain(np.zeros((n, 3), np.float32), fr.plans.tree(t)).order
+
     assert order((((1, 2), 3), 0)).tolist() == [1, 2, 3, 0]
     assert order((0, (1, (2, 3)))).tolist() == [3, 2, 1, 0]  # a + (b + (c + d)): d, c, b, a
     assert order(((3, 2), (1, 0))) is None
-    assert order(4).tolist() == [4]
+    assert fr.explain(np.zeros((1, 3), np.float32), fr.plans.tree(0)).route is fr.Route.SINGLE
 
 
 @needs_jit
@@ -123,27 +127,31 @@ def test_rabenseifner_chunks_are_its_grouping_but_for_operand_order(n):
 @pytest.mark.parametrize(
     ("acc", "mode"), [("bf16", "nearest_even"), ("fp16", "up"), ("fp32", "down"), ("bf16", "toward_zero")]
 )
-def test_rabenseifner_folds_one_tree_and_gives_each_chunks_bits(acc, mode, monkeypatch):
+def test_rabenseifner_folds_one_tree_and_gives_each_chunks_bits(acc, mode):
     n, m = 12, 3000
     X = data("bf16", n, m, 14, specials=True)
     p = fr.plans.parse("rabenseifner", n).relabel(np.random.default_rng(4).permutation(n))
     kw = {"input": "bf16", "accumulate": acc, "rounding": mode}
-    roots = []
-    from fpreduce.core import engine
-
-    fold_plan = engine.fold_plan
-    monkeypatch.setattr(engine, "fold_plan", lambda root, *a: roots.append(root) or fold_plan(root, *a))
-    got = fr.reduce(X, p, **kw)
-    assert roots == [p.grouping.root]  # the whole vector by one tree
+    d = fr.explain(X, p, **kw)
+    assert d.why[0].startswith("Rabenseifner's chunks share one tree"), str(d)
+    with fr.trace_routes() as ran:
+        got = fr.reduce(X, p, **kw)
+    assert ran[0] is d.route  # the whole vector by one tree: a route of one tree, no segments
+    assert not {fr.Route.SEGMENT_FOLDS, fr.Route.CHUNK_TREES, fr.Route.BLOCKS} & set(ran), ran
     with jit.disabled():
         assert same(got, fr.reduce(X, p, **kw))  # chunk by chunk, each its own tree
     b = p.bounds(m)
     for c in (0, 3, len(p.trees) - 1):
         lo, hi = int(b[c]), int(b[c + 1])
         assert same(got[lo:hi], fr.reduce_reference(X[:, lo:hi], p.trees[c], **kw))
-    roots.clear()
-    fr.reduce(X, p, rounding="stochastic", seed=1, input="bf16", accumulate=acc)  # draws follow each chunk's tree
-    assert p.grouping.root not in roots
+    sr = {"rounding": "stochastic", "seed": 1, "input": "bf16", "accumulate": acc}
+    d = fr.explain(X, p, **sr)
+    assert not any("share one tree" in w for w in d.why), str(d)
+    got = fr.reduce(X, p, **sr)  # draws follow each chunk's tree (its additions numbered in its own post-order)
+    key = int(np.random.default_rng(1).integers(0, 2**63))
+    for c in (0, len(p.trees) - 1):
+        j = int(b[c])
+        assert same(got[j], sr_tree(p.trees[c].root, X[:, j], acc, key, j)), (c, j)
 
 
 @needs_jit
@@ -151,21 +159,19 @@ def test_rabenseifner_folds_one_tree_and_gives_each_chunks_bits(acc, mode, monke
 @pytest.mark.parametrize(
     ("acc", "mode"), [("bf16", "nearest_even"), ("fp16", "up"), ("fp32", "toward_zero"), ("bf16", "stochastic")]
 )
-def test_wide_chunks_fold_by_their_own_compiled_tree(name, acc, mode, monkeypatch):
+def test_wide_chunks_fold_by_their_own_compiled_tree(name, acc, mode):
     """Chunks of 2048 columns or more: each by the compiled fold of its tree (core._segments.fold_chunks)."""
     n = 6
     p = plan_of(name, n)
     m = 6300 if name == "hier:2" else 2100 * len(p.trees) + 3  # (chunks of unequal widths; hier's: 2 x 3150 and 0)
     X = data("bf16", n, m, 15, specials=mode != "stochastic")
     kw = {"input": "bf16", "accumulate": acc, "rounding": mode, "seed": 4}
-    ran = []
-    fold_chunks = _segments.fold_chunks
-    monkeypatch.setattr(_segments, "fold_chunks", lambda *a: ran.append(fold_chunks(*a)) or ran[-1])
-    from fpreduce.core import engine
-
-    monkeypatch.setattr(engine, "fold_chunks", _segments.fold_chunks)
-    got = fr.reduce(X, p, **kw)
-    assert ran[0] is not None  # every chunk by its compiled tree
+    assert fr.explain(X, p, **kw).route is fr.Route.CHUNK_TREES
+    with fr.trace_routes() as ran:
+        got = fr.reduce(X, p, **kw)
+    assert ran[0] is fr.Route.CHUNK_TREES
+    assert fr.Route.BLOCKS not in ran, ran  # every chunk by its compiled tree (a refusal: the engine's blocks)
+    assert all(r.compiled for r in ran[1:]), ran
     with jit.disabled():
         assert same(got, fr.reduce(X, p, **kw))
     parts = [fr.reduce(X[:, a:b], p, offset=a, total=m, **kw) for a, b in ((0, 2500), (2500, m))]
