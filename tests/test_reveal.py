@@ -140,7 +140,7 @@ def test_a_fused_node_inside_a_tree_is_no_plan():
     for method in rv.METHODS:
         found = rv.revelation(fused_pairs, 8, verify=200, method=method, seed=2)
         assert (found.verdict, found.plan, found.fused) == ("not a binary tree", None, False)
-        assert "a fused addition of 3 terms" in found.evidence, (method, found.evidence)
+        assert "a fused 3-term addition" in found.evidence, (method, found.evidence)
 
 
 def test_a_fused_three_term_node_is_named():

@@ -388,8 +388,9 @@ def _exact_group(leaves: Sequence[int], n: int) -> str:
     shown = ", ".join(map(str, leaves[:8])) + (", ..." if len(leaves) > 8 else "")
     return (
         f"leaves {shown} cancel exactly with each other (+M at one, -M at another returns all {n - 2} other "
-        f"units): they are added in one step, exactly, before any rounding: a fused addition of {len(leaves)} "
-        "terms; no binary tree in the format explains it, and no plan can (a plan's trees are binary)"
+        f"units): these {len(leaves)} terms are summed exactly before any rounding to the format (a fused "
+        f"{len(leaves)}-term addition, or a part of the tree summed in a wider format); no binary tree in the "
+        "format explains it, and no plan can (a plan's trees are binary, with one accumulator format)"
     )
 
 
