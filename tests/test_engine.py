@@ -448,16 +448,15 @@ def test_stochastic_average_of_fp64_subnormals_follows_the_law(average, n):
     exact fraction; the fraction used to be lost with the underflowing remainder (the nearest result)."""
     from fractions import Fraction
 
+    from test_srload import AFTER_T, SCALE_T
     from test_tall import splitmix_uniform
-
-    from fpreduce.core import _srload
 
     t, seed, ks = 2.0**-1074, 11, np.arange(-40, 41)
     X = np.zeros((n, ks.size))
     X[0] = ks * t
     key = int(np.random.default_rng(seed).integers(0, 2**63))
     c = Fraction(1, n) if average != "premultiply" else Fraction(1.0 / n)
-    counter = _srload.AFTER_T if average == "after" else _srload.SCALE_T
+    counter = AFTER_T if average == "after" else SCALE_T
     want = []
     for e, k in enumerate(ks):
         q = int(k) * c

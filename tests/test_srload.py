@@ -1,4 +1,4 @@
-"""Stochastic rounding of inputs, averages and outputs draws by element (core/_srload.py).
+"""Stochastic rounding of inputs, averages and outputs draws by element (the counters of core/_srload.py).
 
 A reduction's result depends on the seed alone: the compiled and numpy paths and a
 vector reduced in pieces give the same bits, the conversion of fp32 inputs to a bf16
@@ -12,8 +12,13 @@ from test_tall import same, splitmix_uniform
 
 import fpreduce as fr
 from fpreduce.base import jit
-from fpreduce.core import _srload
 from fpreduce.core.primitives import INPUT_T
+
+# The counters of the documented law (module fpreduce.core._srload): the stream of each rounding outside the
+# additions. Written here, not imported: a change of any of them changes every seeded stochastic result.
+SCALE_T = (1 << 60) + (1 << 59)  # worker i's premultiplication or predivision: SCALE_T + i
+AFTER_T = (1 << 61) + (1 << 59)  # the division of the sum by n (average="after")
+OUTPUT_T = (1 << 61) + (1 << 60)  # the rounding of the result to the output format
 
 CASES = [
     {"input": "fp32", "accumulate": "bf16"},
@@ -59,5 +64,5 @@ def test_each_rounding_goes_up_iff_its_uniform_is_below_the_fraction(seed):
     assert np.array_equal(got, np.where(u < d / 8, 1 + 2.0**-7, 1.0).astype(np.float32))
     two = np.stack([np.ones(m), d * 2.0**-10]).astype(np.float32)  # the fp32 sum is exact
     got = fr.reduce(two, "sequential", accumulate="fp32", output="bf16", rounding="stochastic", seed=seed)
-    u = np.array([splitmix_uniform(key, e, _srload.OUTPUT_T) for e in range(m)])
+    u = np.array([splitmix_uniform(key, e, OUTPUT_T) for e in range(m)])
     assert np.array_equal(got, np.where(u < d / 8, 1 + 2.0**-7, 1.0).astype(np.float32))
