@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 import fpreduce as fr
-from fpreduce.core import _fastpath, engine
+from fpreduce.core import _fastpath
 from fpreduce.core.formats import get_format
-from fpreduce.core.rounding import _nearest32_inplace
+
+BLOCK = 1 << 15  # the engine's blocks of elements (core.engine), crossed below: the sizes of the data, no import
+CHUNK = 1 << 15  # round_to's chunks (core.rounding), likewise
 
 PLANS = [
     "sequential",
@@ -92,10 +94,10 @@ def test_fast_path_equals_fraction_reference(plan, inp, acc, special):
 @pytest.mark.parametrize(("inp", "acc"), [("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32")])
 def test_fast_path_equals_general_path_over_many_blocks(plan, inp, acc):
     rng = np.random.default_rng(3)
-    m = 2 * engine._BLOCK + 101
+    m = 2 * BLOCK + 101
     X = adversarial(inp, 9, m, seed=4)
     Y = X.copy()
-    Y[:, : engine._BLOCK // 2] *= np.float32(2.0**-13)  # a block of tiny sums (subnormal range)
+    Y[:, : BLOCK // 2] *= np.float32(2.0**-13)  # a block of tiny sums (subnormal range)
     Z = with_specials(X, rng)  # fallback in some blocks only
     for A in (X, Y, Z):
         fast = fr.reduce(A, plan, input=inp, accumulate=acc)
@@ -136,8 +138,8 @@ def test_veltkamp_rounds_to_nearest_even(p):
     with np.errstate(over="ignore", invalid="ignore"):
         c = x * sigma
         got = c - (c - x)
-    want = x.copy()
-    _nearest32_inplace(want, get_format("bf16" if p == 8 else "tf32"), np.empty(x.size, dtype=np.uint32))
+    with np.errstate(over="ignore"):
+        want = np.asarray(fr.round_to(x, "bf16" if p == 8 else "tf32"), dtype=np.float32)  # nearest even
     ok = np.isfinite(got)
     assert np.array_equal(got[ok].view(np.uint32), want[ok].view(np.uint32))
     assert np.isnan(got[~ok]).all()
@@ -151,6 +153,8 @@ def test_veltkamp_rounds_to_nearest_even(p):
 
 
 def test_program_reuses_buffers():
+    """Kept on the private program builder on purpose (issue 24): how many partial rows a tree keeps alive is
+    memory, not bits, so no public route shows it (the bits of every tree's program: test_tall, test_routes)."""
     ops, nbuf, root = _fastpath._program(fr.plans.sequential(64).root, 64)
     assert (nbuf, len(ops), root) == (1, 63, -1)
     shape = fr.plans.pairwise(64).root
@@ -185,27 +189,23 @@ def _round_ref(v, f, mode):
 @pytest.mark.parametrize("fmt", ["fp16", "bf16", "tf32", "fp8_e4m3", "fp8_e5m2"])
 def test_chunked_round_to_equals_fraction_reference(fmt, mode):
     # round_to works in cache-sized chunks; special values in some chunks only
-    from fpreduce.core import rounding
-
     f = get_format(fmt)
     rng = np.random.default_rng(8)
-    m = 2 * rounding._CHUNK + 5
+    m = 2 * CHUNK + 5
     x = rng.standard_normal(m) * np.exp2(rng.integers(-30, 20, m))
     x[:50] = rng.standard_normal(50) * f.max_finite  # overflow in the first chunk only
     x[50:60] = [np.nan, np.inf, -np.inf, -0.0, 0.0, f.max_finite, -f.max_finite, 2.0**f.emin, 2.0**-200, -(2.0**-200)]
-    x[rounding._CHUNK + 7] = 1 + 2.0**-8 + 2.0**-40  # no double rounding through float32
+    x[CHUNK + 7] = 1 + 2.0**-8 + 2.0**-40  # no double rounding through float32
     with np.errstate(over="ignore"):
         for arr in (x, x.astype(np.float32)):
             got = fr.round_to(arr, fmt, mode)
-            idx = np.r_[0:70, rounding._CHUNK - 3 : rounding._CHUNK + 10, m - 40 : m, 100:m:997]
+            idx = np.r_[0:70, CHUNK - 3 : CHUNK + 10, m - 40 : m, 100:m:997]
             want = np.array([_round_ref(float(arr[i]), f, mode) for i in idx])
             assert same(got[idx], want), (fmt, mode, arr.dtype)
 
 
 def test_chunked_stochastic_rounding_keeps_the_random_stream():
-    from fpreduce.core import rounding
-
-    x = np.random.default_rng(9).standard_normal(2 * rounding._CHUNK + 11)
+    x = np.random.default_rng(9).standard_normal(2 * CHUNK + 11)
     whole = fr.round_to(x, "bf16", "stochastic", rng=np.random.default_rng(3))
     g = np.random.default_rng(3)
     parts = [fr.round_to(x[:1000], "bf16", "stochastic", rng=g), fr.round_to(x[1000:], "bf16", "stochastic", rng=g)]
