@@ -93,9 +93,15 @@ HELP: dict[str, tuple[str, list[str]]] = {
         ["fpreduce calibrate --np 4 --out cluster.toml"],
     ),
     "reveal": (
-        "Find the summation tree a black box uses (numpy.sum, numpy.dot, torch.sum, a matmul, or your "
-        "MODULE:FUNCTION) by masked probes, and verify it bit for bit as a plan. Exit status 0 a tree, 1 none.",
-        ["fpreduce reveal numpy.sum --n 64", "fpreduce reveal torch.sum --n 32 --format bf16"],
+        "Find the summation tree a black box uses (numpy.sum, numpy.dot, torch.sum, a matmul, your "
+        "MODULE:FUNCTION, or a real all-reduce: gloo, mpi:ALGORITHM on --np local ranks) by masked probes, and "
+        "verify it bit for bit as a plan. Exit status 0 a tree, 1 none.",
+        [
+            "fpreduce reveal numpy.sum --n 64",
+            "fpreduce reveal torch.sum --n 32 --format bf16",
+            "fpreduce reveal gloo --np 4 --n 256",
+            "fpreduce reveal mpi:ring --np 4 --report reveal.pdf",
+        ],
     ),
 }
 
