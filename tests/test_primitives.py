@@ -15,9 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fpreduce as fr
-from fpreduce.base import jit
+from fpreduce.base import counter, jit
 from fpreduce.base.errors import InvalidArgument
-from fpreduce.core import _kernels_round, _steps
 from fpreduce.core.exact import add_exact, round_float
 from fpreduce.core.formats import get_format
 from fpreduce.strategies import arrays, shapes
@@ -128,11 +127,17 @@ def test_stochastic_prefix_sums_are_the_engines_draws_and_need_a_seed():
 
 
 def test_the_numpy_generator_is_the_kernels():
+    """The draws of (key, element, counter): base.counter's numpy twin, its scalar form (the kernels' own, inlined
+    when compiled) and an independent pure-Python splitmix64 give the same uniforms."""
+    from test_tall import splitmix_uniform
+
     e, t = np.array([0, 3, 2**40], dtype=np.uint64), np.array([[0], [5], [2**61 + 4]], dtype=np.uint64)
-    u = _steps.uniforms(12345, e[None, :], t)
+    u = counter.uniform_numpy(counter.draw_numpy(np.uint64(12345), e[None, :]), t)
     for i in range(3):
         for j in range(3):
-            assert u[i, j] == _kernels_round.uniform(_kernels_round.element_seed(np.uint64(12345), e[j]), t[i, 0])
+            with np.errstate(over="ignore"):  # uint64 products wrap
+                assert u[i, j] == counter.uniform(counter.draw(np.uint64(12345), e[j]), t[i, 0])
+            assert u[i, j] == splitmix_uniform(12345, int(e[j]), int(t[i, 0]))
 
 
 @given(st.sampled_from(["bf16", "fp16", "fp8_e5m2", "fp32"]), st.integers(0, 2**32))
