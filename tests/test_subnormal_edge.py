@@ -22,7 +22,6 @@ import pytest
 
 import fpreduce as fr
 from fpreduce.base import jit
-from fpreduce.core import _kernels_round as kr
 from fpreduce.core.exact import add_exact, round_float, round_fraction
 from fpreduce.core.formats import get_format
 
@@ -169,20 +168,23 @@ def sr_law(x, y, f, u):
 
 @pytest.mark.parametrize("fmt", ["fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"])
 def test_the_bit_rounders_at_the_smallest_subnormal(fmt):
-    """round_bits on a float64 sum and on a float32 sum (and its exact float32 remainder) at s = ±smin
-    with a remainder either way and at the tie ±1.5 smin: the exact rounding, the documented law in mode 4."""
-    f, t = get_format(fmt), smin(fmt)
-    sh, eminb, big = 53 - f.precision, f.emin + 1023, math.inf if f.has_inf else math.nan
+    """One wide addition at s = ±smin with a remainder either way and at the tie ±1.5 smin, element by element:
+    the exact rounding in every directed mode, and in stochastic rounding the documented law draw by draw (each
+    element's uniform of addition 0 from the independent splitmix64), compiled and numpy."""
+    from test_tall import splitmix_uniform
+
+    f, t, k = get_format(fmt), smin(fmt), 64
     ps = [(s * t, s * r * t) for s in (1.0, -1.0) for r in (-(2.0**-30), -(2.0**-60), 2.0**-30, 2.0**-60, 0.5)]
-    PY = kr.plain()  # the plain-Python functions, whatever compiled state the module is in
+    key = int(np.random.default_rng(7).integers(0, 2**63))
     for mode in range(5):
         for x, y in ps:
-            for u in (0.0, 2.0**-40, 0.3, 0.5, 1 - 2.0**-53):
+            X = np.array([[x] * k, [y] * k])
+            kw = dict(input="fp64", accumulate=fmt, rounding=[*MODES, "stochastic"][mode], addends="wide", seed=7)
+            got = fr.partial_sums(X, **kw)[1]
+            with jit.disabled():
+                assert same(fr.partial_sums(X, **kw)[1], got), (fmt, mode, x, y)
+            assert representable(got, fmt)
+            for e in range(k if mode == 4 else 1):
+                u = splitmix_uniform(key, e, 0)
                 want = add_exact(x, y, f, MODES[mode]) if mode < 4 else sr_law(x, y, f, u)
-                if abs(x + y) >= t:  # a float64 sum below smin is _steps' (round_bits reads <= 52 bits)
-                    got = PY["add_round"](x, y, sh, eminb, f.max_finite, big, f.has_inf, mode, u)
-                    assert same(got, want), (fmt, mode, x, y, u, got, want)
-                if f.precision <= 23 and float(np.float32(y)) == y:  # float32 sum: smin or 1.5 smin
-                    x32, y32 = np.float32(x), np.float32(y)
-                    got = PY["add_round32"](x32, y32, sh - 29, eminb - 896, f.max_finite, big, f.has_inf, mode, u)
-                    assert same(float(got), want), (fmt, mode, x, y, u, got, want)
+                assert same(got[e], want), (fmt, mode, x, y, u, got[e], want)
