@@ -54,7 +54,7 @@ def spread(rng, shape, span, dtype):
 @pytest.mark.parametrize("n", [1, 3, 4, 9, 64])
 def test_compiled_equals_numpy_on_spreads_and_specials(n, span, dtype):
     rng = np.random.default_rng(n * 1000 + span)
-    m = _binned.BLOCK + 2 * 2048 + 37  # several compiled blocks and numpy blocks, a short last one
+    m = (1 << 13) + 2 * 2048 + 37  # several compiled blocks and numpy blocks (2**13 columns), a short last one
     X = spread(rng, (n, m), span, dtype)
     assert _binned.sums_compiled(X, fr.get_format("bf16"), Mode.NEAREST_EVEN) is not None  # compiled
     for fmt in FORMATS:
