@@ -222,3 +222,20 @@ def test_reveal_report_pdf(tmp_path, capsys):
     assert is_report(out)
     assert main(["reveal", "numpy.sum", "--n", "9", "--verify", "20", "--report", str(tmp_path / "no" / "r.pdf")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_collective_hazard_map_finds_a_fallback_by_message_size():
+    """Open MPI's forced ring falls back to recursive doubling below N elements: a box with that rule."""
+
+    def ompi_ring(X):
+        n, m = X.shape
+        return fr.reduce(X, fr.plans.parse("rd" if m < n else "ring:ompi", n))
+
+    regions = rc.hazard_map(ompi_ring, 4, range(1, 11), verify=40)
+    assert [(r.first, r.last, r.verdict, r.family) for r in regions] == [
+        (1, 3, "tree", "rd"),
+        (4, 10, "tree", "ring:ompi"),
+    ]
+    assert sum(r.sizes for r in regions) == 10
+    with pytest.raises(fr.InvalidArgument, match="ascending"):
+        rc.hazard_map(ompi_ring, 4, [5, 2])

@@ -54,6 +54,7 @@ __all__ = [
     "hazard_map",
     "match_family",
     "probe_scale",
+    "regions",
     "reveal",
     "revelation",
     "tree_text",
@@ -720,11 +721,17 @@ def hazard_map(
     ns = [int(n) for n in sizes]
     if not ns or ns != sorted(set(ns)):
         raise InvalidArgument(f"sizes must be distinct and ascending, got {list(sizes)[:8]}")
-    seen = []
+    seen: list[tuple[int, str, str, Sequence[str], int]] = []
     for n in ns:
         found = revelation(fn, n, format=format, verify=verify, seed=seed)
         fams = match_family(found.plan) if found.plan is not None else []
         seen.append((n, found.verdict, found.accumulate, fams or [""], found.calls))
+    return regions(seen)
+
+
+def regions(seen: Sequence[tuple[int, str, str, Sequence[str], int]]) -> list[Region]:
+    """Sizes (ascending) with their (size, verdict, accumulator, families, calls) grouped into regions:
+    from each size on, the family that covers the longest run of one verdict and accumulator."""
     out: list[Region] = []
     i = 0
     while i < len(seen):  # greedy: the family that covers the longest run from here
@@ -732,7 +739,7 @@ def hazard_map(
         best, end = fams[0], i + 1
         for fam in fams:
             j = i + 1
-            while j < len(seen) and seen[j][1:3] == (verdict, acc) and fam in seen[j][3]:
+            while j < len(seen) and tuple(seen[j][1:3]) == (verdict, acc) and fam in seen[j][3]:
                 j += 1
             if j > end:
                 best, end = fam, j

@@ -41,6 +41,7 @@ from numpy.typing import NDArray
 
 from fpreduce.analysis.reveal import (
     WIDER,
+    Region,
     Verdict,
     _differ,
     _key,
@@ -53,6 +54,7 @@ from fpreduce.analysis.reveal import (
     fused_note,
     match_family,
     probe_scale,
+    regions,
     siblings,
 )
 from fpreduce.base.errors import InvalidArgument
@@ -67,6 +69,7 @@ __all__ = [
     "collective_revelation",
     "explicit_plan",
     "families",
+    "hazard_map",
     "reveal_collective",
 ]
 
@@ -529,3 +532,30 @@ def reveal_collective(
     if found.plan is None or found.accumulate != get_format(accumulate or format).name:
         raise InvalidArgument(f"{found.verdict}: {found.evidence}")
     return found.plan
+
+
+def hazard_map(
+    fn: Callable[[Any], Any],
+    ranks: int,
+    sizes: Sequence[int],
+    *,
+    format: str | Format = "fp32",
+    verify: int = 1000,
+    seed: int = 0,
+) -> list[Region]:
+    """Reveal the all-reduce ``fn`` at every element count of ``sizes`` (ascending) and group the counts
+    one explanation covers: where the library's trees change with the message size (a size-dependent
+    fallback or algorithm choice: the same data, sent in a longer or shorter message, gives other bits).
+
+    ``fn`` takes (ranks, E) arrays of any E of ``sizes``. A region's family is a collective plan of the
+    project whose per-element trees are those revealed at every size of the region.
+    """
+    es = [int(e) for e in sizes]
+    if not es or es != sorted(set(es)) or es[0] < 1:
+        raise InvalidArgument(f"sizes must be distinct, ascending and positive, got {list(sizes)[:8]}")
+    seen: list[tuple[int, str, str, Sequence[str], int]] = []
+    for e in es:
+        found = collective_revelation(fn, ranks, e, format=format, verify=verify, seed=seed)
+        fams = [t for t in found.families if t in _candidates(ranks, get_format(format))] or list(found.families)
+        seen.append((e, found.verdict, found.accumulate, fams or [""], found.calls))
+    return regions(seen)

@@ -112,8 +112,10 @@ def _collective(args: argparse.Namespace) -> int:
     from fpreduce.backends.live import LiveAllReduce
 
     backend, _, algorithm = args.target.partition(":")
-    if args.np is None or args.sweep is not None:
+    if args.np is None:
         raise InvalidArgument(f"reveal {args.target} takes --np K (ranks) and --n E (elements; default max(K^2, 1024))")
+    if args.sweep is not None:
+        return _collective_sweep(args, backend, algorithm)
     elements = max(args.np**2, 1024) if args.n is None else args.n
     if elements < 1:
         raise InvalidArgument(f"--n must be a positive number of elements per rank, got {elements}")
@@ -164,7 +166,7 @@ def _collective(args: argparse.Namespace) -> int:
     return 0 if agree else 1
 
 
-def _report(args: argparse.Namespace, found: Any = None, regions: Any = None) -> None:
+def _report(args: argparse.Namespace, found: Any = None, regions: Any = None, swept: str = "n") -> None:
     """``--report FILE.pdf``: the reveal report of this target (fpreduce.report.reveal)."""
     if args.report is None:
         return
@@ -176,8 +178,23 @@ def _report(args: argparse.Namespace, found: Any = None, regions: Any = None) ->
         [] if found is None else [(args.target, found)],
         sweeps=[] if regions is None else [(args.target, regions)],
         title=f"fpreduce reveal {args.target}",
+        swept=swept,
     )
     print(f"report: {out}", file=sys.stderr if args.json else sys.stdout)
+
+
+def _collective_sweep(args: argparse.Namespace, backend: str, algorithm: str) -> int:
+    """``gloo`` / ``mpi:ALGORITHM --sweep FIRST:LAST``: the hazard map over the element count (one live group)."""
+    from fpreduce.analysis.reveal_collective import hazard_map
+    from fpreduce.backends.live import LiveAllReduce
+
+    if args.n is not None:
+        raise InvalidArgument("reveal takes --n E or --sweep FIRST:LAST[:STEP], one of them")
+    sizes = _sizes(args.sweep)
+    verify = 1000 if args.verify is None else args.verify
+    with LiveAllReduce(backend, args.np, algorithm=algorithm or None, dtype=args.format) as fn:
+        regions = hazard_map(fn, args.np, sizes, format=args.format, verify=verify, seed=args.seed)
+    return _print_regions(args, regions, verify, "elements")
 
 
 def _cmd_reveal(args: argparse.Namespace) -> int:
@@ -242,27 +259,26 @@ def _sweep(fn: Callable[[Any], Any], args: argparse.Namespace) -> int:
     ns = _sizes(args.sweep)
     verify = 1000 if args.verify is None else args.verify
     regions = hazard_map(fn, ns, format=args.format, verify=verify, seed=args.seed)
-    _report(args, regions=regions)
+    return _print_regions(args, regions, verify, "n")
+
+
+def _print_regions(args: argparse.Namespace, regions: Any, verify: int, what: str) -> int:
+    """The hazard map's table (or JSON), and its report."""
+    _report(args, regions=regions, swept=what)
     if args.json:
-        print(
-            jsonfile.dumps(
-                {
-                    "target": args.target,
-                    "format": args.format,
-                    "verify": verify,
-                    "regions": [asdict(r) for r in regions],
-                }
-            )
-        )
+        doc = {"target": args.target, "format": args.format, "verify": verify, "sizes": what}
+        print(jsonfile.dumps({**doc, "regions": [asdict(r) for r in regions]}))
         return 0
-    print(
-        f"{args.target}, {args.format}, n = {args.sweep}: {len(regions)} region(s), each n verified on {verify} inputs"
-    )
-    print(f"{'n':<12} {'verdict':<18} {'accumulate':<10} plan family")
+    each = f"each verified on {verify} {'inputs' if what == 'n' else 'elements'}"
+    print(f"{args.target}, {args.format}, {what} = {args.sweep}: {len(regions)} region(s), {each}")
+    print(f"{what:<12} {'verdict':<18} {'accumulate':<10} plan family")
     for r in regions:
         span = str(r.first) if r.first == r.last else f"{r.first}..{r.last}"
         print(f"{span:<12} {r.verdict:<18} {r.accumulate:<10} {r.family or '-'}")
-    print("a region: consecutive n with one verdict, accumulator and family ('-': an explicit tree per n, or none)")
+    print(
+        f"a region: consecutive {what} with one verdict, accumulator and family ('-': an explicit tree per "
+        f"{what}, or none)"
+    )
     return 0
 
 
@@ -281,7 +297,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     r.add_argument("--n", type=int, default=None, help="number of summands (gloo, mpi: elements per rank)")
     r.add_argument("--np", type=int, default=None, help="ranks of the collective targets gloo and mpi:ALGORITHM")
     r.add_argument(
-        "--sweep", default=None, help="FIRST:LAST[:STEP]: reveal every n of the range, print where the tree changes"
+        "--sweep",
+        default=None,
+        help="FIRST:LAST[:STEP]: reveal every n (collectives: every element count) of the range, print where "
+        "the tree changes",
     )
     r.add_argument("--batch", type=int, default=1, help="rows of the matmul targets' left matrix (default 1)")
     r.add_argument("--format", default="fp32", help="format of the inputs and every partial sum (default fp32)")

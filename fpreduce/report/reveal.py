@@ -66,7 +66,10 @@ def chunks_figure(target: str, found: CollectiveRevelation) -> Figure:
         return fig
     edges, D = _depths(found)
     mesh = ax.pcolormesh(edges, np.arange(found.ranks + 1) - 0.5, D, cmap="viridis", shading="flat")
-    fig.colorbar(mesh, ax=ax, label="additions on the rank's path to the result (depth)")
+    bar = fig.colorbar(mesh, ax=ax, label="additions on the rank's path to the result (depth)")
+    top = int(D.max()) if D.size else 1
+    bar.set_ticks(range(int(D.min()) if D.size else 0, top + 1, max(1, top // 8)))
+    ax.set_yticks(range(0, found.ranks, max(1, found.ranks // 16)))
     for e in edges[1:-1]:
         ax.axvline(e, color="white", lw=0.8)
     ax.set_xlabel("element (run edges: white lines)")
@@ -79,17 +82,22 @@ def chunks_figure(target: str, found: CollectiveRevelation) -> Figure:
 def hazard_figure(target: str, regions: Sequence[Region], *, what: str = "n") -> Figure:
     """One band per region of the sweep, labelled with its family (or verdict): where the tree changes."""
     first, last = regions[0].first, regions[-1].last
+    changes = (
+        f"{len(regions) - 1} change(s) of explanation: there the same data summed at another {what} give other bits"
+        if len(regions) > 1
+        else f"one explanation covers every {what} swept"
+    )
     fig, (ax,) = new_figure(
         f"{target}: where the summation tree changes with {what} ({first}..{last})",
-        f"{len(regions)} region(s); {len(regions) - 1} change(s) of tree: the same data summed at "
-        f"another {what} gives other bits there",
+        f"{len(regions)} region(s); {changes}",
     )
     labels = sorted({r.family or r.verdict for r in regions})
     for r in regions:
         label = r.family or r.verdict
         k = labels.index(label)
-        ax.barh(k, r.last - r.first + 1, left=r.first - 0.5, color=COLORS[k % len(COLORS)], height=0.6)
+        ax.barh(k, r.last - r.first + 1, left=r.first - 0.5, color=COLORS[k % len(COLORS)], height=0.5)
     ax.set_yticks(range(len(labels)), labels)
+    ax.set_ylim(-1, len(labels))
     ax.set_xlabel(what)
     ax.set_xlim(first - 0.5, last + 0.5)
     if last / max(first, 1) > 50:
@@ -119,8 +127,12 @@ def write_reveal_report(
     *,
     sweeps: Sequence[tuple[str, Sequence[Region]]] = (),
     title: str = "fpreduce reveal",
+    swept: str = "n",
 ) -> Path:
-    """A PDF of the targets revealed (table, evidence, plans) and their figures; returns its path."""
+    """A PDF of the targets revealed (table, evidence, plans) and their figures; returns its path.
+
+    ``sweeps``: hazard maps over ``swept`` (``n``, or ``elements`` for a collective's message size).
+    """
     from fpreduce.report.pdf import draw_png, render
 
     def body(doc: Doc) -> None:
@@ -147,8 +159,8 @@ def write_reveal_report(
         ]
         figures += [
             (
-                hazard_figure(t, regions),
-                f"{t}: the plan family (or verdict) that explains each size; a new band is "
+                hazard_figure(t, regions, what=swept),
+                f"{t}: the plan family (or verdict) that explains each {swept}; a new band is "
                 "a place where the tree changes.",
             )
             for t, regions in sweeps
