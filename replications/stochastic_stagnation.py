@@ -15,9 +15,12 @@ the counter-based generator (one seed; its partial sums give every n in one pass
 The reference is the float64 prefix sum, exact for fp16 inputs (multiples of
 2**-24 below 2**29) and within n 2**-53 relative for bf16 (far below the errors
 shown). ``--full`` takes about 70 s and 2.8 GB (every partial sum of 2**24 x 4 terms
-is kept). What we see: RN stagnates at 2048 (fp16) and 256 (bf16), its error going to
-1; SR's error stays at 0.06 to 0.5 sqrt(n) u, and in bf16 at 0.02 to 0.06 where
-sqrt(n) u exceeds 1 (the bound says nothing there, SR still works).
+is kept). What we see: RN's sum stops at the value 2048 in fp16 and 256 in bf16 (where
+half an ulp of the sum, 1, exceeds every term), which it reaches after n = 4071 to 4115
+terms in fp16 and 517 to 533 in bf16 (the four columns of seed 0; about value / 0.5, the
+terms' mean); from there its error goes to 1. SR's error stays at 0.06 to 0.5 sqrt(n) u,
+and in bf16 at 0.02 to 0.06 where sqrt(n) u exceeds 1 (the bound says nothing there, SR
+still works).
 Run: ``python replications/stochastic_stagnation.py [--full]``.
 """
 
@@ -59,6 +62,19 @@ def run(fmt: str, sizes: Sequence[int], columns: int = 4, seed: int = 0) -> list
     return rows
 
 
+def stagnation(fmt: str, n: int, columns: int = 4, seed: int = 0) -> list[tuple[int, float]]:
+    """Per column of the data :func:`run` draws (``n`` terms): the number of terms after which the RN recursive
+    sum never changes again, and the value it stops at (0 terms: it still changes at the last term)."""
+    X = fr.round_to(np.random.default_rng(seed).uniform(0, 1, (n, columns)), fmt)
+    rn = fr.partial_sums(X, input=fmt, accumulate=fmt).astype(np.float64)
+    out = []
+    for c in range(columns):
+        moved = np.nonzero(np.diff(rn[:, c]) != 0)[0]
+        last = int(moved[-1]) + 2 if moved.size else 1  # the term (1-based) of the last change
+        out.append((last if last < n else 0, float(rn[-1, c])))
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = _common.parse(__doc__ or "", argv)
     clock = _common.Clock()
@@ -73,6 +89,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 [r["n"], r["rn"], r["sr"], r["sqrt_n_u"], r["sr"] / r["sqrt_n_u"], r["rn_value"], r["exact"]]
                 for r in rows
             ],
+        )
+        stops = stagnation(fmt, max(r["n"] for r in rows), seed=args.seed)
+        _common.say(
+            f"{fmt}: RN's sum stops changing after n = {', '.join(str(k) for k, _ in stops)} terms (per column), "
+            f"at the value {', '.join(f'{v:g}' for _, v in stops)}"
         )
     _common.say("", str(clock))
 

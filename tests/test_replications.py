@@ -65,6 +65,14 @@ def test_round_to_nearest_stagnates_and_stochastic_rounding_does_not(fmt, n):
     assert r["sr"] < r["rn"] / 5
 
 
+def test_stagnation_is_where_half_an_ulp_of_the_sum_exceeds_every_term():
+    """bf16 (p = 8): the RN sum of U[0,1] terms stops at 256 (ulp 2), after about 256 / 0.5 terms; never before."""
+    stops = load("stochastic_stagnation").stagnation("bf16", 2**11, columns=2, seed=0)
+    for k, v in stops:
+        assert v == 256.0
+        assert 400 < k < 640  # 512 terms on average: the sum of k terms of mean 0.5
+
+
 def test_fabsum_error_is_flat_in_n_and_within_its_bound():
     rows = load("fabsum_error").run([2**8, 2**12, 2**14], columns=2, seed=2)
     for r in rows[:2]:  # m u < 1: the first-order bound is informative

@@ -129,7 +129,7 @@ def log_lines(ax: Axes, series: Sequence[Series], *, markers: bool) -> None:
 
         ax.axhline(floor, color="0.45", lw=0.9, ls=":", zorder=1)
         ax.annotate(
-            "values equal to 0 are drawn on this dotted line",
+            "0 is drawn on this dotted line",
             (0.01, floor),
             xytext=(0, -2.5),
             xycoords=blended_transform_factory(ax.transAxes, ax.transData),

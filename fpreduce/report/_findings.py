@@ -447,8 +447,22 @@ def headline(run: Results) -> list[str]:
     else:
         fixed = [a["name"] for a in run.arms if is_fixed(a)]
         out.append(
-            "No arm here removes it: only a fixed order"
+            "No arm whose order changes removes it: only a fixed order"
             + (f" ({', '.join(fixed)})" if fixed else "")
             + " gives the same bits at every launch."
         )
+    less = [a for a in hit if a is not w and _share(a, vs, rerun) < _share(w, vs, rerun) / 10]
+    if less:
+        said = [
+            f"{a['name']} ({', '.join(f'{k} {_val(a, k)}' for k in differences(a, w)) or 'the same settings'}) "
+            f"to {pct(_share(a, vs, rerun))}"
+            for a in less
+        ]
+        out.append(f"What reduces it from {pct(_share(w, vs, rerun))} of the elements per step: {', '.join(said)}.")
     return out
+
+
+def _share(a: dict[str, Any], vs: dict[str, float], rerun: dict[str, float]) -> float:
+    """The headline's measure of an arm: its mean fraction differing from its twin, else changed by a relaunch."""
+    v = vs[a["name"]]
+    return v if not math.isnan(v) else rerun[a["name"]]

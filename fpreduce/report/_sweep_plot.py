@@ -67,11 +67,13 @@ def fig_sweep(rows: list[dict[str, Any]], name: str, about: str) -> Figure:
         lines.setdefault((*group(r), r["arm"]), {}).setdefault(r["workers"], []).append(r)
         if r.get("compare_to", "") != r["arm"]:  # older sweeps have no compare_to: every arm
             pairs.setdefault((*group(r), r["arm"]), {}).setdefault(r["workers"], []).append(r)
+    units = list(dict.fromkeys(str(r["accumulate"]) for r in rows))  # an ulp of bf16 is not an ulp of fp32
+    cols = -(-(3 + len(units)) // 2)
     fig, axes = new_figure(
         f"{name}: error and divergence against the number of workers N",
         f"{about}{len(groups)} plan/format combination(s), {len(arms)} arm(s), N = {', '.join(map(str, workers))}",
         nrows=2,
-        ncols=2,
+        ncols=cols,
     )
     norm = any(np.isfinite(r.get("mean_err_norm", np.nan)) for r in rows)  # older sweeps: per-element error
     err = (
@@ -80,13 +82,18 @@ def fig_sweep(rows: list[dict[str, Any]], name: str, about: str) -> Figure:
         else ("mean_err_rel", "mean relative error vs exact", "relative error |y − s| / |s|")
     )
     panels = [
-        (*err, "log"),
-        ("max_ulp", "max ulp distance to the compare_to arm", "ulps", "log"),
-        ("mean_diff_frac", "elements differing from the compare_to arm", "elements differing", "percent"),
-        ("mean_rerun_diff_frac", "elements changed by a relaunch", "elements changed", "percent"),
+        (*err, "log", None),
+        *(("max_ulp", f"max ulp distance, {u} sums", f"ulps of {u} to compare_to", "log", u) for u in units),
+        ("mean_diff_frac", "differing from compare_to", "elements differing", "percent", None),
+        ("mean_rerun_diff_frac", "changed by a relaunch", "elements changed", "percent", None),
     ]
-    for ax, (col, title, ylabel, scale) in zip(axes, panels, strict=True):
-        series = _sweep_series(pairs if col in ("max_ulp", "mean_diff_frac") else lines, col, groups, arms)
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (col, title, ylabel, scale, unit) in zip(axes, panels, strict=False):
+        src = pairs if col in ("max_ulp", "mean_diff_frac") else lines
+        if unit is not None:  # one accumulator format: one unit on the axis
+            src = {k: v for k, v in src.items() if k[2] == unit}
+        series = _sweep_series(src, col, groups, arms)
         if scale == "log":
             log_lines(ax, series + (_slopes(series, workers) if col == err[0] else []), markers=True)
             ax.set_ylabel(ylabel)

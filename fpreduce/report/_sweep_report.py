@@ -4,7 +4,9 @@ A growth exponent is fitted (least squares of log error on log N) only on a seri
 at least three positive points; it is printed with the range of N it covers and its R²,
 and with a caveat where the errors sit below a tenth of the output format's unit
 roundoff (most sums exact: the exponent then describes rare rounding events).
-Fractions are drawn on linear 0-100% axes; reference slopes only on the error panel.
+Fractions are drawn on linear 0-100% axes; reference slopes only on the error panel. Ulp
+distances are drawn one accumulator format per axis (an ulp of bf16 is not an ulp of fp32).
+Zeros on a log axis sit on a labelled dotted floor line, as in ``figures/sweep.png``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from numpy.typing import NDArray
 
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.formats import get_format
-from fpreduce.report._figure import percent_axis, series_style
+from fpreduce.report._figure import log_lines, percent_axis, series_style
 from fpreduce.report.pdf import _H, Doc, Rect, cell, render
 from fpreduce.run.rundir import SWEEP_CSV, SWEEP_MEASURES, read_sweep
 
@@ -38,8 +40,9 @@ _SWEEP_FIGS = (
     (
         "max_ulp",
         "max ulp distance to the compare_to arm",
-        "Largest ulp distance between each arm and its compare_to arm against N (log axis; zeros, i.e. "
-        "identical bits, are not drawn).",
+        "Largest ulp distance between each arm and its compare_to arm against N, in ulps of the accumulator "
+        "format named on the axis (one format per figure; log axis; zeros, i.e. identical bits, sit on the "
+        "labelled dotted line at the bottom).",
         "log",
     ),
     (
@@ -115,36 +118,90 @@ def _fits(series: dict[str, dict[str, Any]], col: str) -> list[str]:
     return lines
 
 
-def _panel(fig: Figure, rect: Rect, series: dict[str, dict[str, Any]], col: str, label: str, scale: str) -> float:
+def headline(rows: list[dict[str, Any]]) -> list[str]:
+    """One to three sentences from sweep.csv: does the order matter over the grid, how much (the largest mean
+    fraction of elements differing from the compare_to arm, where), and per accumulator format how much."""
+    pairs = [r for r in rows if r.get("compare_to", "") != r["arm"] and np.isfinite(r["mean_diff_frac"])]
+    if not pairs:
+        return ["No arm is compared with another arm, so this sweep cannot say whether the order matters."]
+    top = max(pairs, key=lambda r: r["mean_diff_frac"])
+    if top["mean_diff_frac"] == 0:
+        return ["The order does not matter here: no arm's bits differ from its compare_to arm at any N."]
+
+    def where(r: dict[str, Any]) -> str:
+        data = f" {r['dist']}" if len({q.get("dist", "") for q in rows}) > 1 else ""
+        other = r.get("compare_to") or "the first arm"  # older sweeps: every arm against the first
+        return f"{r['arm']} vs {other}, {r['plan']}{data} {r['input']}->{r['accumulate']}, N = {r['workers']}"
+
+    out = [
+        f"The order matters here: up to {100 * top['mean_diff_frac']:.3g}% of the elements per step differ from "
+        f"the compare_to arm ({where(top)})."
+    ]
+    by_acc = {}
+    for r in pairs:
+        if (
+            r["accumulate"] != top["accumulate"]
+            and r["mean_diff_frac"] >= by_acc.get(r["accumulate"], r)["mean_diff_frac"]
+        ):
+            by_acc[r["accumulate"]] = r
+    if by_acc:
+        out.append(
+            "Other accumulators: "
+            + "; ".join(
+                f"with {a} at most {100 * r['mean_diff_frac']:.3g}%" + (f" ({where(r)})" if r["mean_diff_frac"] else "")
+                for a, r in by_acc.items()
+            )
+            + "."
+        )
+    return out
+
+
+def _panel(
+    fig: Figure,
+    rect: Rect,
+    series: dict[str, dict[str, Any]],
+    col: str,
+    label: str,
+    scale: str,
+    unit: str | None = None,
+) -> float:
+    """One figure of the sweep report; ``unit``: only the series of that accumulator format (ulp distances)."""
     x, y, w, h = rect
-    ax = fig.add_axes((x + 0.07, y + 0.3 * h, w - 0.08, 0.68 * h))  # legend below
-    first = []
+    ax = fig.add_axes((x + 0.07, y + 0.4 * h, w - 0.08, 0.58 * h))  # legend below
+    drawn, first = [], []
     for i, (key, m) in enumerate(series.items()):
-        if m["itself"] and col in ("max_ulp", "mean_diff_frac"):
-            continue  # an arm compared with itself: no divergence to draw
-        ok = np.isfinite(m[col]) & ((m[col] > 0) if scale == "log" else True)
+        if (m["itself"] and col in ("max_ulp", "mean_diff_frac")) or (unit is not None and m["accumulate"] != unit):
+            continue  # an arm compared with itself: no divergence to draw; another format: another unit
+        ok = np.isfinite(m[col])
         if ok.any():
-            ax.plot(m["workers"][ok], m[col][ok], "-", ms=4, label=key, **series_style(i))
-            if scale == "log":
-                first.append((float(m["workers"][ok][0]), float(m[col][ok][0])))
+            drawn.append((m["workers"][ok], m[col][ok], {"ls": "-", "ms": 4, "label": key, **series_style(i)}))
+            pos = ok & (m[col] > 0)
+            if pos.any():
+                first.append((float(m["workers"][pos][0]), float(m[col][pos][0])))
     ns = np.unique(np.concatenate([m["workers"] for m in series.values()]))
     if first and col in ("mean_err_norm", "mean_err_rel"):
         n0 = min(first)[0]
         y0 = float(np.median([f[1] for f in first if f[0] == n0]))
-        ax.plot(ns, y0 * np.sqrt(ns / n0), "k--", lw=1, label="reference slope sqrt(N)")
-        ax.plot(ns, y0 * ns / n0, "k:", lw=1.2, label="reference slope N")
-    if ax.get_lines():
+        drawn.append(
+            (ns, y0 * np.sqrt(ns / n0), {"color": "k", "ls": "--", "lw": 1, "label": "reference slope sqrt(N)"})
+        )
+        drawn.append((ns, y0 * ns / n0, {"color": "k", "ls": ":", "lw": 1.2, "label": "reference slope N"}))
+    if drawn:
+        if scale == "log":
+            log_lines(ax, drawn, markers=False)  # zeros on a labelled floor line, as in sweep.png
+        else:
+            for xs, ys, kw in drawn:
+                ax.plot(xs, ys, **kw)
         ax.set_xscale("log")
         ax.set_xticks(ns, [f"{v:g}" for v in ns])
         ax.set_xticks([], minor=True)
-        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.1))
-        if scale == "log":
-            ax.set_yscale("log")
+        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     else:
         ax.text(0.5, 0.5, "no values to draw", ha="center", transform=ax.transAxes)
     if scale == "percent":
         percent_axis(ax, label)
-    ax.set(xlabel="N workers", ylabel=label, title=label + " against N")
+    short = f"max ulp distance (ulps of {unit})" if unit is not None else label
+    ax.set(xlabel="N workers", ylabel=short, title=label + " against N")
     ax.grid(True, which="both", alpha=0.3)
     return (1 - y) * _H
 
@@ -180,14 +237,27 @@ def write_sweep_report(sweep_dir: str | Path, out: str | Path | None = None) -> 
             size=11,
         )
         what = "normwise error" if norm else "mean relative error (this sweep predates normwise errors)"
+        doc.y += 0.1
+        for h in headline(rows):
+            doc.text(h, size=11, weight="bold")
         doc.heading(f"Findings: least-squares exponent of the {what} against N", 11)
         for ln in lines or ["(no series)"]:
             doc.text("- " + ln, size=9)
+        units = list(dict.fromkeys(str(m["accumulate"]) for m in series.values()))
+        first = True
         for col, label, cap, scale in figs:
-            doc.figure_page(partial(_panel, series=series, col=col, label=label, scale=scale), cap)
+            for unit in units if col == "max_ulp" else [None]:
+                text = f"{label} (ulps of {unit})" if unit is not None else label
+                draw = partial(_panel, series=series, col=col, label=text, scale=scale, unit=unit)
+                if first:
+                    doc.new_page()
+                    first = False
+                doc.figure(draw, cap)
         doc.new_page()
         doc.heading("Sweep table (sweep.csv)")
         head = list(rows[0])
-        doc.table(head, [[cell(r[h]) if h in _SWEEP_NUM[1:] else r[h] for h in head] for r in rows])
+        keys = sum(1 for h in head if h not in _SWEEP_NUM[1:] and h != "compare_to")  # the columns naming a row
+        head = [h for h in head if h not in _SWEEP_NUM[1:]] + [h for h in head if h in _SWEEP_NUM[1:]]
+        doc.table(head, [[cell(r[h]) if h in _SWEEP_NUM[1:] else r[h] for h in head] for r in rows], keys=keys)
 
     return render(Path(out) if out is not None else d / "report.pdf", f"fpreduce sweep {d.name}", body)

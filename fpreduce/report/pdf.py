@@ -100,9 +100,9 @@ class Doc:
             self._line(ln, size, size * 1.5 / 72, weight="bold")
         self.y += size * 0.3 / 72
 
-    def table(self, header: Sequence[str], rows: Sequence[Sequence[object]], size: float = 7.5) -> None:
-        """Monospace; too wide: split into column groups (first column repeated); too long:
-        continued on the next page under a repeated header; a too-wide cell is wrapped."""
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[object]], size: float = 7.5, keys: int = 1) -> None:
+        """Monospace; too wide: split into column groups, the first ``keys`` columns (the row labels) repeated in
+        each; too long: continued on the next page under a repeated header; a too-wide cell is wrapped."""
         fit = int((_W - 2 * _M) * 72 / (size * 0.61))
         cells = [[str(c) for c in header]]
         for r in rows:
@@ -110,10 +110,11 @@ class Doc:
             cells += [[p[i] if i < len(p) else "" for p in parts] for i in range(max(map(len, parts)))]
         w = [max(len(r[j]) for r in cells) for j in range(len(header))]
         right = [all(_num(r[j]) == _num(r[j]) or r[j] in ("", "nan") for r in cells[1:]) for j in range(len(w))]
-        groups: list[list[int]] = [[0]]
-        for j in range(1, len(header)):
-            if sum(w[k] + 2 for k in groups[-1]) + w[j] > fit:
-                groups.append([0])
+        label = list(range(max(1, min(keys, len(header) - 1))))
+        groups: list[list[int]] = [list(label)]
+        for j in range(len(label), len(header)):
+            if sum(w[k] + 2 for k in groups[-1]) + w[j] > fit and len(groups[-1]) > len(label):
+                groups.append(list(label))
             groups[-1].append(j)
         dy = size * 1.35 / 72
         for g in groups:

@@ -357,7 +357,7 @@ def _fig_training(run: _Run) -> Figure:
     else:
         note(a2, "every arm is compared with itself")
     a2.set(
-        title=r"each replica's distance to its compare_to arm's: $\|\theta - \theta_{ref}\| \,/\, \|\theta_{ref}\|$",
+        title=r"distance to compare_to: $\|\theta - \theta_{ref}\| \,/\, \|\theta_{ref}\|$",
         ylabel="relative parameter distance",
     )
     suffix, marked, xmax = {}, 0, max(int(m["step"][-1]) for m in run.metrics.values())

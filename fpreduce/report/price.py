@@ -109,7 +109,7 @@ def staleness_verdict(r: Row, rows: Sequence[Row]) -> str | None:
     more = f" ({rel:+.1%})" if math.isfinite(rel) and rel <= 99 else ""
     return (
         f"Staleness costs here: {head}; after the same number of gradients it {end} against {whose} "
-        f"{base:.4g}{more} and {_reach(r)}."
+        f"{base:.4g}{more} and {_reach(r)} ({ref['mode']}: {_secs(ref['time_to_target_s'])})."
     )
 
 
@@ -250,7 +250,7 @@ def _load_figure(traces: Mapping[str, Mapping[str, list[Any]]], idle: Mapping[st
         wait = ax.stairs(np.full(busy.size, float(n)), edges, fill=True, color="0.85", baseline=busy)
         ax.set_ylim(0, n * 1.02)
         ax.set_title(
-            f"{m}: idle {idle[m]:.1%} of the workers' time ({n * (1 - idle[m]):.1f} of {n} computing on average)",
+            f"{m}: idle {pct(idle[m])} of the workers' time ({n * (1 - idle[m]):.1f} of {n} computing on average)",
             fontsize=9,
             loc="left",
         )
@@ -294,12 +294,13 @@ def write_price_report(study_dir: str | Path) -> list[Path]:
             f"learning rate {cfg['source']['lr']:g}. Each mode is relaunched with other timings (same data, same "
             "weights): 'differ on rerun' is what that changes."
         )
+        d.text(table(rows), mono=True, size=7.5)
+        d.text(TABLE_KEY, size=8)
+        d.y += 0.1
         for s in findings(rows, target, given=float(sp.get("target_loss", 0) or 0) > 0):
             d.text("- " + s)
         if any(r["staleness_max"] for r in rows):
             d.text(LITERATURE, size=9)
-        d.text(table(rows), mono=True, size=7.5)
-        d.text(TABLE_KEY, size=8)
         d.figure_page(
             draw_png(png["price"]),
             "Left: loss against simulated time; middle: against steps; right: how stale the applied gradients were.",
