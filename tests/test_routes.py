@@ -6,15 +6,17 @@ ties, signed zeros; overflow in every mode; NaN and Inf), with the compiled kern
 and with the numpy twins (``jit.disabled()``). For each run: the route the engine ran
 first is the one ``fr.explain`` decided (``fr.trace_routes``), the bits equal the numpy
 twin's, and the edge columns equal ``fr.reduce_reference`` (exact rationals, one
-rounding per addition; stochastic rounding: the numpy twin only, the same counter-based
-law). ``test_every_route_is_exercised`` fails if a member of ``fr.Route`` is decided by
-none of these cases.
+rounding per addition) or, in stochastic rounding, ``test_tall.sr_tree`` (each addition
+of the element's tree rounded by the documented law in Fractions, its uniform from an
+independent splitmix64; where the inputs need no conversion). ``test_every_route_is_exercised``
+fails if a member of ``fr.Route`` is decided by none of these cases or run by none.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_tall import sr_tree
 
 import fpreduce as fr
 from fpreduce.base import jit
@@ -132,6 +134,12 @@ def _check(shape: str, fmt: str, mode: str, kind: str, seen_routes: set[fr.Route
     same = _same(results[0], results[1])
     assert same.all(), f"{shape} {fmt} {mode} {kind}: compiled != numpy at {np.flatnonzero(~same)[:8]}"
     if mode == "stochastic":
+        if alg == "plain" and inp == fmt and shape != "one_worker":  # no conversion of the inputs: only additions
+            key = int(np.random.default_rng(3).integers(0, 2**63))
+            for j in range(min(EDGE, m)):
+                tree = _element_plan(plan, j, m)
+                want = sr_tree(tree.root, X[:, j].astype(np.float64), fmt, key, j)
+                assert _same(results[0][j : j + 1], np.array([want])).all(), f"{shape} {fmt} {kind}: column {j}"
         return
     for j in range(min(EDGE, m)):
         kwr = dict(input=inp, accumulate=fmt, rounding=mode)

@@ -268,11 +268,22 @@ def splitmix_uniform(key, e, t):
 def sr_add(x, y, fmt, u):
     """x + y stochastically rounded, the documented law in Fractions: the upper neighbour iff u < the float64
     distance of the exact sum from the lower one over their gap; past the top the neighbour is where the values
-    would continue (the overflow threshold), taken as ±Inf."""
+    would continue (the overflow threshold), taken as the overflow (±Inf, NaN in a format without Inf)."""
     f = get_format(fmt)
+    if f.precision == 53:  # fp64's law: the float64 sum (Inf when it overflows), stepped toward its remainder
+        s = x + y  # iff u < |remainder| / the gap (the same probabilities as below, another use of u)
+        if not np.isfinite(s):
+            return s
+        err = Fraction(x) + Fraction(y) - Fraction(s)
+        with np.errstate(over="ignore"):
+            other = float(np.nextafter(s, np.inf if err > 0 else -np.inf))
+        if err == 0 or not np.isfinite(other):  # (past the top: the gap is infinite, never taken)
+            return s
+        return other if Fraction(u) < abs(err) / abs(Fraction(other) - Fraction(s)) else s
     lo, hi = add_exact(x, y, f, "down"), add_exact(x, y, f, "up")
-    if not lo < hi:  # an exact sum (x + (-x) is +0 but in mode down), Inf or NaN
+    if not (np.isfinite(x) and np.isfinite(y)) or lo == hi:  # Inf or NaN; an exact sum (x - x: +0 but in down)
         return add_exact(x, y, f, "nearest_even")
+    # finite addends: a non-finite neighbour is the overflow (Inf, or NaN in a format without Inf)
     top = Fraction(f.max_finite) + Fraction(2) ** (f.emax - f.precision + 1)
     a = Fraction(lo) if np.isfinite(lo) else -top
     b = Fraction(hi) if np.isfinite(hi) else top
