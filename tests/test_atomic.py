@@ -226,6 +226,28 @@ def test_gathered_orders_are_fancy_indexing(n, width):
     assert fr.reduce(A[:, lo:lo], plan, **kw).shape == (0,)
 
 
+def test_gather_orders_fills_the_engines_buffer():
+    """Kept on the private helper on purpose (issue 24): the gather writes into the engine's reused buffer and
+    leaves the rest of it alone, and takes orders of any integer dtype; memory and dtypes no result shows (the
+    gathered bits: test_gathered_orders_are_fancy_indexing)."""
+    from fpreduce.core._fastpath import _gather_orders
+
+    n, width = 64, 1000
+    A = np.random.default_rng(n).standard_normal((n, width + 40), dtype=np.float32)
+    lo, hi = 17, 17 + width
+    o = P.atomic(n, seed=1).orders(5, 5 + width)
+    want = A[o.T.astype(np.intp), np.arange(lo, hi)]
+    got = _gather_orders(A, o, lo, hi)
+    assert got.flags.c_contiguous
+    assert np.array_equal(got, want)
+    assert np.array_equal(_gather_orders(A, o.astype(np.intp), lo, hi), want)  # any integer orders
+    buf = np.full((n, width + 3), np.nan, dtype=np.float32)
+    Y = _gather_orders(A, o, lo, hi, buf)
+    assert np.shares_memory(Y, buf)
+    assert np.array_equal(Y, want)
+    assert np.isnan(buf[:, width:]).all()
+
+
 # -- the fused kernel (orders, gather and fold in one numba pass) against the numpy path ---------------------------
 
 FORMATS = [("bf16", "bf16"), ("bf16", "tf32"), ("tf32", "tf32"), ("bf16", "fp32"), ("tf32", "fp32"), ("fp32", "fp32")]
