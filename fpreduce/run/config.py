@@ -226,6 +226,15 @@ class Config:
         n = self.experiment.workers
         for a in self.arms:
             if a.policy.plan:
+                family = a.policy.plan.split(":")[0]
+                most = PLAN_WORKERS.get(family, PLAN_WORKERS[""])
+                if n > most:  # bounded work: refused before the plan is built (issue 26)
+                    raise InvalidArgument(
+                        f"arms.{a.name}.order: {family} plans are built for at most {most} workers, got "
+                        f"experiment.workers = {n} (bounded work: a plan holds a tree of N leaves per segment; ring "
+                        "over 4096 workers takes ~6 s to build, rabenseifner over 1024 ~3 s); 'atomic' and 'arrival' "
+                        "orders build no plan"
+                    )
                 try:
                     parse(a.policy.plan, n)
                 except InvalidArgument as e:
@@ -254,6 +263,10 @@ class Config:
 
 
 _TABLES = ("experiment", "source", "arrival", "arms")
+
+#: bounded work: the most workers a plan is built for, by family ("": any other; a plan of N workers holds at least
+#: N leaves, and the segmented ones a tree per segment: ring's grow with N^2, rabenseifner's faster)
+PLAN_WORKERS = {"": 1 << 20, "ring": 4096, "rabenseifner": 1024, "ompi": 1024}
 
 #: bounded work: the most arms one run compares
 MAX_ARMS = 256
