@@ -147,8 +147,8 @@ def test_scale_workers_is_capped_up_front_with_its_own_key(tmp_path, capsys, n):
 
 @pytest.mark.parametrize(("cmd", "keys"), [("scale", "scale.workers"), ("price", "price.workers")])
 def test_out_of_memory_names_the_commands_own_keys(tmp_path, capsys, monkeypatch, cmd, keys):
-    from fpreduce.run import scale as scale_module
     from fpreduce.run import price as price_module
+    from fpreduce.run import scale as scale_module
 
     def oom(*_: object, **__: object) -> None:
         raise MemoryError

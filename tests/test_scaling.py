@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import fpreduce as fr
 from fpreduce.analysis.scaling import format_table, rows_as_dicts, scaling
-from fpreduce.run.scale import load_scale_config
 from fpreduce.core.timing import Profile
+from fpreduce.run.scale import load_scale_config
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "scaling.toml"
 NODE = Profile(alpha=5e-6, beta=1 / 12.5e9, gamma=0.0, alpha_intra=1e-6, beta_intra=1 / 150e9, gpus_per_node=8)
