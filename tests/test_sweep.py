@@ -56,9 +56,11 @@ def test_sweep_cli_writes_figures_and_report(tmp_path, capsys):
         (SWEEP.replace("[sweep]", "[swep]"), r"needs a \[sweep\] table"),
         (SWEEP.replace("workers = [2, 4, 8]", "workrs = [2]"), "did you mean 'workers'"),
         (SWEEP.replace('"bf16:fp32"', '"bf16"'), "input:accumulate"),
-        (SWEEP.replace("[2, 4, 8]", "[0, 2]"), "positive ints"),
+        (SWEEP.replace("[2, 4, 8]", "[0, 2]"), r"sweep.workers\[0\]: must be an integer >= 1, got 0"),
+        (SWEEP.replace("[2, 4, 8]", "[true, 2]"), r"sweep.workers\[0\]: expected integer, got True"),
+        (SWEEP.replace("[2, 4, 8]", "[2.5]"), r"s.toml: sweep.workers\[0\]: expected integer, got 2.5"),
         (SWEEP + 'dists = ["normal", "lognormall"]\n', "did you mean 'lognormal'"),
-        (SWEEP + "dists = []\n", "non-empty list"),
+        (SWEEP + "dists = []\n", "sweep.dists: empty"),
         (
             SWEEP.replace('kind = "synthetic"\nelements = 256', 'kind = "model"') + 'dists = ["normal"]\n',
             "synthetic source",

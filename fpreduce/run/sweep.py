@@ -25,7 +25,7 @@ import time
 import tomllib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +33,32 @@ from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.run import _files, rundir
 from fpreduce.run.config import ArmSpec, Config, _set, from_dict, read_toml
 from fpreduce.run.runner import check_run, run_experiment
-from fpreduce.run.schema import document
+from fpreduce.run.schema import build, choice, document, in_range
 from fpreduce.run.sources import DISTS, SyntheticSpec
 
 __all__ = ["load_sweep_config", "run_sweep", "sweep_dir"]
 
 #: ``progress(done, total, point, how, seconds)``: a point finished (how: ran, resumed, done)
 SweepProgress = Callable[[int, int, str, str, float], None]
-_KEYS = ("workers", "plans", "dists", "formats", "order")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The ``[sweep]`` table: the grid (each key optional; an empty array is an error).
+
+    Attributes:
+        workers: the N of the points (default: ``experiment.workers``).
+        plans: the plans of arms A (fixed) and B (re-ranked every step, or arrival).
+        dists: synthetic distributions (default: the source's own).
+        formats: ``input:accumulate`` pairs (default: the first arm's).
+        order: B's order: ``shuffle`` (the plan re-ranked) or ``arrival``.
+    """
+
+    workers: tuple[int, ...] = ()
+    plans: tuple[str, ...] = ("sequential",)
+    dists: tuple[str, ...] = ()
+    formats: tuple[str, ...] = ()
+    order: str = "shuffle"
 
 
 def load_sweep_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Config, list[Config]]:
@@ -73,19 +91,19 @@ def _points(p: Path, d: dict[str, Any], overrides: Sequence[str]) -> tuple[Confi
     sw = d.pop("sweep", None)
     if not isinstance(sw, dict):
         raise InvalidArgument(f"{p}: a sweep needs a [sweep] table (workers, plans, formats)")
-    for k in sw:
-        if k not in _KEYS:
-            raise unknown_name("key in [sweep]", k, _KEYS)
+    grid = build(SweepSpec, "sweep", sw)
+    for key in ("workers", "plans", "dists", "formats"):
+        if key in sw and not getattr(grid, key):
+            raise InvalidArgument(f"sweep.{key}: empty, expected at least one entry")
+    for i, w in enumerate(grid.workers):
+        in_range(f"sweep.workers[{i}]", w, 1, integer=True)
+    choice("sweep.order", grid.order, ("shuffle", "arrival"))
     base = from_dict(d)  # (without [[arms]]: the default's; point i replaces them by its A and B)
-    workers = sw.get("workers", [base.experiment.workers])
-    plans = sw.get("plans", ["sequential"])
-    formats = sw.get("formats", [f"{base.arms[0].input}:{base.arms[0].accumulate}"])
-    order = sw.get("order", "shuffle")
-    if order not in ("shuffle", "arrival"):
-        raise unknown_name("sweep.order", order, ("shuffle", "arrival"))
-    if not (isinstance(workers, list) and all(isinstance(w, int) and w >= 1 for w in workers)):
-        raise InvalidArgument(f"sweep.workers must be a list of positive ints, got {workers!r}")
-    sources = _sources(base, sw.get("dists"))
+    workers = list(grid.workers) or [base.experiment.workers]
+    plans = list(grid.plans)
+    formats = list(grid.formats) or [f"{base.arms[0].input}:{base.arms[0].accumulate}"]
+    order = grid.order
+    sources = _sources(base, list(grid.dists) if "dists" in sw else None)
     points = []
     for w, plan, (dist, source), fm in itertools.product(workers, plans, sources, formats):
         inp, _, acc = str(fm).partition(":")
