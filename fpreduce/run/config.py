@@ -24,7 +24,7 @@ from fpreduce.core.options import ALGORITHMS, AVERAGES
 from fpreduce.core.rounding import MODES
 from fpreduce.plans import parse
 from fpreduce.run.rundir import check_name
-from fpreduce.run.schema import build, document
+from fpreduce.run.schema import build, document, in_range
 from fpreduce.run.sources import SourceSpec, file_shape, spec_from_dict
 
 __all__ = [
@@ -105,6 +105,7 @@ class ExperimentSpec:
             raise InvalidArgument(f"experiment.steps must be >= 1, got {self.steps}")
         if self.workers < 1:
             raise InvalidArgument(f"experiment.workers must be >= 1, got {self.workers}")
+        in_range("experiment.seed", self.seed, 0, integer=True)  # (numpy's generators take no negative seed)
         check_name("experiment.name", self.name)
 
 

@@ -141,6 +141,7 @@ def price_config_from_dict(d: dict[str, Any]) -> PriceConfig:
     :mod:`fpreduce.run.schema` (each error one line naming the key)."""
     t = tables(d, ("price", "source", "compute", "cluster"))
     spec = build(PriceSpec, "price", t["price"])
+    rundir.check_name("price.name", spec.name)
     in_range("price.workers", spec.workers, 1, hi=MAX_WORKERS + 1, integer=True)  # bounded work (issue 26)
     in_range("price.steps", spec.steps, 1, integer=True)
     in_range("price.seed", spec.seed, 0, integer=True)

@@ -16,6 +16,7 @@ from fpreduce.analysis.scaling import MAX_WORKERS, ScaleConfig, scaling
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.tomlfile import read_toml
 from fpreduce.core.timing import Profile
+from fpreduce.run.rundir import check_name
 from fpreduce.run.schema import build, document, in_range, named, tables
 
 __all__ = ["ScaleTable", "load_scale_config", "scale_config_from_dict"]
@@ -44,6 +45,7 @@ class ScaleTable:
     bytes_per_element: int = 4
 
     def __post_init__(self) -> None:
+        check_name("scale.name", self.name)
         for key in ("workers", "plans"):
             if not getattr(self, key):
                 raise InvalidArgument(f"scale.{key}: empty, expected at least one entry")
