@@ -254,7 +254,7 @@ def _fig_divergence(run: _Run) -> Figure:
     else:
         note(a1, "every arm is compared with itself")
     if (alone := [a for a in run.arms if a not in pairs]) and pairs:
-        note(a1, f"not drawn: {', '.join(alone)} (compared with itself)", corner=True)
+        note(a1, f"not drawn: {', '.join(alone)} (each compared with itself)", corner=True)
     a1.set(title="bits differ from the compare_to arm (pairs: legend)")
     if moving:
         _fraction_lines(
@@ -264,7 +264,7 @@ def _fig_divergence(run: _Run) -> Figure:
         note(a2, "every arm has a fixed order: a relaunch repeats its bits")
     if (fixed := [a for a in run.arms if a not in moving]) and moving:
         note(a2, f"not drawn: {', '.join(fixed)} (fixed order: 0 by construction)", corner=True)
-    a2.set(title="bits change on relaunch (arms whose order changes)")
+    a2.set(title="bits changed by a relaunch (order not fixed)")
     shown = [a for a in run.arms if a in pairs or a in moving]
     run.legend(fig, ("diff_frac", "rerun_diff_frac"), arms=shown, pairs=True)
     return fig

@@ -73,8 +73,9 @@ CAPTIONS = {  # figure stem (plots.plot_run's names) -> how to read it; the orde
     "sums, so arms with different formats compare directly; the findings give the numbers.",
     "divergence": "Bitwise divergence per step on linear 0-100% axes. Left: the fraction of elements whose bits "
     "differ from the arm's compare_to arm (legend: 'B vs A'; pairs with different output formats are compared "
-    "in the wider one). Right: the fraction that changes when the same arm is relaunched with an independently "
-    "seeded order (0 for a fixed order).",
+    "in the wider one; an arm compared with itself is not drawn). Right: the fraction that changes when an arm "
+    "whose order changes is relaunched with an independently seeded order (a fixed order repeats its bits by "
+    "construction: not drawn).",
     "ulp_hist": "Histogram of ulp distances between each arm and its compare_to arm over all steps and elements "
     "(legend: 'B vs A'). The bar at 0 holds identical bits; the tail shows how far apart the rest are.",
     "training": "Training: loss per arm, and the relative parameter distance of each arm's replica to its "
@@ -128,6 +129,8 @@ def _draw_panels(run: Results, stem: str) -> Draw:
                 v, st = run.column(a["name"], col), series_style(i)
                 if v.size == 0 or (skip and (a.get("compare_to") or run.reference) == a["name"]):
                     continue
+                if col == "rerun_diff_frac" and str(a.get("order", "")).startswith("fixed:"):
+                    continue  # a fixed order repeats its bits by construction
                 ok = np.isfinite(v) & (v > 0) if scale == "log" else np.isfinite(v)
                 (handles[_legend_name(run, a)],) = ax.plot(run.column(a["name"], "step")[ok], v[ok], "-", ms=3, **st)
                 if col == "param_dist" and a.get("first_param_divergence_step") is not None:
@@ -153,18 +156,22 @@ def _draw_panels(run: Results, stem: str) -> Draw:
     return draw
 
 
-def _figures(run: Results) -> list[tuple[Draw, str]]:
+def _figures(run: Results) -> list[tuple[Draw, str, float]]:
+    """(draw, caption, height as a fraction of the page): the run's PNGs two to a page, else panels drawn here."""
     pngs = sorted((run.dir / "figures").glob("*.png")) if (run.dir / "figures").is_dir() else []
     if pngs:
         order = list(CAPTIONS)
         pngs.sort(key=lambda p: (order.index(p.stem) if p.stem in order else len(order), p.name))
-        return [(draw_png(p), CAPTIONS.get(p.stem, f"Figure {p.name} from the run's figures directory.")) for p in pngs]
+        return [
+            (draw_png(p), CAPTIONS.get(p.stem, f"Figure {p.name} from the run's figures directory."), 0.36)
+            for p in pngs
+        ]
     if not run.metrics:
         return []  # interrupted before the first step: nothing to draw
     stems = ["error", "divergence"][: 1 + (len(run.arms) > 1)] + ["training"] * bool(
         np.isfinite(run.column(run.reference, "loss")).any()
     )
-    return [(_draw_panels(run, k), CAPTIONS[k]) for k in stems]
+    return [(_draw_panels(run, k), CAPTIONS[k], 0.62) for k in stems]
 
 
 _POLICIES: dict[PolicyKind, str] = {
@@ -335,10 +342,10 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
             for f in paras:
                 doc.text("- " + f, size=9.5)
                 doc.y += 0.04
-        for i, (draw, caption) in enumerate(_figures(run)):
+        for i, (draw, caption, height) in enumerate(_figures(run)):
             if i == 0:
                 doc.new_page()
-            doc.figure(draw, caption)
+            doc.figure(draw, caption, height)
         replay_pages(doc, run.dir)  # fpreduce replay's runs: the emulation and the per-parameter table
         _methods(doc, run)
         _appendix(doc, run)
