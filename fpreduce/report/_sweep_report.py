@@ -137,7 +137,7 @@ def headline(rows: list[dict[str, Any]]) -> list[str]:
         f"The order matters here: up to {100 * top['mean_diff_frac']:.3g}% of the elements per step differ from "
         f"the compare_to arm ({where(top)})."
     ]
-    by_acc = {}
+    by_acc: dict[str, dict[str, Any]] = {}
     for r in pairs:
         if (
             r["accumulate"] != top["accumulate"]
