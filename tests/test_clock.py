@@ -131,7 +131,8 @@ def test_the_staleness_verdict_flips_with_the_loss() -> None:
     assert free.startswith("Staleness is free here: async's updates are 15.0 updates stale")
     assert "(+2.5%)" in free
     costly = findings([ref, _row("async", final_loss=0.3, time_to_target_s=float("nan"), **stale)], 0.3)[-1]
-    assert costly.startswith("Staleness costs here:") and "(+50.0%) and never reaches the target" in costly
+    assert costly.startswith("Staleness costs here:")
+    assert "(+50.0%) and never reaches the target" in costly
     gone = findings([ref, _row("local_async:4", final_loss=float("inf"), **stale)], 0.3)[-1]
     assert "diverges (its loss is not finite)" in gone
     assert not any(s.startswith("Staleness") for s in findings([ref, _row("m_sync:2")], 0.3))
@@ -152,7 +153,8 @@ def test_price_rows_follow_their_definitions() -> None:
         busy = sum(min(b, tr.time[-1]) - min(a, tr.time[-1]) for a, b in tr.computing)  # computing, clipped at the end
         assert r.idle_fraction == pytest.approx(1 - busy / (4 * tr.time[-1]))
         curve, idle = load_of(tr, 4, 50)
-        assert idle == r.idle_fraction and curve.max() <= 4 + 1e-9
+        assert idle == r.idle_fraction
+        assert curve.max() <= 4 + 1e-9
         assert curve.mean() == pytest.approx(4 * (1 - idle))  # the bins integrate the same compute seconds
     assert rows[0].idle_fraction > 0 < rows[1].idle_fraction  # a barrier waits for the slowest
     assert rows[2].idle_fraction < rows[0].idle_fraction  # async goes on at once
