@@ -29,6 +29,7 @@ at once); balanced trees (rd, Rabenseifner) take N + log2(N) or so.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import deque
@@ -61,6 +62,7 @@ from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.engine import reduce
 from fpreduce.core.formats import Format, as_native, get_format
 from fpreduce.plans import AnyPlan, Plan, SegmentedPlan, Split, hier, linear, nccl_tree, rabenseifner, rd, ring
+from fpreduce.plans.ompi import default_plan
 
 __all__ = [
     "CollectiveRevelation",
@@ -292,8 +294,9 @@ def _merged(units: Sequence[_Unit]) -> list[Run]:
     return out
 
 
-def _candidates(n: int, f: Format) -> dict[str, AnyPlan]:
-    """The project's collective plans over n ranks (gloo's ring sized for the format's bytes)."""
+def _candidates(n: int, f: Format, elements: int | None = None) -> dict[str, AnyPlan]:
+    """The project's collective plans over n ranks (gloo's ring sized for the format's bytes; with
+    ``elements``, also Open MPI's own choice for that message, ``ompi:default``)."""
     item = _item_bytes(f)
     out: dict[str, AnyPlan] = {"rd": rd(n), "linear": linear(n), "rabenseifner": rabenseifner(n)}
     for conv in ("nccl", "mpich", "ompi"):
@@ -303,6 +306,9 @@ def _candidates(n: int, f: Format) -> dict[str, AnyPlan]:
         if n % g == 0:
             out[f"tree:nccl:{g}"] = nccl_tree(n, g)
             out[f"hier:{g}"] = hier(n, g)
+    if elements is not None and n >= 2:
+        with contextlib.suppress(InvalidArgument):  # a choice no plan models (nonoverlapping at N >= 128)
+            out["ompi:default"] = default_plan(n, elements, item)[2]
     return out
 
 
@@ -338,7 +344,8 @@ def families(runs: Sequence[Run], ranks: int, elements: int, format: str | Forma
     """The project's plan texts (one tree's families, then the collectives') that explain the runs."""
     found = match_family(runs[0].plan) if len(runs) == 1 else []
     f = get_format(format)
-    return found + [t for t, p in _candidates(ranks, f).items() if t not in found and _explains(p, runs, elements)]
+    known = _candidates(ranks, f, elements)
+    return found + [t for t, p in known.items() if t not in found and _explains(p, runs, elements)]
 
 
 def explicit_plan(runs: Sequence[Run], ranks: int, elements: int, format: str | Format = "fp32") -> AnyPlan:
@@ -498,7 +505,7 @@ def _attempt(
     except _Refused as e:
         return replace(base, evidence=str(e), calls=pr.calls, probe_seconds=time.perf_counter() - t0), e.exact
     names = families(runs, *shape, f)
-    known = _candidates(shape[0], f)
+    known = _candidates(shape[0], f, shape[1])
     plan = next((known[t] for t in names if t in known), None) or explicit_plan(runs, *shape, f)
     seconds = time.perf_counter() - t0
     probed = replace(base, runs=tuple(runs), families=tuple(names), calls=pr.calls, probe_seconds=seconds)
@@ -556,6 +563,6 @@ def hazard_map(
     seen: list[tuple[int, str, str, Sequence[str], int]] = []
     for e in es:
         found = collective_revelation(fn, ranks, e, format=format, verify=verify, seed=seed)
-        fams = [t for t in found.families if t in _candidates(ranks, get_format(format))] or list(found.families)
+        fams = [t for t in found.families if t in _candidates(ranks, get_format(format), e)] or list(found.families)
         seen.append((e, found.verdict, found.accumulate, fams or [""], found.calls))
     return regions(seen)

@@ -41,7 +41,8 @@ class LiveAllReduce:
     Args:
         backend: ``gloo`` (torch.distributed, CPU) or ``mpi`` (Open MPI through mpi4py).
         ranks: N, 2..64.
-        algorithm: Open MPI's forced algorithm (a key of ``mpi.ALGORITHMS``; gloo: ``ring``).
+        algorithm: Open MPI's forced algorithm (a key of ``mpi.ALGORITHMS``), or ``default`` (the
+            default for mpi: Open MPI's own choice); gloo: ``ring``.
         dtype: the tensor's format (gloo: fp32, fp16, bf16, fp64; mpi: fp32, fp64).
         timeout: seconds a launch or one call may take.
 
@@ -56,9 +57,10 @@ class LiveAllReduce:
         if backend not in BACKENDS:
             raise unknown_name("backend", backend, BACKENDS)
         lib = gloo if backend == "gloo" else mpi
-        algorithm = algorithm or "ring"
-        if algorithm not in lib.ALGORITHMS:
-            raise unknown_name(f"{backend} algorithm", algorithm, tuple(lib.ALGORITHMS))
+        algorithm = algorithm or (mpi.DEFAULT if backend == "mpi" else "ring")
+        allowed = (mpi.DEFAULT, *mpi.ALGORITHMS) if backend == "mpi" else tuple(gloo.ALGORITHMS)
+        if algorithm not in allowed:
+            raise unknown_name(f"{backend} algorithm", algorithm, allowed)
         if dtype not in lib.DTYPES:
             raise unknown_name(f"{backend} dtype", dtype, lib.DTYPES)
         if isinstance(ranks, bool) or not isinstance(ranks, int) or not 2 <= ranks <= 64:

@@ -23,7 +23,8 @@ TARGETS = {
     "numpy.matmul": "(A @ B)[0, 0]: A's row 0 is x (--batch rows, the others fixed random), B ones (n x 4)",
     "torch.matmul": "the same with CPU tensors",
     "gloo": "torch.distributed all_reduce(SUM) on --np local ranks (gloo, 127.0.0.1): --n elements per rank",
-    "mpi:ALGORITHM": "Open MPI's MPI_Allreduce(SUM) with ALGORITHM forced, on --np local ranks: --n elements",
+    "mpi:ALGORITHM": "Open MPI's MPI_Allreduce(SUM) with ALGORITHM forced (mpi alone: Open MPI's own choice), "
+    "on --np local ranks: --n elements",
 }
 
 _DRAWN = 32  # trees of at most this many leaves are drawn
@@ -292,7 +293,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     r.add_argument(
         "target",
         help="numpy.sum, numpy.dot, numpy.matmul, torch.sum, torch.matmul, MODULE:FUNCTION (1-D array -> scalar), "
-        "or a collective: gloo, mpi:ALGORITHM (ring, recursive_doubling, rabenseifner, ...) with --np",
+        "or a collective: gloo, mpi (Open MPI's own choice), mpi:ALGORITHM (ring, recursive_doubling, "
+        "rabenseifner, ...) with --np",
     )
     r.add_argument("--n", type=int, default=None, help="number of summands (gloo, mpi: elements per rank)")
     r.add_argument("--np", type=int, default=None, help="ranks of the collective targets gloo and mpi:ALGORITHM")
