@@ -132,8 +132,25 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
     for module in (_experiment, _replay, _inspect, _numbers, _timing, _reveal):
         module.add_commands(sub)
+    for name in THREADED:
+        sub.choices[name].add_argument(
+            "--threads",
+            type=_positive,
+            metavar="T",
+            help="threads of the compiled kernels (default: every core, or $FPREDUCE_THREADS); the same bits for any T",
+        )
     _describe(sub)
     return ap
+
+
+#: the commands whose sums run on the compiled kernels' threads (--threads)
+THREADED = ("run", "sweep", "replay", "sum")
+
+
+def _positive(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"need an integer >= 1, got {text!r}")
+    return int(text)
 
 
 #: what to lower when a command runs out of memory: its own keys
@@ -160,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd is None:
         args = ap.parse_args(["run", *(argv or [])])
     _progress.silence(bool(getattr(args, "quiet", False)))  # -q: no bar, no progress line
+    if getattr(args, "threads", None) is not None:
+        os.environ["FPREDUCE_THREADS"] = str(args.threads)  # every reduction here and in the processes it starts
     if getattr(args, "quiet", False):
         jit.quiet()  # (the kernels' first-compile notice, here and in the processes this one starts)
     with warnings.catch_warnings():

@@ -34,7 +34,11 @@ vectorizes in float32 lanes (16 per AVX-512 register):
 ``np.add(acc, x, out=acc)`` does), for the nearest-even kinds 0, 1 and 2 of ``_tall``
 and this module's kind 5, with the input check of ``_tall`` (an OR of the rows' bits)
 done as each row is read. Stochastic folds go by blocks of columns (the element
-seeds of a block computed once).
+seeds of a block computed once). Rows of bf16 or fp16 arrays are read as their 2-byte
+words (:data:`WORDS`; :func:`widen` gives each word's float32 value exactly, in
+register): half the bytes of a float32 copy, and no copy made. :func:`fold_left` splits
+the columns over threads (:mod:`fpreduce.base.threads`): a column's fold is its own, and a
+stochastic draw is keyed by element and addition, so any split gives the same bits.
 
 With the processor's rounding mode set (:mod:`fpreduce.core._hwround`, ``grid.hw``), the
 directed modes take :func:`add_hw` instead: the float32 sum is already rounded in the mode,
@@ -52,6 +56,7 @@ casts; :func:`plain_add` gives the plain :func:`add_narrow` at any time, for tes
 
 from __future__ import annotations
 
+import functools
 import struct
 import types
 from typing import Any, NamedTuple
@@ -59,6 +64,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fpreduce.base import jit
+from fpreduce.base.threads import run as threads_run
+from fpreduce.base.threads import split
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
 from fpreduce.core.grid import Grid, Kind
@@ -101,6 +108,54 @@ def f2i(x):  # type: ignore[no-untyped-def]
 def u2f(b):  # type: ignore[no-untyped-def]
     """The float32 of a uint32 bit pattern."""
     return np.float32(struct.unpack("<f", struct.pack("<I", int(b) & 0xFFFFFFFF))[0])
+
+
+#: 2-byte formats whose rows the left folds read as their words (never widened to a float32 copy): the integer
+#: view each travels as (its type picks the widening: :func:`widen`), and the magnitude word from which on a word
+#: is Inf or NaN (the fold then refuses the rows: the caller loads them, NaNs made canonical, and folds again)
+WORDS = {"bf16": (np.dtype(np.uint16), 0x7F80), "fp16": (np.dtype(np.int16), 0x7C00)}
+
+
+def widen(x):  # type: ignore[no-untyped-def]
+    """A row element's value as a float32, exactly: ``x`` itself (float32), or a bf16 (uint16) or fp16 (int16)
+    word; compiled, the one chosen by ``x``'s type (an identity for float32: the float32 loops are unchanged).
+
+    fp16: the word's magnitude moved into float32's fields (exponent field e, fraction f) is
+    ``2**(e - 127) * 1.f`` (or ``f * 2**-136`` for e = 0), times ``2**112`` exactly the fp16 value
+    ``2**(e - 15) * 1.f`` (``f * 2**-24``), subnormals included; Inf and NaN words are refused by :func:`mark`.
+    """
+    if isinstance(x, np.uint16):
+        return bf16_value(x)
+    if isinstance(x, np.int16):
+        return fp16_value(x)
+    return x
+
+
+def bf16_value(w):  # type: ignore[no-untyped-def]
+    """The float32 value of a bf16 word (its high 16 bits)."""
+    return u2f(np.uint32(w) << np.uint32(16))
+
+
+def fp16_value(w):  # type: ignore[no-untyped-def]
+    """The float32 value of an fp16 word (:func:`widen`)."""
+    h = np.uint32(np.uint16(w))
+    v = u2f((h & np.uint32(0x7FFF)) << np.uint32(13)) * np.float32(2.0**112)
+    return u2f(f2u(v) | ((h & np.uint32(0x8000)) << np.uint32(16)))
+
+
+def mark(seen, b):  # type: ignore[no-untyped-def]
+    """A row's input check, element ``b`` added to ``seen``: the OR of float32 patterns (uint32: ``_tall``'s check
+    of the input format's low bits), or the largest magnitude of 2-byte words (:data:`WORDS`: Inf or NaN)."""
+    if isinstance(b, np.uint32):
+        return seen | b
+    return max(seen, np.uint32(np.uint16(b)) & np.uint32(0x7FFF))
+
+
+def check16(seen, x, b):  # type: ignore[no-untyped-def]
+    """:func:`mark`, but a float32 ``x`` checked as an fp16 value (:func:`fp16_flags`); words are fp16 values."""
+    if isinstance(x, np.float32):
+        return seen | fp16_flags(x)
+    return mark(seen, b)
 
 
 class Lanes(NamedTuple):
@@ -202,28 +257,28 @@ def _row5(o, x, xb, scale, mode, L, step, d, z, t, grid, c16):  # type: ignore[n
     if mode > 4 and grid.emin > -126 and c16:  # every sum answered: no max (scaled formats clamp at their top)
         top, over = hw_top(grid, scale)
         for j in range(o.size):
-            o[j] = add_hw(o[j], x[j] * scale, mode - 4, L, top, over, True)
-            seen |= fp16_flags(x[j])
+            o[j] = add_hw(o[j], widen(x[j]) * scale, mode - 4, L, top, over, True)
+            seen = check16(seen, x[j], xb[j])
     elif mode > 4 and grid.emin > -126:
         top, over = hw_top(grid, scale)
         for j in range(o.size):
-            o[j] = add_hw(o[j], x[j] * scale, mode - 4, L, top, over, True)
-            seen |= xb[j]
+            o[j] = add_hw(o[j], widen(x[j]) * scale, mode - 4, L, top, over, True)
+            seen = mark(seen, xb[j])
     elif mode > 4:
         for j in range(o.size):
-            o[j] = add_hw(o[j], x[j], mode - 4, L, L, L, False)
-            seen |= xb[j]
+            o[j] = add_hw(o[j], widen(x[j]), mode - 4, L, L, L, False)
+            seen = mark(seen, xb[j])
     elif mode == 4:
         for j in range(o.size):
-            v, mag = add_narrow(o[j], x[j] * scale, 4, L, step, d, kr.uniform(z[j], t))
+            v, mag = add_narrow(o[j], widen(x[j]) * scale, 4, L, step, d, kr.uniform(z[j], t))
             o[j] = v
-            seen |= xb[j]
+            seen = mark(seen, xb[j])
             big = max(big, mag)
     else:
         for j in range(o.size):
-            v, mag = add_narrow(o[j], x[j] * scale, mode, L, step, d, 0.0)
+            v, mag = add_narrow(o[j], widen(x[j]) * scale, mode, L, step, d, 0.0)
             o[j] = v
-            seen |= xb[j]
+            seen = mark(seen, xb[j])
             big = max(big, mag)
     return seen, big
 
@@ -257,8 +312,8 @@ def _row_fp32(o, x, xb):  # type: ignore[no-untyped-def]
     """Kind 0: o <- o + x in float32 (or the hardware's mode: :mod:`._hwround`)."""
     seen = np.uint32(0)
     for j in range(o.size):
-        o[j] = o[j] + x[j]
-        seen |= xb[j]
+        o[j] = o[j] + widen(x[j])
+        seen = mark(seen, xb[j])
     return seen, np.uint32(0)
 
 
@@ -267,10 +322,10 @@ def _row_near(o, x, xb, grid):  # type: ignore[no-untyped-def]
     seen = np.uint32(0)
     sigma = np.float32(grid.sigma)
     for j in range(o.size):
-        s = o[j] + x[j]
+        s = o[j] + widen(x[j])
         c = s * sigma
         o[j] = c - (c - s)
-        seen |= xb[j]
+        seen = mark(seen, xb[j])
     return seen, np.uint32(0)
 
 
@@ -281,12 +336,12 @@ def _row_fp16(o, x, xb, grid):  # type: ignore[no-untyped-def]
     sigma, tiny, maxf = np.float32(grid.sigma), np.float32(grid.tiny), np.float32(grid.maxf)
     ovf = np.float32(np.inf) if grid.has_inf else np.float32(np.nan)  # overflow: ±Inf, or ±NaN (fp8_e4m3)
     for j in range(o.size):
-        s = o[j] + x[j]
+        s = o[j] + widen(x[j])
         c = s * sigma
         v = c - (c - s)
         v = s if abs(s) < tiny else v
         o[j] = v if abs(v) <= maxf else (s if s != s else (-ovf if s < 0 else ovf))
-        seen |= fp16_flags(x[j])  # fp16 inputs are checked as read
+        seen = check16(seen, x[j], xb[j])  # fp16 inputs are checked as read
     return seen, np.uint32(0)
 
 
@@ -350,8 +405,8 @@ def first_row(o, x, xb, sc, c16):  # type: ignore[no-untyped-def]
     """o <- x * sc, a left fold's first row; the OR of its inputs' check (:func:`row_input`'s ``c16``)."""
     seen = np.uint32(0)
     for j in range(o.size):
-        o[j] = x[j] * sc
-        seen |= fp16_flags(x[j]) if c16 else xb[j]
+        o[j] = widen(x[j]) * sc
+        seen = check16(seen, x[j], xb[j]) if c16 else mark(seen, xb[j])
     return seen
 
 
@@ -425,15 +480,16 @@ def scaled(grid: Grid) -> tuple[float, Grid] | None:
     return scale, out
 
 
-def left_segs(X, Xb, perms, los, his, out, kind, mode, grid, lanes, key, e0):  # type: ignore[no-untyped-def]
-    """:func:`left_rows` of each segment ``s``: columns ``los[s] .. his[s] - 1`` in the row order ``perms[s]``."""
+def left_segs(X, Xb, perms, segs, los, his, out, kind, mode, grid, lanes, key, e0):  # type: ignore[no-untyped-def]
+    """:func:`left_rows` of each piece ``i``: columns ``los[i] .. his[i] - 1`` in the row order ``perms[segs[i]]``
+    (a segment, or the part of one a thread folds)."""
     seen = np.uint32(0)
     big = np.uint32(0)
     hwm = hw.code(kind, grid)
     hw.begin(hwm)  # kinds 0 and 5 in a directed mode: the hardware rounds (the additions and exact scalings only)
-    for s in range(los.size):
-        a, b = los[s], his[s]
-        bits, mag = left_rows(X, Xb, perms[s], out[a:b], kind, mode, grid, lanes, key, e0 + a, a)
+    for i in range(los.size):
+        a, b = los[i], his[i]
+        bits, mag = left_rows(X, Xb, perms[segs[i]], out[a:b], kind, mode, grid, lanes, key, e0 + a, a)
         seen, big = seen | bits, max(big, mag)
     hw.end(hwm)
     return seen, big
@@ -449,8 +505,8 @@ def _segs_kernel(kind: int, mode: int) -> Any:
     every other kind's and mode's loops before typing: a first use compiles its own loops, ~2 s, not all ~90 s)."""
     if (kind, mode) not in _SEGS:
 
-        def left_segs_of(X, Xb, perms, los, his, out, grid, lanes, key, e0):  # type: ignore[no-untyped-def]
-            return left_segs(X, Xb, perms, los, his, out, kind, mode, grid, lanes, key, e0)
+        def left_segs_of(X, Xb, perms, segs, los, his, out, grid, lanes, key, e0):  # type: ignore[no-untyped-def]
+            return left_segs(X, Xb, perms, segs, los, his, out, kind, mode, grid, lanes, key, e0)
 
         _SEGS[kind, mode] = jit.kernel(left_segs_of, f"left folds of wide rows ({describe(kind, mode)})", 2.0)
     return _SEGS[kind, mode]
@@ -462,6 +518,7 @@ def describe(kind: int, mode: int) -> str:
 
 
 _NAMES = (
+    *("bf16_value", "fp16_value"),
     *("fp16_flags", "grid_flags", "add_narrow", "hw_top", "add_hw", "_row5", "_row_kind", "left_rows", "left_segs"),
     *("_row_fp32", "_row_near", "_row_fp16", "_row_k5"),
     *("row_input", "first_row", "scale_back"),
@@ -498,7 +555,35 @@ def compile_all() -> None:
     g["u2f"] = cast(nt.uint32, nt.float32, ir.FloatType())
     jit.compile_names(g, _NAMES, "rows of narrow formats", calls=("rows5",))  # (left_segs: per kind and mode)
     overload(_row_of, prefer_literal=True)(_pick_row)
+    _words_typed(g, overload, nt)
     _COMPILED.append(g["left_segs"])
+
+
+def _words_typed(g: dict[str, Any], overload: Any, nt: Any) -> None:
+    """:func:`widen`, :func:`mark` and :func:`check16` compiled by their arguments' types (inlined: a float32 row's
+    loop is the one it was before words existed)."""
+    bf16, fp16, flags = g["bf16_value"], g["fp16_value"], g["fp16_flags"]
+
+    def widen_of(x):  # type: ignore[no-untyped-def]
+        if x == nt.uint16:
+            return lambda x: bf16(x)
+        if x == nt.int16:
+            return lambda x: fp16(x)
+        return lambda x: x
+
+    def mark_of(seen, b):  # type: ignore[no-untyped-def]
+        if b == nt.uint32:
+            return lambda seen, b: seen | b
+        return lambda seen, b: max(seen, np.uint32(np.uint16(b)) & np.uint32(0x7FFF))
+
+    def check16_of(seen, x, b):  # type: ignore[no-untyped-def]
+        if x == nt.float32:
+            return lambda seen, x, b: seen | flags(x)
+        return lambda seen, x, b: mark(seen, b)
+
+    overload(widen, inline="always")(widen_of)
+    overload(mark, inline="always")(mark_of)
+    overload(check16, inline="always")(check16_of)
 
 
 def _pick_row(o, x, xb, kind, grid, lanes, mode, z, t):  # type: ignore[no-untyped-def]
@@ -540,14 +625,18 @@ def fold_left(
     e0: int,
     low: int,
     cols: tuple[np.ndarray, np.ndarray] | None = None,
+    threads: int = 1,
 ) -> tuple[np.ndarray | None, bool]:
-    """The left fold of X's float32 rows by :func:`left_rows`, in one compiled call: (out, done).
+    """The left fold of X's rows by :func:`left_rows`, in compiled calls on ``threads`` threads: (out, done).
 
-    ``perms`` the row order (1-D), or one per segment (2-D) with ``cols`` = (first
-    columns, ends) of the segments, which cover X's columns (column j is element
-    ``e0 + j``). ``out`` None: an input has one of the bits ``low`` set (not in the input
-    format). ``done`` False: a sum reached the format's top, or Inf or NaN (kind 5), or
-    Veltkamp's range (kind 1): the caller folds again by the exact scalar path.
+    X holds float32 values, or the 2-byte words of bf16 or fp16 values (:data:`WORDS`:
+    read as they are, never widened to a copy). ``perms`` the row order (1-D), or one per
+    segment (2-D) with ``cols`` = (first columns, ends) of the segments, which cover X's
+    columns (column j is element ``e0 + j``); each thread folds its own span of them (the
+    same bits for any number). ``out`` None: an input has one of the bits ``low`` set
+    (not in the input format), or a word is Inf or NaN. ``done`` False: a sum reached the
+    format's top, or Inf or NaN (kind 5), or Veltkamp's range (kind 1): the caller folds
+    again by the exact scalar path.
     """
     compile_all()
     lns = row_params(kind, grid, low)
@@ -556,9 +645,28 @@ def fold_left(
     perms = np.asarray(perms, dtype=np.int64).reshape(los.size, -1)
     out = np.empty(m, dtype=np.float32)
     fold = _segs_kernel(int(kind), row_mode(kind, grid))
+    words = X.dtype.itemsize == 2
+    Xb = X if words else X.view(np.uint32)
+    parts = [(X, Xb, perms, *piece, out, grid, lns, key, e0) for piece in _pieces(los, his, threads)]
     with np.errstate(over="ignore", invalid="ignore"):
-        seen, big = fold(X, X.view(np.uint32), perms, los, his, out, grid, lns, key, e0)
-    return answer(out, seen, big, kind, lns, low)
+        got = threads_run(fold, parts)
+    seen, big = functools.reduce(lambda a, b: (a[0] | b[0], max(a[1], b[1])), got)
+    if words and seen >= WORDS["bf16" if X.dtype == np.uint16 else "fp16"][1]:
+        return None, True  # an Inf or NaN input: the caller loads the rows (NaNs canonical) and folds again
+    return answer(out, seen, big, kind, lns, 0 if words else low)
+
+
+def _pieces(los: np.ndarray, his: np.ndarray, threads: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The segments ``[los[s], his[s])`` cut into ``threads`` spans of columns: per thread (segs, los, his) of its
+    pieces (:func:`left_segs`), each piece a part of one segment."""
+    if threads <= 1:
+        return [(np.arange(los.size, dtype=np.int64), los, his)]
+    spans = split(int(his.max(initial=0)), threads)
+    out = []
+    for a, b in spans:
+        s = np.flatnonzero((los < b) & (his > a))
+        out.append((s.astype(np.int64), np.maximum(los[s], a), np.minimum(his[s], b)))
+    return out
 
 
 def row_params(kind: int, grid: Grid, low: int) -> Lanes:

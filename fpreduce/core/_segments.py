@@ -50,14 +50,14 @@ def fold_segments(
     assert wk is not None
     grid = grid_of(ar.fa, ar.mode)
     key = ar.sr_key() if ar.mode is Mode.STOCHASTIC else np.uint64(0)
-    X, low = _tall._load(A, load, ar, lazy=True, lazy16=wk == 2)
+    X, low = _tall._load(A, load, ar, lazy=True, lazy16=wk == 2, words=dec.words)
     los, his, perms, rot = segments
     for k in range(2):
         if dec.route is routes.Route.RING_ROWS:  # a ring: row by row, each row read once
             assert rot is not None
             got, done = _rotated.fold_rot(X, rot, (los, his), wk, grid, low)
         else:
-            got, done = _narrow.fold_left(X, perms, wk, grid, key, offset, low, (los, his))
+            got, done = _narrow.fold_left(X, perms, wk, grid, key, offset, low, (los, his), dec.threads)
         if got is not None or k == 1:
             break
         X, low = _tall._load(A, load, ar)[0], 0  # an input not in the input format: load (round) them all, refold

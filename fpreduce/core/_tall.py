@@ -338,7 +338,8 @@ def _compile_helpers() -> None:
 
 def decision(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith) -> routes.Decision | None:
     """The route of the fold of ``A``'s rows along ``root`` (:func:`fpreduce.core.routes.tree_route`), or None."""
-    return routes.tree_route(routes.Case.of("plain", None, A, load), root, A.shape[0], A.shape[1])
+    case = routes.Case.of("plain", None, A, load, threads=ar.threads)
+    return routes.tree_route(case, root, A.shape[0], A.shape[1])
 
 
 def fold_plan(
@@ -395,7 +396,7 @@ def fold_plan(
         perm, ops, base = np.arange(n, dtype=np.int64), np.array(prog, dtype=np.int64), top
     hws = kind == Kind.BITS and fa.precision <= 24 and fa.emin > -126 and hw.code(5, grid) != 0  # add_hw's scaled rows
     wide = dec.route is R.WIDE_LEFT and (kind == Kind.SPLIT_SUB or hws)  # _narrow's fold checks fp16 inputs as read
-    X, low = _load(A, load, ar, lazy=not left and n > 1, lazy16=wide)
+    X, low = _load(A, load, ar, lazy=not left and n > 1, lazy16=wide, words=dec.words)
     args = (perm, ops.reshape(-1, 3), base, grid, key, offset)
     out = _run(X, args, kind, dec, low)
     if out is None:  # some input needs rounding to the input format: load it, and fold again
@@ -416,9 +417,10 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: Kind, dec: routes.Decision,
     left = dec.route in (R.CHAIN, R.CHAIN_PAIRWISE, R.COLUMNS)
     if dec.route is R.WIDE_LEFT:
         assert dec.kind is not None
-        got, done = _narrow.fold_left(X, perm, dec.kind, grid, key, offset, low)
-        if got is None or done:
-            return got  # else a sum beyond the kernel's range: the exact scalar path, below
+        got, done = _narrow.fold_left(X, perm, dec.kind, grid, key, offset, low, threads=dec.threads)
+        if got is None or done or X.dtype.itemsize == 2:
+            return got if done else None  # a sum beyond the kernel's range: the exact scalar path, below (X's
+            # words loaded into float32 first: the caller's rerun)
         routes.note(R.ROW_BLOCKS)
         kind, low = Kind.BITS, 0
     elif dec.kind == Kind.LANES and _narrow.rows_kind(grid):
@@ -465,8 +467,13 @@ def _fold_left(X, perm, ops, base, out, kind, grid, key, offset):  # type: ignor
         _kernels()[1](X, perm, ops, base, out, kind, grid, key, offset)
 
 
-def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False, lazy16: bool = False) -> tuple[np.ndarray, int]:
+def _load(
+    A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False, lazy16: bool = False, words: bool = False
+) -> tuple[np.ndarray, int]:
     """X in the accumulator's domain (float32 when its values fit: every format but fp64), and bits to check.
+
+    With ``words`` (the route's: :attr:`fpreduce.core.routes.Case.words`), X's bf16 or fp16
+    rows as they are, viewed as the integer words the left folds read (:data:`._narrow.WORDS`).
 
     float32 inputs that fit the accumulator are checked in one compiled pass (bf16,
     tf32: no low bit set; fp16, fp8: finite values of the format) and used as
@@ -477,6 +484,8 @@ def _load(A: np.ndarray, load: _Loader, ar: _Arith, lazy: bool = False, lazy16: 
     (``low`` = its ``FP16_CHECK``).
     """
     fin, fa = load.fin, ar.fa
+    if words:
+        return A.view(_narrow.WORDS[fin.name][0]), 0
     narrow = fa.precision <= 24  # accumulator values are float32 values
     compiled = jit.enabled() and _COMPILED[2] is not None
     if compiled and A.dtype == np.float32 and narrow and load.fits and load.premul is None and A.flags.c_contiguous:

@@ -100,7 +100,7 @@ def _add_nearest32(a: NDArray[np.float32], b: NDArray[np.float32], f: Format) ->
 class _Arith:
     """Addition in one accumulator format and mode, on float32 (p <= 24, nearest) or float64."""
 
-    def __init__(self, fa: Format, mode: Mode, rng: np.random.Generator | None) -> None:
+    def __init__(self, fa: Format, mode: Mode, rng: np.random.Generator | None, threads: int | None = None) -> None:
         self.fa, self.mode, self.rng = fa, mode, rng
         self.fast = mode is Mode.NEAREST_EVEN and fa.precision <= 24
         self.dtype = np.dtype(np.float32 if self.fast else np.float64)
@@ -109,6 +109,7 @@ class _Arith:
         self._gather: np.ndarray | None = None
         self._key: np.uint64 | None = None
         self.elements: np.ndarray | None = None  # the current block's element indices (stochastic folds)
+        self.threads = threads  # the threads the compiled folds may split columns over (None: every core)
 
     def sr_key(self) -> np.uint64:
         """The counter-based generator's key: the first ``integers(0, 2**63)`` draw of ``rng``, drawn once."""

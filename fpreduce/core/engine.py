@@ -26,6 +26,7 @@ from fpreduce.base import jit
 from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
+from fpreduce.base.threads import check as check_threads
 from fpreduce.core import _binned, _srload, algorithms
 from fpreduce.core._compensated import compensated_plan
 from fpreduce.core._fastpath import _fast_block, _fused_atomic, _gather_orders
@@ -134,6 +135,7 @@ def reduce(
     offset: int = 0,
     total: int | None = None,
     result: Result | str = "float",
+    threads: int | None = None,
 ) -> NDArray[np.floating]:
     """Sum the rows of ``X`` along ``plan``, rounding every partial sum.
 
@@ -151,8 +153,7 @@ def reduce(
             in the accumulator format, along the plan's leaf order), ``binned``
             (reproducible: order independent), ``exact`` (exact sum rounded once).
         output: round the final sum once to this format (default: ``accumulate``):
-            ``accumulate="fp32", output="bf16"`` is "accumulate wide, round once"
-            (NCCL NVLS / symmetric kernels for bf16).
+            ``accumulate="fp32", output="bf16"``: "accumulate wide, round once" (NCCL NVLS, symmetric kernels).
         average: ``none``; ``after`` (sum, then divide by N in the accumulator format, then round once to ``output``);
             ``premultiply`` (every input times 1/N, both rounded to ``input`` first: NCCL's ncclAvg); ``predivide``
             (every input divided by N in ``input``, one rounding); ``ddp`` (PyTorch DistributedDataParallel's default,
@@ -171,6 +172,8 @@ def reduce(
             Generator (:mod:`fpreduce.core._srload`): the same bits in pieces; the
             other algorithms draw from ``seed``'s Generator per call.
 
+        threads: the compiled left folds' threads (None: every core, ``$FPREDUCE_THREADS``): same bits for any.
+
     Returns:
         shape (elements,), float32 (float64 for an fp64 result); ``result="native"``: the result format's own
         dtype (:func:`fpreduce.as_native`: ml_dtypes' for bf16 and fp8; a torch tensor when X is one).
@@ -184,7 +187,7 @@ def reduce(
     >>> float(reduce(x, "sequential", accumulate="fp32", output="bf16")[0])
     1.0078125
     """
-    m = _check_args(plan, seed, rounding)
+    m, threads = _check_args(plan, seed, rounding), check_threads(threads)
     A, p = _prepare(X, plan, seed, lazy=get_algorithm(algorithm) in _TREELESS, input=input, total=total)
     fin, fa = input_format(X, A, input), get_format(accumulate)
     fo = fa if output is None else get_format(output)
@@ -192,7 +195,7 @@ def reduce(
     rng = np.random.default_rng(seed) if m is Mode.STOCHASTIC else None
     n, nel = A.shape
     total = _span(offset, nel, total)
-    ar = _Arith(fa, m, rng)
+    ar = _Arith(fa, m, rng, threads)
     load = _Loader(A, fin, fa, m, rng, ar.dtype)
     if avg == "premultiply" or avg == "predivide" or avg == "ddp":
         load.premul = (avg, float(n))
@@ -200,10 +203,8 @@ def reduce(
     if counter and (not load.fits or load.premul is not None):
         A = _srload.load(A, load, int(ar.sr_key()), int(offset))  # values of fa now
         load = _Loader(A, fa, fa, m, rng, ar.dtype)
-    dec = decide(Case.of(alg, p, A, load, int(offset), total))
+    dec = decide(Case.of(alg, p, A, load, int(offset), total, threads))
     if alg == "binned" or alg == "exact":
-        load.fits = True  # the exact sum of the input values, rounded once
-        load.dtype = np.dtype(np.float64) if fin.precision == 53 else np.dtype(np.float32)
         out = _order_free(A, load, fa, m, rng, dec)
     else:
         out = _fold_blocks(p, A, load, ar, alg, int(offset), total, dec)
@@ -250,6 +251,7 @@ def case_of(
     offset: int = 0,
     total: int | None = None,
     result: Result | str = "float",
+    threads: int | None = None,
 ) -> Case:
     """The route table's facts for ``reduce(X, plan, ...)`` with the same arguments, without summing."""
     m, alg, avg, _ = get_mode(rounding), get_algorithm(algorithm), get_average(average), get_result(result)
@@ -260,7 +262,8 @@ def case_of(
     total = _span(offset, A.shape[1], total)
     premul = avg in ("premultiply", "predivide", "ddp")
     n, cols = A.shape
-    case = Case(alg, p, n, cols, fin, fa, m, A.dtype, A.flags.c_contiguous, premul, jit.enabled(), int(offset), total)
+    case = Case(alg, p, n, cols, fin, fa, m, A.dtype, A.flags.c_contiguous, premul, jit.enabled(), int(offset),
+                total, check_threads(threads))  # fmt: skip
     if m is Mode.STOCHASTIC and alg == "plain" and (not case.fits or premul):  # loaded by element first: fa's values
         case = replace(case, fin=fa, dtype=np.dtype(np.float64), contiguous=True, premul=False)
     return case
@@ -538,6 +541,8 @@ def _order_free(
     """``exact`` or ``binned`` of the loaded input by the route ``dec``. ``BINNED_COMPILED``: float32 bf16/tf32
     inputs go to binned's compiled pass as they are, which checks that they hold such values while it reads
     them (else: loaded, and the numpy ``BINNED``)."""
+    load.fits = True  # the exact sum of the input values, rounded once
+    load.dtype = np.dtype(np.float64) if load.fin.precision == 53 else np.dtype(np.float32)
     note(dec.route)
     if dec.route is R.EXACT:
         return algorithms.exact(load(A), fa, mode, rng)

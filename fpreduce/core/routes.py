@@ -32,10 +32,11 @@ from typing import NamedTuple
 import numpy as np
 
 from fpreduce.base import jit
+from fpreduce.base.threads import resolve as resolve_threads
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _narrow, _rotated
 from fpreduce.core._fastpath import fold_order
-from fpreduce.core.formats import Format
+from fpreduce.core.formats import NATIVE_DTYPES, Format
 from fpreduce.core.grid import KIND_WORDS, Grid, Kind, kind_of
 from fpreduce.core.rounding import Mode
 from fpreduce.plans import PerElementPlan, Plan, SegmentedPlan, Tree
@@ -93,7 +94,7 @@ _INFO: dict[Route, tuple[str, str, bool]] = {
     Route.BINNED: ("core.algorithms.binned", "binned sum of the loaded inputs (numpy)", False),
     Route.SINGLE: ("core._tall.fold_plan", "one worker: its input, loaded", False),
     Route.FP64_ROWS: ("core._rows64.fold_fp64", "float32 rows added into float64 sums as read", True),
-    Route.WIDE_LEFT: ("core._narrow.fold_left", "left fold of wide float32 rows, row by row in place", True),
+    Route.WIDE_LEFT: ("core._narrow.fold_left", "left fold of wide rows (float32, or 2-byte words), in place", True),
     Route.ROW_BLOCKS: ("core._tall._fold_kernel", "the tree's program over blocks of columns", True),
     Route.CHAIN: ("core._chain", "left folds of a few columns, the checks off the chain", True),
     Route.CHAIN_PAIRWISE: ("core._chain", "pairwise folds of a few columns by blocks of leaves", True),
@@ -129,15 +130,26 @@ class Case:
     compiled: bool = field(default_factory=jit.enabled)
     offset: int = 0
     total: int | None = None
+    threads: int | None = None  # asked for (None: every core, :func:`fpreduce.base.threads.resolve`)
 
     @classmethod
-    def of(cls, algorithm: str, plan, A: np.ndarray, load, offset: int = 0, total: int | None = None) -> Case:  # type: ignore[no-untyped-def]
+    def of(  # type: ignore[no-untyped-def]
+        cls, algorithm: str, plan, A: np.ndarray, load, offset: int = 0, total: int | None = None, threads=None
+    ) -> Case:
         """The facts of ``A`` (n, m) loaded by ``load`` (the engine's loader: its ``fin``, ``fa``, ``mode``,
         ``premul``)."""
         n, m = A.shape
         premul = load.premul is not None
         return cls(algorithm, plan, n, m, load.fin, load.fa, load.mode, A.dtype, A.flags.c_contiguous, premul,
-                   jit.enabled(), offset, total)  # fmt: skip
+                   jit.enabled(), offset, total, threads)  # fmt: skip
+
+    @property
+    def words(self) -> bool:
+        """Whether X's rows are the 2-byte words of the input format (its own dtype: bf16, fp16) that the left
+        folds read as they are, no float32 copy made (:data:`fpreduce.core._narrow.WORDS`)."""
+        fin = self.fin
+        own = fin.name in _narrow.WORDS and self.dtype.name == NATIVE_DTYPES[fin.name]
+        return own and self.fits and not self.premul and self.contiguous and self.compiled
 
     @property
     def fits(self) -> bool:
@@ -156,6 +168,8 @@ class Decision:
     rerun: Route | None = None
     inner: Decision | None = None
     order: np.ndarray | None = None  # a left fold's row order (size 0: rows in order); None: a program
+    threads: int = 1  # the threads that split the columns (the same bits for any number)
+    words: bool = False  # X's rows read as the input format's 2-byte words (:attr:`Case.words`)
 
     def __str__(self) -> str:
         return render(self.to_dict())
@@ -170,6 +184,8 @@ class Decision:
             doc["kind"] = int(self.kind)
             doc["kind_name"] = Kind(self.kind).name.lower()
             doc["adds"] = KIND_WORDS[Kind(self.kind)]
+        doc["threads"] = self.threads
+        doc["words"] = self.words
         doc["why"] = list(self.why)
         doc["rerun"] = None if self.rerun is None else self.rerun.value
         doc["each"] = None if self.inner is None else self.inner.to_dict()
@@ -186,6 +202,9 @@ def render(doc: dict[str, object], indent: str = "") -> str:
         lines.append("runs as: numpy")
     if "kind" in doc:
         lines.append(f"adds:    kind {doc['kind']} ({doc['kind_name']}), {doc['adds']}")
+    if doc.get("threads", 1) != 1 or doc.get("words"):
+        read = "X's rows read as their 2-byte words, no float32 copy" if doc.get("words") else "float32 rows"
+        lines.append(f"threads: {doc['threads']} (columns split: the same bits for any number); {read}")
     lines += [f"why:     {w}" for w in doc["why"]]  # type: ignore[attr-defined]
     if doc["rerun"] is not None:
         lines.append(f"rerun:   {doc['rerun']}, for a block whose sums leave the kernel's range (overflow, Inf, NaN)")
@@ -305,13 +324,20 @@ def _fold_route(  # type: ignore[no-untyped-def]
         if wk is not None:
             why = [*why, f"{m} > {CHAIN} columns, a left fold: rows added in place"]
             rerun = Route.ROW_BLOCKS if _may_refuse(wk, grid) else None
-            return Decision(Route.WIDE_LEFT, tuple(why), wk, rerun, order=order)
+            t, w = _spread(c, n, m)
+            return Decision(Route.WIDE_LEFT, tuple(why), wk, rerun, order=order, threads=t, words=w)
     k = kind
     if kind == Kind.BITS and narrow and (_narrow.rows_kind(grid) or _narrow.scaled(grid) is not None):
         k = Kind.LANES
     rerun = Route.ROW_BLOCKS if _may_refuse(k, grid) else None
     why = [*why, f"{m} > {CHAIN} columns: rows folded by blocks of columns"]
     return Decision(Route.ROW_BLOCKS, tuple(why), k, rerun, order=order)
+
+
+def _spread(c: Case, n: int, m: int) -> tuple[int, bool]:
+    """How a left fold of rows runs: its threads (by the work, :func:`fpreduce.base.threads.resolve`) and whether
+    it reads X's 2-byte words (:attr:`Case.words`)."""
+    return resolve_threads(c.threads, n * m), c.words
 
 
 def _may_refuse(kind: Kind, grid: Grid) -> bool:
@@ -333,7 +359,9 @@ def _segmented(c: Case, p: SegmentedPlan) -> Decision | None:
         if segs.rot is not None and c.mode is not Mode.STOCHASTIC:
             why = (*why, f"{c.m} >= {ROT} columns, rotations of one order: row by row")
             return Decision(Route.RING_ROWS, why, wk, Route.BLOCKS if _may_refuse(wk, grid) else None)
-        return Decision(Route.SEGMENT_FOLDS, why, wk, Route.BLOCKS if _may_refuse(wk, grid) else None)
+        t, w = _spread(c, c.n, c.m)
+        rerun = Route.BLOCKS if _may_refuse(wk, grid) else None
+        return Decision(Route.SEGMENT_FOLDS, why, wk, rerun, threads=t, words=w)
     b = np.clip(p.bounds(total) - c.offset, 0, c.m)
     width = np.diff(b)
     if p.chunk_orders is not None or not c.compiled or width[width > 0].min(initial=ROT) < ROT:

@@ -1,0 +1,141 @@
+"""Natively stored 2-byte inputs and threads: the same bits as the float32 copy on one thread.
+
+bf16 (ml_dtypes, torch) and fp16 (numpy) arrays reach the left folds of wide rows as their
+words (never widened to a float32 copy); the columns split over any number of threads.
+Both are checked against the float32 path on one thread, whose bits the rest of the suite
+proves against the exact reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fpreduce as fr
+from fpreduce.base import jit, threads
+from fpreduce.base.errors import InvalidArgument
+from fpreduce.core import routes
+from fpreduce.core.routes import Route
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+pytestmark = pytest.mark.skipif(not jit.enabled(), reason="the left folds of words are compiled kernels")
+
+DTYPES = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).view(np.uint32 if np.asarray(a).dtype == np.float32 else np.uint64)
+
+
+def data(fmt: str, n: int, m: int, seed: int = 0) -> np.ndarray:
+    """Values of ``fmt`` over a wide range, with signed zeros, subnormals and ties among them."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, m)) * np.exp2(rng.integers(-30, 12, (n, m)))
+    x[0, :40] = np.tile([0.0, -0.0], 20)
+    x[1 % n, 40:80] = np.arange(40) * 2.0**-24  # fp16's subnormals (bf16's are far below)
+    return x.astype(np.float32).astype(DTYPES[fmt])
+
+
+#: (input, plan, accumulators, modes): each kind of row loop on words (a compile each: the nearest-even kinds
+#: 0, 1, 2; kind 5 by the processor's mode and stochastic), the segments of a ring, and a copy where the
+#: accumulator does not hold the inputs (bf16 into fp16)
+GRID = [
+    ("bf16", "sequential", ("bf16", "fp32", "fp16"), ("nearest_even", "toward_zero", "stochastic")),
+    ("bf16", "ring:gloo", ("bf16",), ("stochastic",)),
+    ("fp16", "sequential", ("fp16", "fp32"), ("nearest_even", "up")),
+]
+
+
+@pytest.mark.parametrize(("fmt", "plan", "accs", "modes"), GRID)
+def test_words_give_the_float32_paths_bits_on_any_threads(fmt: str, plan: str, accs: tuple, modes: tuple) -> None:
+    X = data(fmt, 7, 3001)
+    wide = X.astype(np.float32)
+    seen = set()
+    for acc in accs:
+        for mode in modes:
+            kw = {"accumulate": acc, "rounding": mode, "seed": 3, "offset": 5, "total": 3010}  # (a ring cut inside X)
+            ref = fr.reduce(wide, plan, input=fmt, threads=1, **kw)
+            for t in (1, 2, 3):
+                with routes.trace() as tr:
+                    got = fr.reduce(X, plan, threads=t, **kw)
+                assert np.array_equal(bits(got), bits(ref)), (acc, mode, t)
+                d = fr.explain(X, plan, threads=t, **kw)
+                seen |= {r for r in tr if r in (Route.WIDE_LEFT, Route.SEGMENT_FOLDS)}
+                if d.route in (Route.WIDE_LEFT, Route.SEGMENT_FOLDS):  # words where the accumulator holds them
+                    assert d.words == (acc in (fmt, "fp32"))
+                    assert d.threads == t
+    assert seen, "no left fold of words ran"
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+def test_every_word_widens_exactly(fmt: str) -> None:
+    """All 65,536 words, each added to +0 (one rounding of an exact value: itself; -0 + +0 = +0)."""
+    words = np.arange(1 << 16, dtype=np.uint16).view(DTYPES[fmt])
+    X = np.stack([np.zeros(1 << 16, dtype=DTYPES[fmt]), words])
+    assert fr.explain(X, "sequential", accumulate="fp32").words
+    got = fr.reduce(X, "sequential", accumulate="fp32", threads=2)
+    with np.errstate(invalid="ignore"):  # (signalling NaNs)
+        want = words.astype(np.float32) + np.float32(0.0)
+    finite = np.isfinite(want)
+    assert np.array_equal(bits(got[finite]), bits(want[finite]))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+def test_inf_and_nan_words_take_the_float32_path(fmt: str) -> None:
+    X = data(fmt, 5, 2500, seed=1)
+    X[2, 7], X[3, 9], X[4, 11], X[1, 11] = np.nan, np.inf, -np.inf, np.inf
+    for acc in ("bf16", "fp32"):
+        ref = fr.reduce(X.astype(np.float32), "sequential", input=fmt, accumulate=acc, threads=1)
+        got = fr.reduce(X, "sequential", accumulate=acc, threads=2)
+        assert np.array_equal(bits(got), bits(ref))
+        assert np.isnan(got[11])
+        assert np.isnan(got[7])
+        assert got[9] == np.inf
+
+
+def test_torch_bf16_tensors_are_read_as_words() -> None:
+    torch = pytest.importorskip("torch")
+    X = data("bf16", 4, 3000)
+    T = torch.from_numpy(X.view(np.int16)).view(torch.bfloat16)
+    assert fr.explain(T, "sequential", accumulate="bf16").words
+    got = fr.reduce(T, "sequential", accumulate="bf16", threads=2, result="native")
+    want = fr.reduce(X.astype(np.float32), "sequential", input="bf16", accumulate="bf16", threads=1)
+    assert got.dtype == torch.bfloat16
+    assert np.array_equal(got.float().numpy(), want)
+
+
+def test_words_only_where_the_array_is_the_input_format() -> None:
+    X = data("bf16", 3, 3000)
+    assert not fr.explain(X.astype(np.float32), "sequential", input="bf16").words  # a float32 array: float32 rows
+    assert not fr.explain(X, "sequential", average="premultiply").words  # inputs scaled on load: a copy
+    assert not fr.explain(X, "pairwise").words  # not a left fold of rows
+
+
+def test_threads_split_and_resolve() -> None:
+    for size in (1, 63, 64, 1000, 4097):
+        for parts in (1, 2, 3, 7):
+            spans = threads.split(size, parts)
+            assert spans[0][0] == 0
+            assert spans[-1][1] == size
+            assert len(spans) <= parts
+            assert all(a < b and a % 64 == 0 for a, b in spans)
+            assert all(spans[i][1] == spans[i + 1][0] for i in range(len(spans) - 1))
+    assert threads.resolve(None, threads.MIN_WORK - 1) == 1
+    assert threads.resolve(None, 64 * threads.MIN_WORK) == threads.available()
+    assert threads.resolve(5, 10) == 5
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_bad_threads_are_refused(bad: object) -> None:
+    with pytest.raises(InvalidArgument, match="threads"):
+        fr.reduce(np.ones((2, 3), np.float32), "sequential", threads=bad)  # type: ignore[arg-type]
+
+
+def test_threads_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FPREDUCE_THREADS", "3")
+    assert threads.available() == 3
+    monkeypatch.setenv("FPREDUCE_THREADS", "zero")
+    with pytest.raises(InvalidArgument, match="FPREDUCE_THREADS"):
+        threads.available()
