@@ -41,9 +41,12 @@ def data(fmt: str, n: int, m: int, seed: int = 0) -> np.ndarray:
 #: accumulator does not hold the inputs (bf16 into fp16)
 GRID = [
     ("bf16", "sequential", ("bf16", "fp32", "fp16"), ("nearest_even", "toward_zero", "stochastic")),
-    ("bf16", "ring:gloo", ("bf16",), ("stochastic",)),
+    ("bf16", "ring:gloo", ("bf16", "fp32"), ("nearest_even", "stochastic")),  # rows by rotation; segments
     ("fp16", "sequential", ("fp16", "fp32"), ("nearest_even", "up")),
 ]
+
+
+LEFT = (Route.WIDE_LEFT, Route.SEGMENT_FOLDS, Route.RING_ROWS)  # the left folds of rows: words and threads
 
 
 @pytest.mark.parametrize(("fmt", "plan", "accs", "modes"), GRID)
@@ -60,8 +63,8 @@ def test_words_give_the_float32_paths_bits_on_any_threads(fmt: str, plan: str, a
                     got = fr.reduce(X, plan, threads=t, **kw)
                 assert np.array_equal(bits(got), bits(ref)), (acc, mode, t)
                 d = fr.explain(X, plan, threads=t, **kw)
-                seen |= {r for r in tr if r in (Route.WIDE_LEFT, Route.SEGMENT_FOLDS)}
-                if d.route in (Route.WIDE_LEFT, Route.SEGMENT_FOLDS):  # words where the accumulator holds them
+                seen |= {r for r in tr if r in LEFT}
+                if d.route in LEFT:  # words where the accumulator holds them
                     assert d.words == (acc in (fmt, "fp32"))
                     assert d.threads == t
     assert seen, "no left fold of words ran"
@@ -111,6 +114,17 @@ def test_words_only_where_the_array_is_the_input_format() -> None:
     assert not fr.explain(X.astype(np.float32), "sequential", input="bf16").words  # a float32 array: float32 rows
     assert not fr.explain(X, "sequential", average="premultiply").words  # inputs scaled on load: a copy
     assert not fr.explain(X, "pairwise").words  # not a left fold of rows
+
+
+@pytest.mark.parametrize("plan", ["pairwise", "rabenseifner", "((0,1),(2,(3,4)))"])
+def test_trees_give_the_same_bits_on_any_threads(plan: str) -> None:
+    """The row-block kernel of a tree: columns split, each thread its own buffers (stochastic: draws by element)."""
+    X = data("bf16", 5, 4501).astype(np.float32)
+    for kw in ({"accumulate": "bf16"}, {"accumulate": "bf16", "rounding": "stochastic", "seed": 2}):
+        ref = fr.reduce(X, plan, input="bf16", threads=1, **kw)
+        for t in (2, 3):
+            assert fr.explain(X, plan, input="bf16", threads=t, **kw).threads == t
+            assert np.array_equal(bits(fr.reduce(X, plan, input="bf16", threads=t, **kw)), bits(ref))
 
 
 def test_threads_split_and_resolve() -> None:

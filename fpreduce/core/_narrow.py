@@ -645,18 +645,26 @@ def fold_left(
     perms = np.asarray(perms, dtype=np.int64).reshape(los.size, -1)
     out = np.empty(m, dtype=np.float32)
     fold = _segs_kernel(int(kind), row_mode(kind, grid))
-    words = X.dtype.itemsize == 2
-    Xb = X if words else X.view(np.uint32)
-    parts = [(X, Xb, perms, *piece, out, grid, lns, key, e0) for piece in _pieces(los, his, threads)]
+    Xb = X if X.dtype.itemsize == 2 else X.view(np.uint32)
+    parts = [(X, Xb, perms, *piece, out, grid, lns, key, e0) for piece in pieces(los, his, threads)]
     with np.errstate(over="ignore", invalid="ignore"):
         got = threads_run(fold, parts)
+    return outcome(X, out, got, kind, lns, low)
+
+
+def outcome(
+    X: np.ndarray, out: np.ndarray, got: list[tuple[int, int]], kind: int, lns: Lanes, low: int
+) -> tuple[np.ndarray | None, bool]:
+    """(out, done) of a left fold of X's rows from its threads' (input check, max |s|): :func:`fold_left`'s."""
     seen, big = functools.reduce(lambda a, b: (a[0] | b[0], max(a[1], b[1])), got)
-    if words and seen >= WORDS["bf16" if X.dtype == np.uint16 else "fp16"][1]:
-        return None, True  # an Inf or NaN input: the caller loads the rows (NaNs canonical) and folds again
-    return answer(out, seen, big, kind, lns, 0 if words else low)
+    if X.dtype.itemsize == 2:
+        if seen >= WORDS["bf16" if X.dtype == np.uint16 else "fp16"][1]:
+            return None, True  # an Inf or NaN input: the caller loads the rows (NaNs canonical) and folds again
+        low = 0
+    return answer(out, seen, big, kind, lns, low)
 
 
-def _pieces(los: np.ndarray, his: np.ndarray, threads: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def pieces(los: np.ndarray, his: np.ndarray, threads: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The segments ``[los[s], his[s])`` cut into ``threads`` spans of columns: per thread (segs, los, his) of its
     pieces (:func:`left_segs`), each piece a part of one segment."""
     if threads <= 1:

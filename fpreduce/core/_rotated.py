@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from fpreduce.base import jit
+from fpreduce.base.threads import run as threads_run
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _narrow
 from fpreduce.core.grid import Grid
@@ -91,7 +92,7 @@ def left_rot(X, Xb, B, offs, los, his, out, kind, mode, grid, lanes):  # type: i
                     seen, big = seen | bits, max(big, mag)
                 s = e
     hw.end(hwm)
-    _narrow.scale_back(out, sc, lanes.scale)
+    _narrow.scale_back(out[los[0] : his[-1]], sc, lanes.scale)  # (this call's columns: a thread's own)
     return seen, big
 
 
@@ -102,16 +103,21 @@ def fold_rot(
     kind: int,
     grid: Grid,
     low: int,
+    threads: int = 1,
 ) -> tuple[np.ndarray | None, bool]:
     """``_narrow.fold_left`` of segments ``cols`` whose orders are the rotations ``rot`` (:func:`rotations`) of
-    one order, by :func:`left_rot`: the same (out, done), the same bits. Not for stochastic rounding."""
+    one order, by :func:`left_rot`: the same (out, done), the same bits, on ``threads`` threads (each its span
+    of the columns). Not for stochastic rounding."""
     compile_all()
     lns = _narrow.row_params(kind, grid, low)
     out = np.empty(X.shape[1], dtype=np.float32)
     fold = _rot_kernel(int(kind), _narrow.row_mode(kind, grid))
+    Xb = X if X.dtype.itemsize == 2 else X.view(np.uint32)
+    B, offs = rot
+    parts = [(X, Xb, B, offs[s], lo, hi, out, grid, lns) for s, lo, hi in _narrow.pieces(*cols, threads)]
     with np.errstate(over="ignore", invalid="ignore"):
-        seen, big = fold(X, X.view(np.uint32), rot[0], rot[1], cols[0], cols[1], out, grid, lns)
-    return _narrow.answer(out, seen, big, kind, lns, low)
+        got = threads_run(fold, parts)
+    return _narrow.outcome(X, out, got, kind, lns, low)
 
 
 _ROT: dict[tuple[int, int], Any] = {}

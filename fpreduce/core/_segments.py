@@ -55,7 +55,7 @@ def fold_segments(
     for k in range(2):
         if dec.route is routes.Route.RING_ROWS:  # a ring: row by row, each row read once
             assert rot is not None
-            got, done = _rotated.fold_rot(X, rot, (los, his), wk, grid, low)
+            got, done = _rotated.fold_rot(X, rot, (los, his), wk, grid, low, dec.threads)
         else:
             got, done = _narrow.fold_left(X, perms, wk, grid, key, offset, low, (los, his), dec.threads)
         if got is not None or k == 1:

@@ -81,12 +81,16 @@ run: tests/test_tall.py checks both against ``reduce_reference`` bit for bit.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fpreduce.base import jit
+from fpreduce.base.threads import run as threads_run
+from fpreduce.base.threads import split
 from fpreduce.core import _chain, _narrow, _rows64, routes
 from fpreduce.core import _hwround as hw
 from fpreduce.core import _kernels_round as kr
@@ -244,8 +248,9 @@ def _left_columns(X, perm, ops, root, out, kind, grid, key, e0):  # type: ignore
     hw.end(hwm)
 
 
-def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs):  # type: ignore[no-untyped-def]
-    """out[j] <- the fold of column j of X along ``ops`` (or a left fold in ``perm`` when ops is empty).
+def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs, c0, c1):  # type: ignore[no-untyped-def]
+    """out[j] <- the fold of column j of X along ``ops`` (or a left fold in ``perm`` when ops is empty), for the
+    columns ``c0 <= j < c1`` (a thread's: each thread its own ``bufs``).
 
     Kind 5 reads X's values times ``xs`` (fp16, fp8: the scaled format; 1 otherwise).
 
@@ -255,7 +260,7 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs):  #
     rows read, gathered while each row is in cache (the caller's input check).
     """
     seen = np.uint32(0)
-    n, m = X.shape
+    n, m = X.shape[0], c1
     W = bufs.shape[1]
     one = np.float32(1.0)
     spare = bufs.shape[0] - 1
@@ -263,7 +268,7 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs):  #
     hwm = hw.code(kind, grid)
     hw.begin(hwm)  # kinds 0 and 5 in a directed mode: the hardware rounds the additions
     z = np.zeros(W if grid.mode == 4 else 0, dtype=np.uint64)  # the block's element seeds (stochastic)
-    for lo in range(0, m, W):
+    for lo in range(c0, m, W):
         w = min(W, m - lo)
         for j in range(min(z.size, w)):
             z[j] = kr.element_seed(key, e0 + lo + j)
@@ -412,7 +417,8 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: Kind, dec: routes.Decision,
     out = np.empty(m, dtype=X.dtype)  # X's dtype: one compiled kernel per dtype
     nbuf = max(int(-ops[:, 0].min(initial=0)), 1) + 1  # and a spare row
     width = max(_WIDTH, min(_WIDE, _BUDGET // nbuf))  # long runs of each row (prefetch), the live rows in L2
-    bufs = np.empty((nbuf, min(width, max(m, 1))), dtype=X.dtype)
+    spans = split(m, dec.threads) if m > 0 else [(0, 0)]  # a thread's columns each, and its own buffers
+    bufs = [np.empty((nbuf, min(width, max(b - a, 1))), dtype=X.dtype) for a, b in spans]
     sc = xs = one = np.float32(1.0)
     left = dec.route in (R.CHAIN, R.CHAIN_PAIRWISE, R.COLUMNS)
     if dec.route is R.WIDE_LEFT:
@@ -438,7 +444,9 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: Kind, dec: routes.Decision,
                 _fold_left(X, perm, ops, base, out, int(k), grid, key, offset)
             else:
                 X, xs = (X * xs, one) if k == Kind.BITS and xs != one else (X, xs)  # (the scalar path: X as it is)
-                seen = _kernels()[0](X, perm, ops, base, out, bufs, int(k), grid, key, offset, Xb, xs)
+                parts = zip(bufs, spans, strict=True)
+                calls = [(X, perm, ops, base, out, b, int(k), grid, key, offset, Xb, xs, *c) for b, c in parts]
+                seen = functools.reduce(operator.or_, threads_run(_kernels()[0], calls))
                 if seen & low:
                     return None
                 Xb = _NO_BITS

@@ -331,7 +331,7 @@ def _fold_route(  # type: ignore[no-untyped-def]
         k = Kind.LANES
     rerun = Route.ROW_BLOCKS if _may_refuse(k, grid) else None
     why = [*why, f"{m} > {CHAIN} columns: rows folded by blocks of columns"]
-    return Decision(Route.ROW_BLOCKS, tuple(why), k, rerun, order=order)
+    return Decision(Route.ROW_BLOCKS, tuple(why), k, rerun, order=order, threads=_spread(c, n, m)[0])
 
 
 def _spread(c: Case, n: int, m: int) -> tuple[int, bool]:
@@ -356,11 +356,11 @@ def _segmented(c: Case, p: SegmentedPlan) -> Decision | None:
         if not c.compiled or c.n < 2 or wk is None or c.fa.precision > 24:
             return None
         why: tuple[str, ...] = ("segments that are left folds (a ring's reduce-scatter), each folded from X's rows",)
-        if segs.rot is not None and c.mode is not Mode.STOCHASTIC:
-            why = (*why, f"{c.m} >= {ROT} columns, rotations of one order: row by row")
-            return Decision(Route.RING_ROWS, why, wk, Route.BLOCKS if _may_refuse(wk, grid) else None)
         t, w = _spread(c, c.n, c.m)
         rerun = Route.BLOCKS if _may_refuse(wk, grid) else None
+        if segs.rot is not None and c.mode is not Mode.STOCHASTIC:
+            why = (*why, f"{c.m} >= {ROT} columns, rotations of one order: row by row")
+            return Decision(Route.RING_ROWS, why, wk, rerun, threads=t, words=w)
         return Decision(Route.SEGMENT_FOLDS, why, wk, rerun, threads=t, words=w)
     b = np.clip(p.bounds(total) - c.offset, 0, c.m)
     width = np.diff(b)
