@@ -49,6 +49,7 @@ GROUPS = {
         run_default(),
     ],
     "modes": lambda: every_mode(),
+    "words": lambda: words(),
 }
 
 MODES = ("nearest_even", "toward_zero", "up", "down", "stochastic")
@@ -72,6 +73,20 @@ def every_mode() -> None:
     fr.reduce(
         X[:2, :200], "sequential", input="fp32", accumulate="bf16", algorithm="binned", rounding="stochastic", seed=5
     )
+
+
+def words() -> None:
+    """The left folds of bf16 and fp16 arrays read as their 2-byte words (tests/test_words_threads.py): a kernel
+    per word type, kind and mode, as the float32 rows' own."""
+    import ml_dtypes
+
+    B, H = X[:4, :2100].astype(ml_dtypes.bfloat16), X[:4, :2100].astype(np.float16)
+    for acc in ("bf16", "fp32"):
+        for mode in ("nearest_even", "toward_zero", "stochastic"):
+            fr.reduce(B, "sequential", accumulate=acc, rounding=mode, seed=1)
+        fr.reduce(B, "ring:gloo", accumulate=acc, total=2110)  # a ring's rows by rotation
+    for acc, mode in (("fp16", "nearest_even"), ("fp32", "nearest_even"), ("fp16", "up"), ("fp32", "up")):
+        fr.reduce(H, "sequential", accumulate=acc, rounding=mode)
 
 
 def run_default() -> None:

@@ -14,10 +14,73 @@ from collections.abc import Iterator
 import numpy as np
 from numpy.typing import NDArray
 
+from fpreduce.base.jit import jit, jitable
+
 _E_OFFSET = 1073  # frexp exponents of finite nonzero float64 lie in [-1073, 1024]
 _NE = 1024 + _E_OFFSET + 1
 _CHUNK_ROWS = 1 << 16
 _BLOCK_CELLS = 1 << 20  # bincount bins / accumulator cells per column block (bounded memory)
+
+
+def _bucket_kernel(u, acc, flags):  # type: ignore[no-untyped-def]
+    """acc[j, E] += the signed significand of the float32 bits ``u[i, j]`` (E its biased exponent; 1 for the
+    subnormals, whose significand has no hidden bit): ``x = m * 2**(E - 150)`` exactly. ``flags[j]`` ORs
+    :data:`NAN`, :data:`PINF`, :data:`NINF` (those terms left out of the buckets) and :data:`NOT_NEGZERO` (a
+    term other than -0). Columns go in blocks of ``_BUCKET_COLS`` (their buckets stay in L2), rows sliced from 0
+    (no wraparound checks); a tall array a column at a time (a row slice per element costs more than its add)."""
+    n, c = u.shape
+    if c < _BUCKET_COLS // 4:
+        for j in range(c):
+            f = np.uint8(0)
+            for i in range(n):
+                f |= _bucket_add(acc, j, u[i, j])
+            flags[j] = f
+        return
+    for c0 in range(0, c, _BUCKET_COLS):
+        c1 = min(c0 + _BUCKET_COLS, c)
+        for i in range(n):
+            r = u[i, c0:c1]
+            for j in range(c1 - c0):
+                flags[c0 + j] |= _bucket_add(acc, c0 + j, r[j])
+
+
+@jitable
+def _bucket_add(acc, j, b):  # type: ignore[no-untyped-def]
+    """acc[j, E] += the signed significand of the float32 bits ``b`` (:func:`_bucket_kernel`); its flags. NaN and
+    Inf land in bucket 255, which no sum reads (branch free: no select per element)."""
+    e = (b >> np.uint32(23)) & np.uint32(0xFF)
+    neg = np.int64(b >> np.uint32(31))
+    m = np.int64((b & np.uint32(0x7FFFFF)) | (np.uint32(e != 0) << np.uint32(23)))
+    acc[j, max(e, np.uint32(1))] += (m ^ -neg) + neg
+    special = np.uint8(e == np.uint32(0xFF))
+    nan = special & np.uint8((b & np.uint32(0x7FFFFF)) != 0)
+    inf = special & ~nan & np.uint8(1)
+    pos = np.uint8(1 - neg)
+    return (
+        np.uint8(b != np.uint32(0x80000000)) * np.uint8(NOT_NEGZERO)
+        | nan * np.uint8(NAN)
+        | (inf & pos) * np.uint8(PINF)
+        | (inf & ~pos & np.uint8(1)) * np.uint8(NINF)
+    )
+
+
+NAN, PINF, NINF, NOT_NEGZERO = 1, 2, 4, 8  # the flags of a float32 column (:func:`_bucket_kernel`)
+_BUCKET_COLS = 64
+_buckets = jit(_bucket_kernel, "the exact sums' buckets")
+
+
+def float32_block(
+    a: NDArray[np.float32],
+) -> tuple[_Limbs, NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_], NDArray[np.uint8]]:
+    """:func:`_column_block` of float32 columns in one compiled pass over their bits (NaN and Inf left out, said
+    in the flags returned last: :func:`_bucket_kernel`). Needs numba (:data:`_buckets`)."""
+    n, c = a.shape
+    acc = np.zeros((c, 256), dtype=np.int64)  # bucket E: value m * 2**(E - 150) = 2**(E - 1 + k0 + s)
+    flags = np.zeros(c, dtype=np.uint8)
+    assert _buckets is not None
+    _buckets(np.ascontiguousarray(a).view(np.uint32), acc, flags)
+    k0 = _E_OFFSET - 125  # (E = 1 is frexp's exponent -125 of float32's smallest normal)
+    return (*_finish_block(acc[:, 1:255], None, -_E_OFFSET - 24, k0, k0 + 254, max(n, 1).bit_length() + 25), flags)
 
 
 def _column_block(

@@ -28,6 +28,19 @@ def _scan_kernel(u, x, sign_off, one, top, low, orb, s, ab):  # type: ignore[no-
     """
     n, c = u.shape
     zeros = 0
+    if c < 16:  # tall: a column at a time, no row slices (one per element would cost more than its work)
+        for j in range(c):
+            v = u[0, j] & sign_off
+            tp, lw, ob, ss, aa = v, v - one, v, np.float64(x[0, j]), abs(np.float64(x[0, j]))
+            zeros += v == 0
+            for i in range(1, n):
+                v = u[i, j] & sign_off
+                tp, lw, ob = max(tp, v), min(lw, v - one), ob | v
+                ss += x[i, j]
+                aa += abs(np.float64(x[i, j]))
+                zeros += v == 0
+            top[j], low[j], orb[j], s[j], ab[j] = tp, lw, ob, ss, aa
+        return zeros
     for lo in range(0, c, _SCAN_BLOCK):
         hi = min(lo + _SCAN_BLOCK, c)
         tp, lw, ob, ss, aa = top[lo:hi], low[lo:hi], orb[lo:hi], s[lo:hi], ab[lo:hi]

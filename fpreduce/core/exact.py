@@ -29,7 +29,20 @@ from fpreduce.base import jit
 from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
-from fpreduce.core._exact_limbs import _BLOCK_CELLS, _E_OFFSET, _NE, _column_block, _LazyValues, _Limbs
+from fpreduce.core._exact_limbs import (
+    _BLOCK_CELLS,
+    _E_OFFSET,
+    _NE,
+    NAN,
+    NINF,
+    NOT_NEGZERO,
+    PINF,
+    _buckets,
+    _column_block,
+    _LazyValues,
+    _Limbs,
+    float32_block,
+)
 from fpreduce.core._exact_proof import _float64_exact_columns, _scan
 from fpreduce.core._reference import add_exact, round_float, round_fraction, round_scaled
 from fpreduce.core.formats import Format, get_format
@@ -341,8 +354,25 @@ class _MixedValues:
         return list(self) == list(other) if hasattr(other, "__iter__") else NotImplemented
 
 
+def _exact_float32(a: NDArray[np.float32], out_shape: tuple[int, ...], sigbits: int) -> ExactSum:
+    """:func:`_exact_general` of float32 columns by the compiled buckets, a block of columns per pass (their
+    NaN, Inf and all -0 from the same pass: :func:`fpreduce.core._exact_limbs.float32_block`)."""
+    n, c = a.shape
+    parts = [(c0, float32_block(a[:, c0 : c0 + _F32_COLS])) for c0 in range(0, c, _F32_COLS)]
+    flags = np.concatenate([p[1][4] for p in parts])
+    blocks = [(c0, p[0]) for c0, p in parts]
+    hi, lo, fbk = (np.concatenate([p[1][k] for p in parts]) for k in (1, 2, 3))
+    nan, pinf, ninf = ((flags & f) != 0 for f in (NAN, PINF, NINF))
+    return _assemble(blocks, hi, lo, fbk, nan, pinf, ninf, (flags & NOT_NEGZERO) == 0, out_shape, sigbits)
+
+
+_F32_COLS = 1024  # columns per pass of the compiled buckets (their 2 MB of int64 buckets)
+
+
 def _exact_general(a: NDArray[np.floating], out_shape: tuple[int, ...], sigbits: int) -> ExactSum:
     n, c = a.shape
+    if a.dtype == np.float32 and n and c and _buckets is not None and jit.enabled():
+        return _exact_float32(a, out_shape, sigbits)  # type: ignore[arg-type]
     nan = np.zeros(c, dtype=bool)
     pinf = np.zeros(c, dtype=bool)
     ninf = np.zeros(c, dtype=bool)
@@ -369,20 +399,28 @@ def _exact_general(a: NDArray[np.floating], out_shape: tuple[int, ...], sigbits:
             nan[sl] = np.isnan(x).any(axis=0)
             pinf[sl] = (x == np.inf).any(axis=0)
             ninf[sl] = (x == -np.inf).any(axis=0)
-            x = np.where(fin, x, 0.0)
+            x = np.where(fin, x, x.dtype.type(0))  # (float32 stays float32: the compiled buckets)
         negzero[sl] &= ((x == 0) & np.signbit(x)).all(axis=0) if n else False
         lb, hb, lo_, fb = _column_block(x, sigbits)
         blocks.append((c0, lb))
         his.append(hb)
         los.append(lo_)
         fbs.append(fb)
-    nan |= pinf & ninf
-    nonfinite = nan | pinf | ninf
-    special = np.where(nan, np.nan, np.where(pinf, np.inf, np.where(ninf, -np.inf, 0.0)))
-    values = _LazyValues(blocks, c, -_E_OFFSET - sigbits)
     hi = np.concatenate(his) if his else np.empty(0)
     lo = np.concatenate(los) if los else np.empty(0)
     fbk = np.concatenate(fbs) if fbs else np.zeros(0, dtype=bool)
+    return _assemble(blocks, hi, lo, fbk, nan, pinf, ninf, negzero, out_shape, sigbits)
+
+
+def _assemble(  # type: ignore[no-untyped-def]
+    blocks: list[tuple[int, _Limbs]], hi, lo, fbk, nan, pinf, ninf, negzero, out_shape: tuple[int, ...], sigbits: int
+) -> ExactSum:
+    """The :class:`ExactSum` of the general path's limb blocks, their float64 ``hi``/``lo``, the columns whose
+    ``hi``/``lo`` need the exact integers (``fbk``), and each column's NaN, +Inf, -Inf and all -0."""
+    nan = nan | (pinf & ninf)
+    nonfinite = nan | pinf | ninf
+    special = np.where(nan, np.nan, np.where(pinf, np.inf, np.where(ninf, -np.inf, 0.0)))
+    values = _LazyValues(blocks, len(hi), -_E_OFFSET - sigbits)
     for j in np.flatnonzero(fbk & ~nonfinite):
         v, s = values[int(j)]
         h = round_scaled(v, s, _FP64, "nearest_even")
