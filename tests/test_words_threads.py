@@ -141,6 +141,18 @@ def test_threads_split_and_resolve() -> None:
     assert threads.resolve(5, 10) == 5
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork")
+def test_a_forked_child_runs_its_own_threads() -> None:
+    """A child forked after the pool started (a sweep's process pool) must not wait on its parent's threads."""
+    import multiprocessing as mp
+
+    X = data("bf16", 4, 3000)
+    want = fr.reduce(X, "sequential", threads=2)  # the parent's pool exists now
+    with mp.get_context("fork").Pool(1) as pool:
+        got = pool.apply_async(fr.reduce, (X, "sequential"), {"threads": 2}).get(timeout=120)
+    assert np.array_equal(bits(got), bits(want))
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
 def test_bad_threads_are_refused(bad: object) -> None:
     with pytest.raises(InvalidArgument, match="threads"):

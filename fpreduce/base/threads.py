@@ -30,6 +30,8 @@ MIN_WORK = 1 << 20  # additions per thread at least (about 0.3 ms of float32 add
 T = TypeVar("T")
 _POOL: list[ThreadPoolExecutor] = []
 _LOCK = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads: it starts its own pool
+    os.register_at_fork(after_in_child=_POOL.clear)
 
 
 def available() -> int:
