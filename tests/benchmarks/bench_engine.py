@@ -4,7 +4,8 @@ Run: python tests/benchmarks/bench_engine.py [--small] [--rounds K] [--numpy]
 The baseline is the in-place ``acc = X[0].copy(); np.add(acc, X[k], out=acc)``: N-1
 float32 adds of rows, the fastest numpy gets; the allocating ``s = s + X[k]`` (the
 baseline of earlier versions) is measured too and its ratio printed beside it.
-``--numpy`` measures the numpy-only paths (as with ``FPREDUCE_NO_JIT=1``).
+``--numpy`` measures the numpy-only paths (as with ``FPREDUCE_NO_JIT=1``). fpreduce runs on one
+thread here, as the baseline does (``bench_native.py``: threads, natively stored bf16, torch).
 ml_dtypes and torch are measured side by side when installed.
 """
 
@@ -50,7 +51,7 @@ def run(n: int, m: int, cases: list[tuple[str, dict[str, Any]]], rounds: int = 1
         seq: dict[tuple[str, str], float] = {}
         for i, (plan, kw) in enumerate(cases):
             Xi = inputs[kw["input"]]
-            t = best(lambda Xi=Xi, plan=plan, kw=kw: fr.reduce(Xi, plan, **kw))
+            t = best(lambda Xi=Xi, plan=plan, kw=kw: fr.reduce(Xi, plan, threads=1, **kw))  # numpy's one thread
             ratios[i].append(t / base)
             alloc_ratios[i].append(t / alloc)
             key = (kw["input"], kw["accumulate"])
