@@ -102,9 +102,10 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _stable(d: Path) -> dict[str, Any]:
-    """summary.json without what may differ between a split and a single run: the times and the ranks."""
+    """summary.json without what may differ between a split and a single run: the times, the date it was written
+    (two runs may straddle a minute) and the ranks."""
     s = json.loads((d / "summary.json").read_text())
-    return {k: v for k, v in s.items() if not k.endswith("_time_s") and k != "distributed"}
+    return {k: v for k, v in s.items() if not k.endswith("_time_s") and k not in ("distributed", "date")}
 
 
 def _same_run(single: Path, split_dir: Path) -> None:

@@ -46,8 +46,9 @@ def files(d: Path) -> dict[str, bytes]:
 
 
 def summary_sans_times(d: Path) -> dict:
+    """summary.json without its times and the date it was written (a resumed run may end a minute later)."""
     s = json.loads((d / "summary.json").read_text())
-    return {k: v for k, v in s.items() if not k.endswith("_time_s")}
+    return {k: v for k, v in s.items() if not k.endswith("_time_s") and k != "date"}
 
 
 def in_child(fn: Callable[[], int], stderr: Path | None = None) -> int:
