@@ -28,7 +28,7 @@ __all__ = ["MIN_WORK", "available", "check", "resolve", "run", "split"]
 
 MIN_WORK = 1 << 20  # additions per thread at least (about 0.3 ms of float32 adds): below, one thread
 T = TypeVar("T")
-_POOL: list[ThreadPoolExecutor] = []
+_POOL: list[tuple[int, ThreadPoolExecutor]] = []  # (its workers, the pool): one, grown when a call needs more
 _LOCK = threading.Lock()
 if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads: it starts its own pool
     os.register_at_fork(after_in_child=_POOL.clear)
@@ -80,9 +80,12 @@ def run(fn: Callable[..., T], args: Sequence[tuple[Any, ...]]) -> list[T]:
     if len(args) <= 1:
         return [fn(*a) for a in args]
     with _LOCK:
-        if not _POOL or _POOL[0]._max_workers < len(args) - 1:
-            _POOL[:] = [ThreadPoolExecutor(max(len(args) - 1, available()), thread_name_prefix="fpreduce")]
-        pool = _POOL[0]
+        if not _POOL or _POOL[0][0] < len(args) - 1:
+            if _POOL:
+                _POOL[0][1].shutdown(wait=False)  # (its threads end once idle)
+            workers = max(len(args) - 1, available())
+            _POOL[:] = [(workers, ThreadPoolExecutor(workers, thread_name_prefix="fpreduce"))]
+        pool = _POOL[0][1]
     rest = [pool.submit(fn, *a) for a in args[1:]]
     first = fn(*args[0])
     return [first, *(f.result() for f in rest)]
