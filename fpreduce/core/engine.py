@@ -172,7 +172,7 @@ def reduce(
             Generator (:mod:`fpreduce.core._srload`): the same bits in pieces; the
             other algorithms draw from ``seed``'s Generator per call.
 
-        threads: the compiled left folds' threads (None: every core, ``$FPREDUCE_THREADS``): same bits for any.
+        threads: the compiled row folds' threads (None: every core, ``$FPREDUCE_THREADS``): same bits for any.
 
     Returns:
         shape (elements,), float32 (float64 for an fp64 result); ``result="native"``: the result format's own

@@ -399,7 +399,7 @@ def _exact_general(a: NDArray[np.floating], out_shape: tuple[int, ...], sigbits:
             nan[sl] = np.isnan(x).any(axis=0)
             pinf[sl] = (x == np.inf).any(axis=0)
             ninf[sl] = (x == -np.inf).any(axis=0)
-            x = np.where(fin, x, x.dtype.type(0))  # (float32 stays float32: the compiled buckets)
+            x = np.where(fin, x, 0.0)
         negzero[sl] &= ((x == 0) & np.signbit(x)).all(axis=0) if n else False
         lb, hb, lo_, fb = _column_block(x, sigbits)
         blocks.append((c0, lb))
