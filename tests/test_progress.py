@@ -39,6 +39,31 @@ def test_quiet_silences_them(tmp_path, capsys, fast_clock) -> None:
     _progress.silence(False)
 
 
+@pytest.mark.parametrize(
+    ("argv", "what"),
+    [
+        (["scale", "--print-only"], ("scale", 28, "points")),  # 7 workers x 4 plans
+        (["reveal", "numpy.sum", "--sweep", "1:6", "--verify", "4"], ("reveal --sweep", 6, "sizes")),
+    ],
+    ids=["scale", "reveal-sweep"],
+)
+def test_scale_and_reveal_sweep_say_how_far_they_are(argv, what, capsys, fast_clock) -> None:
+    """Off a terminal a plain line every ~15 s (here every other point), counting up to a last line; -q: none."""
+    desc, total, units = what
+    assert main(argv) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"fpreduce {desc}: ")]
+    line = re.compile(
+        rf"^fpreduce {desc}: (\d+)/{total} {units} \(\d+%\), [\d.]+ {units}/s, (about .* left|done in .*)$"
+    )
+    done = [int(m.group(1)) for text in err if (m := line.match(text))]
+    assert len(done) == len(err) >= 3, err
+    assert done == sorted(done)
+    assert re.search(rf"{total}/{total} .*, done in [\d.]+ (s|min|h)$", err[-1]), "a last line at the end"
+    assert main([*argv, "-q"]) == 0
+    assert capsys.readouterr().err == ""
+    _progress.silence(False)
+
+
 def test_a_short_count_says_nothing(capsys, monkeypatch) -> None:
     monkeypatch.setattr(_progress, "clock", lambda: 0.0)
     bar = _progress.Bar("step", desc="run")

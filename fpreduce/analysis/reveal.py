@@ -708,12 +708,14 @@ def hazard_map(
     format: str | Format = "fp32",
     verify: int = 1000,
     seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[Region]:
     """Reveal ``fn`` at every size of ``sizes`` (ascending) and group the sizes one explanation covers.
 
     A new region starts where the verdict, the accumulator or the plan family changes: where
     the library's tree changes with ``n`` (a determinism hazard: the same data, summed as part
-    of a longer or shorter vector, gives other bits).
+    of a longer or shorter vector, gives other bits). ``progress(done, len(sizes))`` after each
+    size (never printed here).
 
     >>> [(r.first, r.last, r.family) for r in hazard_map(lambda x: x.sum(), range(1, 11), verify=10)]
     [(1, 10, 'numpy')]
@@ -726,6 +728,8 @@ def hazard_map(
         found = revelation(fn, n, format=format, verify=verify, seed=seed)
         fams = match_family(found.plan) if found.plan is not None else []
         seen.append((n, found.verdict, found.accumulate, fams or [""], found.calls))
+        if progress is not None:
+            progress(len(seen), len(ns))
     return regions(seen)
 
 

@@ -549,6 +549,7 @@ def hazard_map(
     format: str | Format = "fp32",
     verify: int = 1000,
     seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[Region]:
     """Reveal the all-reduce ``fn`` at every element count of ``sizes`` (ascending) and group the counts
     one explanation covers: where the library's trees change with the message size (a size-dependent
@@ -556,6 +557,7 @@ def hazard_map(
 
     ``fn`` takes (ranks, E) arrays of any E of ``sizes``. A region's family is a collective plan of the
     project whose per-element trees are those revealed at every size of the region.
+    ``progress(done, len(sizes))`` after each element count (never printed here).
     """
     es = [int(e) for e in sizes]
     if not es or es != sorted(set(es)) or es[0] < 1:
@@ -565,4 +567,6 @@ def hazard_map(
         found = collective_revelation(fn, ranks, e, format=format, verify=verify, seed=seed)
         fams = [t for t in found.families if t in _candidates(ranks, get_format(format), e)] or list(found.families)
         seen.append((e, found.verdict, found.accumulate, fams or [""], found.calls))
+        if progress is not None:
+            progress(len(seen), len(es))
     return regions(seen)

@@ -22,7 +22,7 @@ Each row carries the bus bandwidth the plan's links allow beside the one it reac
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -90,6 +90,7 @@ def scaling(
     compute: float,
     nbytes: float | Sequence[float],
     profile: Profile | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[ScaleRow]:
     """The speed-up curve of each plan over ``workers``; points a plan cannot run (G not dividing N) are left out.
 
@@ -100,6 +101,8 @@ def scaling(
         nbytes: the gradient's size in bytes, or several sizes (nccl-tests' message-size sweep: the rows of
             each size after the other's).
         profile: the cluster.
+        progress: ``progress(done, total)`` after each (size, plan, N) point (the event timelines of
+            thousands of workers take seconds); never printed here.
 
     Raises:
         InvalidArgument: non-positive compute time, a negative or infinite size, N < 1, an unknown plan.
@@ -120,19 +123,24 @@ def scaling(
         family = p.split(":")[0]
         if family not in FAMILIES:
             raise unknown_name("plan", p, FAMILIES)
+    points = [(size, plan, n) for size in sizes for plan in plans for n in sorted(set(workers))]
     out = []
-    for size in sizes:
-        for plan in plans:
-            for n in sorted(set(workers)):
-                if not _supported(plan, n):
-                    continue
-                comm = cost(plan, n, size, profile)
-                step = compute / n + comm
-                alg, bus = bus_bandwidth(size, comm, n)
-                speed = compute / step
-                bound = busbw_bound(plan, n, profile)
-                out.append(ScaleRow(plan, n, compute / n, comm, step, speed, speed / n, alg, bus, bound, float(size)))
+    for i, (size, plan, n) in enumerate(points, 1):
+        if _supported(plan, n):
+            out.append(_row(plan, n, size, compute, profile))
+        if progress is not None:
+            progress(i, len(points))
     return out
+
+
+def _row(plan: str, n: int, size: float, compute: float, profile: Profile | None) -> ScaleRow:
+    """The point of ``plan`` on ``n`` workers for a message of ``size`` bytes."""
+    comm = cost(plan, n, size, profile)
+    step = compute / n + comm
+    alg, bus = bus_bandwidth(size, comm, n)
+    speed = compute / step
+    bound = busbw_bound(plan, n, profile)
+    return ScaleRow(plan, n, compute / n, comm, step, speed, speed / n, alg, bus, bound, float(size))
 
 
 @dataclass(frozen=True)

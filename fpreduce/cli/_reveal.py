@@ -194,7 +194,7 @@ def _collective_sweep(args: argparse.Namespace, backend: str, algorithm: str) ->
     sizes = _sizes(args.sweep)
     verify = 1000 if args.verify is None else args.verify
     with LiveAllReduce(backend, args.np, algorithm=algorithm or None, dtype=args.format) as fn:
-        regions = hazard_map(fn, args.np, sizes, format=args.format, verify=verify, seed=args.seed)
+        regions = hazard_map(fn, args.np, sizes, format=args.format, verify=verify, seed=args.seed, progress=_bar())
     return _print_regions(args, regions, verify, "elements")
 
 
@@ -259,8 +259,16 @@ def _sweep(fn: Callable[[Any], Any], args: argparse.Namespace) -> int:
 
     ns = _sizes(args.sweep)
     verify = 1000 if args.verify is None else args.verify
-    regions = hazard_map(fn, ns, format=args.format, verify=verify, seed=args.seed)
+    regions = hazard_map(fn, ns, format=args.format, verify=verify, seed=args.seed, progress=_bar())
     return _print_regions(args, regions, verify, "n")
+
+
+def _bar() -> Callable[[int, int], None]:
+    """The progress of a hazard map, by sizes revealed (a bar on a terminal, else a line every ~15 s; ``-q``:
+    none)."""
+    from fpreduce.cli._progress import Bar
+
+    return Bar("size", desc="reveal --sweep")
 
 
 def _print_regions(args: argparse.Namespace, regions: Any, verify: int, what: str) -> int:
@@ -319,6 +327,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     r.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     r.add_argument(
         "--report", default=None, metavar="FILE.pdf", help="also write a PDF: the table, evidence, plan and figures"
+    )
+    r.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress (--sweep: a bar on a terminal, else a line every ~15 s on stderr), no compile note",
     )
     r.set_defaults(func=_cmd_reveal)
 

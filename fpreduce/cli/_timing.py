@@ -31,7 +31,12 @@ def _cmd_scale(args: argparse.Namespace) -> int:
         cfg = replace(cfg, nbytes=_sizes(args.bytes))
     out = rundir.out_dir(args.out, cfg.name, "scale.name")
     with contextlib.nullcontext() if args.print_only else rundir.claim(out, "scale", force=args.force):
-        rows = scaling(cfg.workers, cfg.plans, compute=cfg.compute, nbytes=cfg.nbytes, profile=cfg.profile)
+        from fpreduce.cli._progress import Bar
+
+        bar = Bar("point", desc="scale")
+        rows = scaling(
+            cfg.workers, cfg.plans, compute=cfg.compute, nbytes=cfg.nbytes, profile=cfg.profile, progress=bar
+        )
         nbytes = list(cfg.nbytes) if isinstance(cfg.nbytes, tuple) else cfg.nbytes
         doc = {"name": cfg.name, "compute_s": cfg.compute, "nbytes": nbytes, "profile": asdict(cfg.profile)}
         doc["rows"] = rows_as_dicts(rows)
@@ -146,6 +151,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     sc.add_argument("--no-report", action="store_true", help="skip figures and the PDF report (scale.json is written)")
     sc.add_argument("--print-only", action="store_true", help="print the table; write no files at all")
     sc.add_argument("--force", action="store_true", help="replace a scale study already in --out")
+    sc.add_argument("-q", "--quiet", action="store_true", help=_QUIET)
     sc.set_defaults(func=_cmd_scale)
     pr = sub.add_parser("price", help="the price of determinism: sync vs arrival-order vs async training on one clock")
     pr.add_argument("config", nargs="?", default=None, help="TOML with [price], [source], [compute], [cluster]")
