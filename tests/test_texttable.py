@@ -63,3 +63,41 @@ def test_sum_aligns_an_explicit_tree(capsys: pytest.CaptureFixture[str]) -> None
     assert lines[2].startswith("(((0,1),(2,3)),(4,5))  ")
     assert lines[3].startswith("sequential  ")
     assert _aligned(lines[0], lines[2], lines[3])
+
+
+def _table_after(out: str, head: str) -> list[str]:
+    """The header line starting with ``head`` and the rows under its rule, up to the first line that is not a row."""
+    lines = out.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.lstrip().startswith(head))
+    rows = []
+    for line in lines[i + 2 :]:
+        if not line.strip() or line.startswith(("(", "a region")):
+            break
+        rows.append(line)
+    assert set(lines[i + 1]) == {"-"}, "a rule under the header"
+    return [lines[i], *rows]
+
+
+def test_sum_orders_and_reveal_sweep_tables_align(capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    """The two tables that were hand-padded (sum --orders' results, reveal --sweep's regions) go through the
+    one formatter: a wide cell (a hex, a range of n, a long verdict) widens its column, every column aligned."""
+    from fpreduce.analysis import reveal
+
+    assert main(["sum", "1e8,1,-1e8,0.5,3,-2.25", "--input", "bf16", "--accumulate", "bf16", "--orders", "60"]) == 0
+    rows = _table_after(capsys.readouterr().out, "result")
+    assert len(rows) > 3
+    assert _aligned(*rows)
+    found = [
+        reveal.Region(1, 15, "tree", "fp64", "sequential", 15, 400),
+        reveal.Region(1024, 1048576, "no fixed tree", "fp64", "", 1, 9),
+    ]
+    monkeypatch.setattr(reveal, "hazard_map", lambda *a, **k: found)  # the table, not the probes
+    assert main(["reveal", "numpy.dot", "--format", "fp64", "--sweep", "1:1048576", "-q"]) == 0
+    rows = _table_after(capsys.readouterr().out, "n ")
+    assert [r.split("  ")[0].strip() for r in rows] == [
+        "n",
+        "1..15",
+        "1024..1048576",
+    ]  # (wider than the 12 columns once padded to)
+    assert "no fixed tree" in rows[2]
+    assert _aligned(*rows)

@@ -32,6 +32,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument
+from fpreduce.base.texttable import table
 from fpreduce.core.engine import reduce
 from fpreduce.core.exact import ExactSum, exact_sum
 from fpreduce.core.formats import Format, get_format, input_format, to_bits, ulp
@@ -153,18 +154,16 @@ class OrderOutcomes:
             f"distinct results:   {len(self.distinct)}",
             f"error (ulps of {self.output}): min {self.min_error_ulps:+.4g} max {self.max_error_ulps:+.4g}",
             "",
-            f"{'result':>16} {'hex':>24} {'count':>8} {'share':>7} {'err ulps':>10} {'steps':>6}",
         ]
         idx = np.arange(len(self.distinct))
         if len(idx) > max_rows:
             idx = np.sort(np.argsort(-self.counts, kind="stable")[:max_rows])
-        for i in idx:
-            v = float(self.distinct[i])
-            lines.append(
-                f"{v:>16.9g} {float.hex(v):>24} {int(self.counts[i]):>8} "
-                f"{self.counts[i] / self.samples:>7.2%} {self.errors_ulps[i]:>+10.4g} "
-                f"{int(self.steps[i]):>+6d}"
-            )
+        body = [
+            [f"{v:.9g}", float.hex(v), int(self.counts[i]), f"{self.counts[i] / self.samples:.2%}"]
+            + [f"{self.errors_ulps[i]:+.4g}", f"{int(self.steps[i]):+d}"]
+            for i, v in ((i, float(self.distinct[i])) for i in idx)
+        ]
+        lines.append(table(["result", "hex", "count", "share", "err ulps", "steps"], body, align="rrrrrr"))
         if len(idx) < len(self.distinct):
             lines.append(f"({len(self.distinct) - len(idx)} less frequent results not shown)")
         return "\n".join(lines)

@@ -14,6 +14,7 @@ import numpy as np
 
 from fpreduce.base import jsonfile
 from fpreduce.base.errors import InvalidArgument, unknown_name
+from fpreduce.base.texttable import table
 
 #: Built-in targets: what each sums (a 1-D array of the format's storage dtype -> a scalar).
 TARGETS = {
@@ -280,10 +281,11 @@ def _print_regions(args: argparse.Namespace, regions: Any, verify: int, what: st
         return 0
     each = f"each verified on {verify} {'inputs' if what == 'n' else 'elements'}"
     print(f"{args.target}, {args.format}, {what} = {args.sweep}: {len(regions)} region(s), {each}")
-    print(f"{what:<12} {'verdict':<18} {'accumulate':<10} plan family")
-    for r in regions:
-        span = str(r.first) if r.first == r.last else f"{r.first}..{r.last}"
-        print(f"{span:<12} {r.verdict:<18} {r.accumulate:<10} {r.family or '-'}")
+    body = [
+        [str(r.first) if r.first == r.last else f"{r.first}..{r.last}", r.verdict, r.accumulate, r.family or "-"]
+        for r in regions
+    ]
+    print(table([what, "verdict", "accumulate", "plan family"], body, align="llll"))
     print(
         f"a region: consecutive {what} with one verdict, accumulator and family ('-': an explicit tree per "
         f"{what}, or none)"
