@@ -59,7 +59,7 @@ def test_default_config_roundtrips_through_resolved_toml():
     ("text", "msg"),
     [
         (BASE.replace("steps = 4", "stesp = 4"), "did you mean 'steps'"),
-        (BASE.replace("workers = 6", "workers = 0"), "workers must be >= 1"),
+        (BASE.replace("workers = 6", "workers = 0"), "experiment.workers: must be an integer >= 1, got 0"),
         (BASE.replace('order = "arrival"', 'order = "arival"', 1), "did you mean 'arrival'"),
         (BASE.replace('order = "fixed:sequential"', 'order = "fixed:pairwse"'), "did you mean 'pairwise'"),
         (BASE.replace('accumulate = "fp32"', 'accumulate = "fp23"'), "did you mean 'fp32'"),

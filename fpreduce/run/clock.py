@@ -37,7 +37,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -49,7 +49,7 @@ from fpreduce.core.formats import get_format
 from fpreduce.core.rounding import round_to
 from fpreduce.core.timing import Profile, cost, timeline
 from fpreduce.run.model import ModelSource, loss_and_grad
-from fpreduce.run.schema import choice, in_range
+from fpreduce.run.schema import Table, in_range, rule
 
 __all__ = ["ComputeModel", "Mode", "Trace", "parse_mode", "simulate"]
 
@@ -94,7 +94,7 @@ def parse_mode(text: str, workers: int) -> Mode:
 
 
 @dataclass(frozen=True)
-class ComputeModel:
+class ComputeModel(Table):
     """How long each worker takes to compute its gradient (seconds).
 
     Worker w's k-th gradient takes ``step * speed[w] * jitter`` (jitter drawn per worker
@@ -111,20 +111,13 @@ class ComputeModel:
         straggler_factor: how slow (>= 1).
     """
 
-    step: float = 0.1
-    spread: float = 0.2
-    jitter: str = "exponential"
-    scale: float = 0.1
-    straggler_prob: float = 0.0
-    straggler_factor: float = 5.0
-
-    def __post_init__(self) -> None:
-        in_range("compute.step", self.step, 0, gt=True)
-        in_range("compute.spread", self.spread, 0)
-        choice("compute.jitter", self.jitter, _JITTERS)
-        in_range("compute.scale", self.scale, 0)
-        in_range("compute.straggler_prob", self.straggler_prob, 0, hi=1.0000001)
-        in_range("compute.straggler_factor", self.straggler_factor, 1)
+    table: ClassVar[str] = "compute"
+    step: float = rule(0.1, lo=0, gt=True)
+    spread: float = rule(0.2, lo=0)
+    jitter: str = rule("exponential", choices=_JITTERS)
+    scale: float = rule(0.1, lo=0)
+    straggler_prob: float = rule(0.0, lo=0, top=1)
+    straggler_factor: float = rule(5.0, lo=1)
 
     def times(self, n: int, k: int, seed: int) -> NDArray[np.float64]:
         """Seconds each of ``n`` workers needs for its ``k``-th gradient (a function of seed, k only)."""

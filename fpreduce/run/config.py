@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Any, ClassVar, Literal, cast, get_args
 
 import tomli_w
 
@@ -24,7 +24,7 @@ from fpreduce.core.options import ALGORITHMS, AVERAGES
 from fpreduce.core.rounding import MODES
 from fpreduce.plans import parse
 from fpreduce.run.rundir import check_name
-from fpreduce.run.schema import build, document, in_range
+from fpreduce.run.schema import Table, build, check_fields, document, named, rule
 from fpreduce.run.sources import SourceSpec, file_shape, spec_from_dict
 
 __all__ = [
@@ -89,28 +89,25 @@ class OrderPolicy:
 
 
 @dataclass(frozen=True)
-class ExperimentSpec:
-    """``[experiment]``: name, steps, workers (N), seed.
+class ExperimentSpec(Table):
+    """``[experiment]``: name, steps, workers (N), seed (>= 0: numpy's generators take no negative seed).
 
     (Every step of every arm is also re-run with an independently seeded order policy:
     the ``rerun_*`` columns; the former ``check_steps`` key is gone.)"""
 
+    table: ClassVar[str] = "experiment"
     name: str = "ab-bf16"
-    steps: int = 40
-    workers: int = 16
-    seed: int = 0
+    steps: int = rule(40, lo=1)
+    workers: int = rule(16, lo=1)
+    seed: int = rule(0, lo=0)
 
     def __post_init__(self) -> None:
-        if self.steps < 1:
-            raise InvalidArgument(f"experiment.steps must be >= 1, got {self.steps}")
-        if self.workers < 1:
-            raise InvalidArgument(f"experiment.workers must be >= 1, got {self.workers}")
-        in_range("experiment.seed", self.seed, 0, integer=True)  # (numpy's generators take no negative seed)
+        super().__post_init__()
         check_name("experiment.name", self.name)
 
 
 @dataclass(frozen=True)
-class ArrivalSpec:
+class ArrivalSpec(Table):
     """``[arrival]``: the latency model of the ``arrival`` order policy.
 
     Worker w's message arrives at ``base + mean_w + jitter``: ``mean_w`` is drawn
@@ -119,16 +116,11 @@ class ArrivalSpec:
     Messages are summed sequentially in arrival order (ties: lower rank first).
     """
 
+    table: ClassVar[str] = "arrival"
     base: float = 1.0
-    spread: float = 0.5
-    jitter: str = "exponential"
-    scale: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.jitter not in JITTERS:
-            raise unknown_name("arrival.jitter", self.jitter, JITTERS)
-        if self.spread < 0 or self.scale < 0:
-            raise InvalidArgument("arrival.spread and arrival.scale must be >= 0")
+    spread: float = rule(0.5, lo=0)
+    jitter: str = rule("exponential", choices=JITTERS)
+    scale: float = rule(0.5, lo=0)
 
 
 @dataclass(frozen=True)
@@ -150,25 +142,18 @@ class ArmSpec:
     input: str = "bf16"
     accumulate: str = "bf16"
     output: str = ""
-    rounding: str = "nearest_even"
-    algorithm: str = "plain"
-    average: str = "none"
+    rounding: str = rule("nearest_even", choices=MODES)
+    algorithm: str = rule("plain", choices=ALGORITHMS)
+    average: str = rule("none", choices=AVERAGES)
     compare_to: str = ""
 
     def __post_init__(self) -> None:
         check_name("arms[].name", self.name)
         key = f"arms.{self.name}"
+        check_fields(self, key)
         for k in ("input", "accumulate") + (("output",) if self.output else ()):
-            try:  # "bfloat16", "float32", ... become the canonical bf16, fp32 in config.toml too
+            with named(f"{key}.{k}"):  # "bfloat16", "float32", ... become the canonical bf16, fp32 in config.toml too
                 object.__setattr__(self, k, format_name(getattr(self, k)))
-            except InvalidArgument as e:
-                raise InvalidArgument(f"{key}.{k}: {e}") from None
-        if self.rounding not in MODES:
-            raise unknown_name(f"{key}.rounding", self.rounding, MODES)
-        if self.algorithm not in ALGORITHMS:
-            raise unknown_name(f"{key}.algorithm", self.algorithm, ALGORITHMS)
-        if self.average not in AVERAGES:
-            raise unknown_name(f"{key}.average", self.average, AVERAGES)
         self.policy  # noqa: B018 - parsed (and checked) now, once
 
     @functools.cached_property

@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fpreduce.base.errors import InvalidArgument
-from fpreduce.run.schema import KindSpec, choice, in_range
+from fpreduce.run.schema import KindSpec, rule
 
 Activation = Literal["tanh", "relu"]
 ACTIVATIONS = ("tanh", "relu")
@@ -136,25 +136,16 @@ class ModelSpec(KindSpec):
     kind: ClassVar[str] = "model"
     # a plain class attribute (not annotated), so not a dataclass field
     key_aliases = {"batch_size": "batch_per_worker", "learning_rate": "lr"}
-    hidden: int = 64
-    inputs: int = 32
-    outputs: int = 8
-    batch_per_worker: int = 16
-    lr: float = 0.05
-    momentum: float = 0.0
-    loss_scale: float = 1.0
-    teacher_noise: float = 0.0
-    teacher_hidden: int = 64
-    activation: str = "tanh"
-
-    def __post_init__(self) -> None:
-        choice("source.activation", self.activation, ACTIVATIONS)
-        for k in ("hidden", "inputs", "outputs", "batch_per_worker", "teacher_hidden"):
-            in_range(f"source.{k}", getattr(self, k), 1, integer=True)
-        for k in ("lr", "loss_scale"):
-            in_range(f"source.{k}", getattr(self, k), 0, gt=True)
-        in_range("source.momentum", self.momentum, 0, hi=1)
-        in_range("source.teacher_noise", self.teacher_noise, 0)
+    hidden: int = rule(64, lo=1)
+    inputs: int = rule(32, lo=1)
+    outputs: int = rule(8, lo=1)
+    batch_per_worker: int = rule(16, lo=1)
+    lr: float = rule(0.05, lo=0, gt=True)
+    momentum: float = rule(0.0, lo=0, hi=1)
+    loss_scale: float = rule(1.0, lo=0, gt=True)
+    teacher_noise: float = rule(0.0, lo=0)
+    teacher_hidden: int = rule(64, lo=1)
+    activation: str = rule("tanh", choices=ACTIVATIONS)
 
 
 class ModelSource:

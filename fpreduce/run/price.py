@@ -18,11 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.tomlfile import read_toml
 from fpreduce.core.formats import format_name
 from fpreduce.core.timing import Profile
@@ -30,7 +29,8 @@ from fpreduce.plans import parse
 from fpreduce.run import rundir
 from fpreduce.run.clock import ComputeModel, Trace, parse_mode, simulate
 from fpreduce.run.model import ModelSource, ModelSpec
-from fpreduce.run.schema import build, document, in_range, named, tables
+from fpreduce.run.scale import cluster_profile
+from fpreduce.run.schema import Table, build, document, named, rule, tables
 
 __all__ = [
     "PriceConfig",
@@ -47,9 +47,13 @@ __all__ = [
 #: bins of the load curve over a mode's simulated time (price.json's ``computing``)
 LOAD_BINS = 400
 
+#: the most workers a price simulation takes (bounded work, issue 26)
+MAX_WORKERS = 4096
+_WHY = "work and memory grow with workers x steps x modes: 256 workers x 2 steps x 4 modes took 31 s and 0.3 GiB"
+
 
 @dataclass(frozen=True)
-class PriceSpec:
+class PriceSpec(Table):
     """The ``[price]`` table.
 
     Attributes:
@@ -65,23 +69,29 @@ class PriceSpec:
         target_loss: the loss whose first crossing is timed (0: 1.2 x the reference's final loss).
     """
 
+    table: ClassVar[str] = "price"
     name: str = "price"
-    workers: int = 16
-    seed: int = 0
-    steps: int = 60
-    modes: tuple[str, ...] = ("sync", "sync:arrival", "async", "local:4")
+    workers: int = rule(16, lo=1, top=MAX_WORKERS, why=_WHY)
+    seed: int = rule(0, lo=0)
+    steps: int = rule(60, lo=1)
+    modes: tuple[str, ...] = rule(("sync", "sync:arrival", "async", "local:4"), nonempty=True)
     plan: str = "ring"
     input: str = "bf16"
     accumulate: str = "bf16"
     master: str = "fp32"
-    target_loss: float = 0.0
+    target_loss: float = rule(0.0, lo=0)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+        rundir.check_name("price.name", self.name)
         for k in ("input", "accumulate", "master"):  # bfloat16, float32, ... stored as bf16, fp32
-            try:
+            with named(f"price.{k}"):
                 object.__setattr__(self, k, format_name(getattr(self, k)))
-            except InvalidArgument as e:
-                raise InvalidArgument(f"price.{k}: {e}") from None
+        for i, m in enumerate(self.modes):
+            with named(f"price.modes[{i}]"):
+                parse_mode(m, self.workers)
+        with named("price.plan"):
+            parse(self.plan, self.workers)
 
 
 @dataclass(frozen=True)
@@ -124,11 +134,6 @@ class PriceRow:
     idle_fraction: float
 
 
-#: the most workers a price simulation takes (work and memory grow with workers x steps x modes: 256 workers x
-#: 2 steps x 4 modes took 31 s and 0.3 GiB here; 10^9 was OOM-killed)
-MAX_WORKERS = 4096
-
-
 def load_price_config(path: str | Path) -> PriceConfig:
     """Read a price config; unknown tables and keys are errors with a close-match hint, every error names the file."""
     d = read_toml(path, "the price config")
@@ -141,21 +146,8 @@ def price_config_from_dict(d: dict[str, Any]) -> PriceConfig:
     :mod:`fpreduce.run.schema` (each error one line naming the key)."""
     t = tables(d, ("price", "source", "compute", "cluster"))
     spec = build(PriceSpec, "price", t["price"])
-    rundir.check_name("price.name", spec.name)
-    in_range("price.workers", spec.workers, 1, hi=MAX_WORKERS + 1, integer=True)  # bounded work (issue 26)
-    in_range("price.steps", spec.steps, 1, integer=True)
-    in_range("price.seed", spec.seed, 0, integer=True)
-    in_range("price.target_loss", spec.target_loss, 0)
-    if not spec.modes:
-        raise InvalidArgument("price.modes: empty, expected at least one mode")
-    for i, m in enumerate(spec.modes):
-        with named(f"price.modes[{i}]"):
-            parse_mode(m, spec.workers)
-    with named("price.plan"):
-        parse(spec.plan, spec.workers)
     compute = build(ComputeModel, "compute", t["compute"])
-    with named("cluster"):
-        profile = Profile.from_dict(t["cluster"])
+    profile = cluster_profile(t["cluster"])
     return PriceConfig(spec, ModelSpec.from_dict({"kind": "model", **t["source"]}), compute, profile)
 
 

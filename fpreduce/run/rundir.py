@@ -250,7 +250,7 @@ def check_name(key: str, name: object) -> None:
     else:
         return
     raise InvalidArgument(
-        f"{key} must be a plain name (no path separator, control character, '.' or '..'), got {name!r}: {why}"
+        f"{key}: must be a plain name (no path separator, control character, '.' or '..'), got {name!r}: {why}"
     )
 
 

@@ -10,20 +10,75 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from fpreduce.analysis.scaling import MAX_WORKERS, ScaleConfig, scaling
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.tomlfile import read_toml
 from fpreduce.core.timing import Profile
 from fpreduce.run.rundir import check_name
-from fpreduce.run.schema import build, document, in_range, named, tables
+from fpreduce.run.schema import Table, build, document, named, rule, tables
 
-__all__ = ["ScaleTable", "load_scale_config", "scale_config_from_dict"]
+#: why scale.workers is capped (bounded work, issue 26)
+_WHY = "time and memory grow with N^2: N = 2048 takes ~20 s and 0.4 GiB"
+
+
+__all__ = ["ClusterTable", "ScaleTable", "cluster_profile", "load_scale_config", "scale_config_from_dict"]
 
 
 @dataclass(frozen=True)
-class ScaleTable:
+class ClusterTable(Table):
+    """The ``[cluster]`` table of the scale and price configs: a :class:`~fpreduce.core.timing.Profile`'s
+    constants (seconds, seconds per byte; workers and NICs per node), or a bandwidth in place of a per-byte
+    time (``bandwidth``: B/s of one NIC for ``beta``, ``bandwidth_intra`` for ``beta_intra``,
+    ``reduce_bandwidth`` for ``gamma``; one of the two, never both). Keys not given take the Profile's defaults.
+    """
+
+    table: ClassVar[str] = "cluster"
+    alpha: float = rule(Profile.alpha, lo=0)
+    beta: float | None = rule(None, lo=0, gt=True)
+    gamma: float | None = rule(None, lo=0)
+    alpha_intra: float = rule(Profile.alpha_intra, lo=0)
+    beta_intra: float | None = rule(None, lo=0, gt=True)
+    gpus_per_node: int = rule(1, lo=1)
+    nics_per_node: int = rule(1, lo=1)
+    name: str = "default"
+    bandwidth: float | None = rule(None, lo=0, gt=True)
+    bandwidth_intra: float | None = rule(None, lo=0, gt=True)
+    reduce_bandwidth: float | None = rule(None, lo=0, gt=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for time, rate in _RATES.items():
+            if getattr(self, time) is not None and getattr(self, rate) is not None:
+                raise InvalidArgument(f"cluster.{time} and cluster.{rate}: give one of them (s/B or B/s)")
+
+    def profile(self) -> Profile:
+        """The profile: every key given, the bandwidths as their per-byte times."""
+        kw = {k: getattr(self, k) for k in ("alpha", "alpha_intra", "gpus_per_node", "nics_per_node", "name")}
+        for time, rate in _RATES.items():
+            t, r = getattr(self, time), getattr(self, rate)
+            kw[time] = t if t is not None else 1.0 / r if r is not None else getattr(Profile, time)
+        return Profile(**kw)
+
+
+_RATES = {"beta": "bandwidth", "beta_intra": "bandwidth_intra", "gamma": "reduce_bandwidth"}
+
+
+def cluster_profile(d: dict[str, Any]) -> Profile:
+    """The profile of a ``[cluster]`` table (:class:`ClusterTable`), each error one line naming ``cluster.<key>``.
+
+    >>> cluster_profile({"bandwidth": 25e9}).beta
+    4e-11
+    >>> cluster_profile({"bandwidth": 0})
+    Traceback (most recent call last):
+    fpreduce.base.errors.InvalidArgument: cluster.bandwidth: must be finite and > 0, got 0.0
+    """
+    return build(ClusterTable, "cluster", d, aliases={"latency": "alpha", "nics": "nics_per_node"}).profile()
+
+
+@dataclass(frozen=True)
+class ScaleTable(Table):
     """The ``[scale]`` table as written (:class:`~fpreduce.analysis.scaling.ScaleConfig` is what it asks for).
 
     Attributes:
@@ -36,34 +91,18 @@ class ScaleTable:
         bytes_per_element: with ``elements`` (>= 1).
     """
 
+    table: ClassVar[str] = "scale"
     name: str = "scaling"
-    workers: tuple[int, ...] = ScaleConfig.workers
-    plans: tuple[str, ...] = ScaleConfig.plans
-    compute: float = ScaleConfig.compute
-    bytes: float | tuple[float, ...] = 1e8
-    elements: int = 0
-    bytes_per_element: int = 4
+    workers: tuple[int, ...] = rule(ScaleConfig.workers, lo=1, top=MAX_WORKERS, nonempty=True, why=_WHY)
+    plans: tuple[str, ...] = rule(ScaleConfig.plans, nonempty=True)
+    compute: float = rule(ScaleConfig.compute, lo=0, gt=True)
+    bytes: float | tuple[float, ...] = rule(1e8, lo=0, nonempty=True)
+    elements: int = rule(0, lo=0)
+    bytes_per_element: int = rule(4, lo=1)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_name("scale.name", self.name)
-        for key in ("workers", "plans"):
-            if not getattr(self, key):
-                raise InvalidArgument(f"scale.{key}: empty, expected at least one entry")
-        for i, n in enumerate(self.workers):
-            in_range(f"scale.workers[{i}]", n, 1, integer=True)
-            if n > MAX_WORKERS:  # bounded work (issue 26)
-                raise InvalidArgument(
-                    f"scale.workers[{i}]: at most {MAX_WORKERS} (time and memory grow with N^2: N = 2048 takes ~20 s "
-                    f"and 0.4 GiB), got {n}"
-                )
-        in_range("scale.compute", self.compute, 0, gt=True)
-        sizes = self.bytes if isinstance(self.bytes, tuple) else (self.bytes,)
-        if not sizes:
-            raise InvalidArgument("scale.bytes: empty, expected at least one size")
-        for i, b in enumerate(sizes):
-            in_range("scale.bytes" + (f"[{i}]" if isinstance(self.bytes, tuple) else ""), b, 0)
-        in_range("scale.elements", self.elements, 0, integer=True)
-        in_range("scale.bytes_per_element", self.bytes_per_element, 1, integer=True)
 
 
 def load_scale_config(path: str | Path) -> ScaleConfig:
@@ -84,8 +123,7 @@ def scale_config_from_dict(d: Mapping[str, Any]) -> ScaleConfig:
     if "bytes" in t["scale"] and "elements" in t["scale"]:
         raise InvalidArgument("scale.bytes and scale.elements: give one of them (the size in bytes or in elements)")
     s = build(ScaleTable, "scale", t["scale"], aliases={"worker": "workers", "plan": "plans"})
-    with named("cluster"):
-        profile = Profile.from_dict(t["cluster"])
+    profile = cluster_profile(t["cluster"])
     nbytes = float(s.elements * s.bytes_per_element) if s.elements else s.bytes
     cfg = ScaleConfig(s.workers, s.plans, s.compute, nbytes, profile, s.name)
     with named("scale.plans"):

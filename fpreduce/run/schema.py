@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -266,7 +266,107 @@ def build(
     return cls(**kwargs)
 
 
-class KindSpec:
+@dataclass(frozen=True)
+class Rule:
+    """What a field of a :class:`Table` may hold besides its type (see :func:`rule`)."""
+
+    lo: float | None = None
+    gt: bool = False
+    hi: float | None = None
+    top: float | None = None
+    choices: tuple[str, ...] | None = None
+    aliases: Mapping[str, str] | None = None
+    nonempty: bool = False
+    why: str = ""
+
+
+def rule(
+    default: Any = MISSING,
+    *,
+    lo: float | None = None,
+    gt: bool = False,
+    hi: float | None = None,
+    top: float | None = None,
+    choices: tuple[str, ...] | None = None,
+    aliases: Mapping[str, str] | None = None,
+    nonempty: bool = False,
+    why: str = "",
+) -> Any:
+    """A dataclass field with its rule, checked by :func:`check_fields` (every entry of an array alike).
+
+    Args:
+        default: the default (none: a required key).
+        lo: the lowest value (``> lo`` with ``gt``); ``hi``: values below it; ``top``: the highest value.
+        choices: the closed set of a string (an unknown one gets a close-match hint, ``aliases`` too).
+        nonempty: a string or an array needs at least one character or entry.
+        why: said after a range's failure (the bounded-work caps say what the cap protects).
+    """
+    meta = {"rule": Rule(lo, gt, hi, top, choices, aliases, nonempty, why)}
+    return field(metadata=meta) if default is MISSING else field(default=default, metadata=meta)
+
+
+def _entry(key: str, v: object, typ: str, r: Rule | None) -> None:
+    """One value of a field of type ``typ`` (``int``, ``float``, ``str``, ``bool``) checked against ``r``."""
+    if typ in ("int", "float"):
+        ok = is_int(v) if typ == "int" else is_finite(v)
+        low = None if r is None else r.lo
+        if ok and r is not None:
+            ok = (low is None or (v > low if r.gt else v >= low)) and (r.hi is None or v < r.hi)  # type: ignore[operator]
+            ok = ok and (r.top is None or v <= r.top)  # type: ignore[operator]
+        if not ok:
+            bounds = [] if r is None else [f"{'>' if r.gt else '>='} {low}"] * (low is not None)
+            if r is not None:
+                bounds += [f"< {r.hi}"] * (r.hi is not None) + [f"<= {r.top}"] * (r.top is not None)
+            what = ("an integer " if typ == "int" else "finite and " if bounds else "finite") + " and ".join(bounds)
+            why = f" ({r.why})" if r is not None and r.why and r.top is not None and is_number(v) and v > r.top else ""  # type: ignore[operator]
+            check(False, key, what.strip() + why, v)
+    elif typ == "bool":
+        check(isinstance(v, bool), key, "a boolean", v)
+    else:
+        check(isinstance(v, str), key, "a string", v)
+        if r is not None and r.nonempty:
+            check(v != "", key, "a non-empty string", v)
+        if r is not None and r.choices is not None:
+            choice(key, v, r.choices, aliases=r.aliases)
+
+
+def check_fields(obj: object, table: str) -> None:
+    """Every field of the dataclass ``obj`` checked against its annotation and its :func:`rule`; errors name
+    ``{table}.{field}`` (``{table}.{field}[i]`` for an array's entry). A field whose annotation allows None
+    (``float | None``: a key with no value unless given) is skipped when None.
+
+    >>> from fpreduce.run.config import ArrivalSpec
+    >>> ArrivalSpec(spread=-1.0)
+    Traceback (most recent call last):
+    fpreduce.base.errors.InvalidArgument: arrival.spread: must be finite and >= 0, got -1.0
+    """
+    for f in fields(obj):  # type: ignore[arg-type]
+        v, typ, r = getattr(obj, f.name), str(f.type), f.metadata.get("rule")
+        kinds = [t.strip() for t in typ.split("|")]
+        if v is None and "None" in kinds:
+            continue
+        array = next((t[6:-6] for t in kinds if t.startswith("tuple[")), None)
+        if array is not None and isinstance(v, tuple | list):
+            if r is not None and r.nonempty and not v:
+                raise InvalidArgument(f"{table}.{f.name}: empty, expected at least one entry")
+            for i, x in enumerate(v):
+                _entry(f"{table}.{f.name}[{i}]", x, array, r)
+        else:
+            _entry(f"{table}.{f.name}", v, kinds[0], r)
+
+
+class Table:
+    """A TOML table as a frozen dataclass whose fields carry their types and rules (:func:`rule`), checked on
+    construction by :func:`check_fields` (built from a document by :func:`build`, or directly)."""
+
+    #: the table's name in messages (``experiment``, ``source``, ``compute``)
+    table: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        check_fields(self, self.table)
+
+
+class KindSpec(Table):
     """Shared ``from_dict``/``to_dict`` of the dataclasses of a table with a ``kind`` key.
 
     One dataclass per kind of ``[source]`` (``SyntheticSpec``, ``ModelSpec``, ``FileSpec``);

@@ -74,7 +74,7 @@ from fpreduce.run._layouts import LAYOUTS
 from fpreduce.run._layouts import scales as layout_scales
 from fpreduce.run._layouts import total as layout_size
 from fpreduce.run.model import ModelSource, ModelSpec, check_step
-from fpreduce.run.schema import KindSpec, check, choice, in_range, is_finite, is_int
+from fpreduce.run.schema import KindSpec, choice, in_range, is_int, rule, table
 
 __all__ = [
     "STEP_FILE",
@@ -133,32 +133,23 @@ class SyntheticSpec(KindSpec):
     """
 
     kind: ClassVar[str] = "synthetic"
-    dist: str = "normal"
-    elements: int = 4096
-    signal: float = 1.0
-    noise: float = 1.0
-    df: float = 3.0
-    log_sigma: float = 1.0
-    sparsity: float = 0.9
-    outlier_worker: int = -1
+    dist: str = rule("normal", choices=DISTS, aliases=_ALIASES)
+    elements: int = rule(4096, lo=1)
+    signal: float = rule(1.0, lo=0)
+    noise: float = rule(1.0, lo=0)
+    df: float = rule(3.0, lo=0, gt=True)
+    log_sigma: float = rule(1.0, lo=0, gt=True)
+    sparsity: float = rule(0.9, lo=0, hi=1)
+    outlier_worker: int = rule(-1, lo=-1)
     outlier_scale: float = 10.0
-    outlier_kind: str = "scale"
-    decay: float = 0.0
-    layout: str = ""
+    outlier_kind: str = rule("scale", choices=OUTLIER_KINDS, aliases=_ALIASES)
+    decay: float = rule(0.0, lo=0)
+    layout: str = rule("", choices=("", *LAYOUTS))
 
     def __post_init__(self) -> None:
-        if self.layout:
-            choice("source.layout", self.layout, tuple(LAYOUTS))
+        super().__post_init__()
+        if self.layout:  # (the elements of one model's parameters at most)
             in_range("source.elements", self.elements, 1, hi=layout_size(self.layout) + 1, integer=True)
-        choice("source.dist", self.dist, DISTS, aliases=_ALIASES)
-        choice("source.outlier_kind", self.outlier_kind, OUTLIER_KINDS, aliases=_ALIASES)
-        in_range("source.elements", self.elements, 1, integer=True)
-        in_range("source.outlier_worker", self.outlier_worker, -1, integer=True)
-        for k in ("signal", "noise", "decay", "sparsity"):
-            in_range(f"source.{k}", getattr(self, k), 0, hi=1 if k == "sparsity" else None)
-        for k in ("df", "log_sigma"):
-            in_range(f"source.{k}", getattr(self, k), 0, gt=True)
-        check(is_finite(self.outlier_scale), "source.outlier_scale", "finite", self.outlier_scale)
 
 
 @dataclass(frozen=True)
@@ -172,11 +163,8 @@ class FileSpec(KindSpec):
     """
 
     kind: ClassVar[str] = "file"
-    path: str
+    path: str = rule(nonempty=True)
     gaps: bool = False
-
-    def __post_init__(self) -> None:
-        check(isinstance(self.path, str) and self.path != "", "source.path", "a non-empty path", self.path)
 
 
 SourceSpec = SyntheticSpec | ModelSpec | FileSpec
@@ -185,8 +173,7 @@ _SPECS: dict[str, type[SourceSpec]] = {"synthetic": SyntheticSpec, "model": Mode
 
 def spec_from_dict(d: dict[str, Any]) -> SourceSpec:
     """Build a spec from a ``[source]`` table, dispatching on its ``kind`` (default synthetic)."""
-    if not isinstance(d, dict):
-        raise InvalidArgument(f"[source] must be a table, got {d!r}")
+    table("[source]", d)
     kind = d.get("kind", "synthetic")
     choice("source.kind", kind, KINDS, aliases=_ALIASES)
     return _SPECS[str(kind)].from_dict(d)
