@@ -42,24 +42,30 @@ def test_quiet_silences_them(tmp_path, capsys, fast_clock) -> None:
 @pytest.mark.parametrize(
     ("argv", "what"),
     [
-        (["scale", "--print-only"], ("scale", 28, "points")),  # 7 workers x 4 plans
-        (["reveal", "numpy.sum", "--sweep", "1:6", "--verify", "4"], ("reveal --sweep", 6, "sizes")),
+        (["scale", "--print-only"], ("fpreduce scale", 28, "points")),  # 7 workers x 4 plans
+        (["reveal", "numpy.sum", "--sweep", "1:6", "--verify", "4"], ("fpreduce reveal --sweep", 6, "sizes")),
+        (["run", "--steps", "6", "--set", "source.elements=64", "--no-report"], ("fpreduce", 6, "steps")),
+        (
+            ["sweep", "examples/sweep-ring.toml", "--set", "sweep.workers=[2]", "--set", "experiment.steps=1"]
+            + ["--set", "source.elements=64", "--no-report"],
+            ("fpreduce sweep", 6, "points"),  # 3 plans x 2 formats
+        ),
     ],
-    ids=["scale", "reveal-sweep"],
+    ids=["scale", "reveal-sweep", "run", "sweep"],
 )
-def test_scale_and_reveal_sweep_say_how_far_they_are(argv, what, capsys, fast_clock) -> None:
-    """Off a terminal a plain line every ~15 s (here every other point), counting up to a last line; -q: none."""
-    desc, total, units = what
+def test_commands_say_how_far_they_are(argv, what, tmp_path, capsys, fast_clock) -> None:
+    """Off a terminal a plain line every ~15 s (here every other unit), counting up to a last line; -q: none."""
+    prefix, total, units = what
+    if argv[0] in ("run", "sweep"):
+        argv = [*argv, "--out", str(tmp_path / "o")]
     assert main(argv) == 0
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"fpreduce {desc}: ")]
-    line = re.compile(
-        rf"^fpreduce {desc}: (\d+)/{total} {units} \(\d+%\), [\d.]+ {units}/s, (about .* left|done in .*)$"
-    )
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"{prefix}: ")]
+    line = re.compile(rf"^{prefix}: (\d+)/{total} {units} \(\d+%\), [\d.]+ {units}/s, (about .* left|done in .*)$")
     done = [int(m.group(1)) for text in err if (m := line.match(text))]
     assert len(done) == len(err) >= 3, err
     assert done == sorted(done)
     assert re.search(rf"{total}/{total} .*, done in [\d.]+ (s|min|h)$", err[-1]), "a last line at the end"
-    assert main([*argv, "-q"]) == 0
+    assert main([*argv, "-q", "--force"] if argv[0] in ("run", "sweep") else [*argv, "-q"]) == 0
     assert capsys.readouterr().err == ""
     _progress.silence(False)
 
