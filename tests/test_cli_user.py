@@ -252,3 +252,23 @@ def test_run_source_accepts_a_recordings_own_directory(tmp_path, capsys):
     assert main(["run", "--source", str(tmp_path / "whole.npy"), "--out", str(tmp_path / "w"), "--no-report"]) == 0
     a, b = load_run(out).metrics, load_run(tmp_path / "w").metrics
     assert all(np.array_equal(a[arm]["digest"], b[arm]["digest"]) for arm in a)  # the same gradients, the same bits
+
+
+def test_the_backends_take_the_spellings_too(capsys):
+    """Issue 27: verify --dtype and reveal --format (the live ranks' dtype) take a format as people write it;
+    a format the backend cannot sum is still one line with its choices. Nothing is launched."""
+    from fpreduce.backends._common import backend_dtype
+    from fpreduce.backends.gloo import DTYPES as GLOO
+    from fpreduce.backends.mpi import DTYPES as MPI
+
+    assert backend_dtype("gloo", "torch.bfloat16", GLOO) == "bf16"
+    assert backend_dtype("gloo", "np.float16", GLOO) == "fp16"
+    assert backend_dtype("mpi", np.dtype("float64"), MPI) == "fp64"
+    assert main(["verify", "--backend", "mpi", "--np", "2", "--dtype", "torch.bfloat16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "fpreduce: error: unknown mpi dtype (Open MPI 4 has no fp16/bf16 MPI datatype) 'torch.bfloat16' "
+        "(choices: fp32, fp64)"
+    )
+    assert main(["reveal", "numpy.sum", "--n", "4", "--verify", "2", "--format", "torch.float16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == "fp16"

@@ -26,7 +26,9 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.core.engine import reduce
+from fpreduce.core.formats import format_name
 from fpreduce.core.rounding import round_to
 from fpreduce.plans import AnyPlan
 
@@ -47,6 +49,20 @@ def make_inputs(n: int, m: int, dtype: str, seed: int) -> NDArray[np.floating]:
     if dtype == "fp64":
         return x
     return np.asarray(round_to(x, dtype), dtype=np.float32)
+
+
+def backend_dtype(backend: str, dtype: object, allowed: Sequence[str]) -> str:
+    """``dtype`` as people write it (``bfloat16``, ``torch.float32``, ``np.float64``, a dtype object) as the
+    format name a backend sums (one of ``allowed``); another format or an unknown name: one line with the
+    backend's choices."""
+    try:
+        name = format_name(dtype)
+    except InvalidArgument:
+        name = str(dtype)
+    if name not in allowed:
+        extra = " (Open MPI 4 has no fp16/bf16 MPI datatype)" if backend == "mpi" else ""
+        raise unknown_name(f"{backend} dtype{extra}", str(dtype), allowed)
+    return name
 
 
 def bits(a: np.ndarray) -> np.ndarray:

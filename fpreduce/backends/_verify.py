@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 
 from fpreduce.backends import gloo, mpi
-from fpreduce.backends._common import VerifyResult, compare, make_inputs
+from fpreduce.backends._common import VerifyResult, backend_dtype, compare, make_inputs
 from fpreduce.base.errors import InvalidArgument, unknown_name
 
 #: backend names accepted by :func:`verify`.
@@ -55,7 +55,8 @@ def verify(
         backend: ``mpi`` (Open MPI via mpi4py) or ``gloo`` (torch.distributed).
         np: number of processes (2..64; all on this machine, loopback only).
         algorithm: a name from :func:`algorithms` (default: ``default`` for mpi, ``ring`` for gloo).
-        dtype: ``fp32`` or ``fp64`` for mpi; ``fp32``, ``fp16``, ``bf16``, ``fp64`` for gloo.
+        dtype: ``fp32`` or ``fp64`` for mpi; ``fp32``, ``fp16``, ``bf16``, ``fp64`` for gloo (any spelling of
+            them: ``float32``, ``torch.bfloat16``, ...).
         elements: M, the number of elements all-reduced (>= 1).
         seed: seed of the inputs.
         timeout: seconds before a hung run is killed.
@@ -77,9 +78,7 @@ def verify(
     alg = algorithm or _DEFAULT[backend]
     if alg not in algos:
         raise unknown_name(f"{backend} algorithm", alg, algos)
-    if dtype not in dtypes(backend):
-        extra = " (Open MPI 4 has no fp16/bf16 MPI datatype)" if backend == "mpi" else ""
-        raise unknown_name(f"{backend} dtype{extra}", dtype, dtypes(backend))
+    dtype = backend_dtype(backend, dtype, dtypes(backend))
     for what, v, lo, hi in (("np", np, 2, 64), ("elements", elements, 1, 1 << 28)):
         if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
             raise InvalidArgument(f"{what} must be an integer in {lo}..{hi}, got {v!r}")

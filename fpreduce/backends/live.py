@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fpreduce.backends import gloo, mpi
-from fpreduce.backends._common import BackendError, _kill, bits, excerpt, new_workdir, python
+from fpreduce.backends._common import BackendError, _kill, backend_dtype, bits, excerpt, new_workdir, python
 from fpreduce.base.errors import InvalidArgument, unknown_name
 
 __all__ = ["BACKENDS", "LiveAllReduce"]
@@ -61,8 +61,7 @@ class LiveAllReduce:
         allowed = (mpi.DEFAULT, *mpi.ALGORITHMS) if backend == "mpi" else tuple(gloo.ALGORITHMS)
         if algorithm not in allowed:
             raise unknown_name(f"{backend} algorithm", algorithm, allowed)
-        if dtype not in lib.DTYPES:
-            raise unknown_name(f"{backend} dtype", dtype, lib.DTYPES)
+        dtype = backend_dtype(backend, dtype, lib.DTYPES)
         if isinstance(ranks, bool) or not isinstance(ranks, int) or not 2 <= ranks <= 64:
             raise InvalidArgument(f"--np must be an integer in 2..64, got {ranks!r}")
         self.library = lib.check_available()

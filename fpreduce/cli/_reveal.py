@@ -201,7 +201,10 @@ def _collective_sweep(args: argparse.Namespace, backend: str, algorithm: str) ->
 
 def _cmd_reveal(args: argparse.Namespace) -> int:
     from fpreduce.analysis.reveal import match_family, revelation, tree_text
+    from fpreduce.core.formats import format_name
 
+    args.format = format_name(args.format)  # as people write it (torch.bfloat16, ...): its name in every line
+    args.accumulate = None if args.accumulate is None else format_name(args.accumulate)
     if args.report is not None:
         from fpreduce.run.rundir import check_report_target
 
