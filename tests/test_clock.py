@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import fpreduce as fr
+from fpreduce.cli import main
 from fpreduce.core.timing import Profile
 from fpreduce.report.price import findings
 from fpreduce.run.clock import ComputeModel, parse_mode, simulate
@@ -160,20 +159,22 @@ def test_price_rows_follow_their_definitions() -> None:
     assert rows[2].idle_fraction < rows[0].idle_fraction  # async goes on at once
 
 
-def test_price_command(tmp_path: Path) -> None:
+def test_price_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command end to end, in this process (``python -m fpreduce.cli`` is run by other tests): the JSON
+    on stdout, the PDF report, and a misspelt mode as one line with a hint."""
     cfg = tmp_path / "p.toml"
     cfg.write_text('[price]\nworkers = 4\nsteps = 3\nmodes = ["sync", "async"]\n[source]\nhidden = 8\n')
-    run = [sys.executable, "-m", "fpreduce.cli", "price", str(cfg), "--json", "--out", str(tmp_path / "out")]
-    r = subprocess.run(run, capture_output=True, text=True, check=False)
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    argv = ["price", str(cfg), "--json", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
     assert [row["mode"] for row in doc["rows"]] == ["sync", "async"]
     assert (tmp_path / "out" / "report.pdf").read_bytes().startswith(b"%PDF")
     cfg.write_text('[price]\nmodes = ["asynk"]\n')
-    bad = subprocess.run(run, capture_output=True, text=True, check=False)
-    assert bad.returncode == 2
-    assert bad.stderr.startswith("fpreduce: error:")
-    assert "did you mean 'async'" in bad.stderr
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fpreduce: error:")
+    assert len(err.strip().splitlines()) == 1
+    assert "did you mean 'async'" in err
 
 
 def test_async_local_sgd_with_equal_speeds_has_a_known_staleness_and_differs_from_local() -> None:
