@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import re
 
 import numpy as np
 import pytest
@@ -196,6 +197,14 @@ def test_flags_of_one_name_mean_one_thing():
     assert all(h.split(": ", 1)[1].startswith("skip figures and the PDF report") for h in seen["--no-report"])
     assert len(seen["--no-report"]) >= 5
     assert all("no progress" in h for h in seen["-q"]), seen["-q"]
+    assert all(h.split(": ", 1)[1].startswith("print ") and "JSON" in h for h in seen["--json"]), seen["--json"]
+    assert all(h.endswith("and nothing else") for h in seen["--json"]), "stdout holds the JSON alone (issue 27)"
+    assert all(re.search(r": replace a .* already in --out$", h) for h in seen["--force"]), seen["--force"]
+    assert len({h.split(": ", 1)[1] for h in seen["--threads"]}) == 1
+    assert all("seed" in h and "(default 0)" in h for h in seen["--seed"]), seen["--seed"]
+    assert all("ranks" in h for h in seen["--np"]), seen["--np"]
+    assert [h.split(":")[0] for h in seen["--output"]] == ["sum"], "--output is a format (reduce's output=)"
+    assert all("directory" in h or h.startswith("calibrate: ") for h in seen["--out"]), seen["--out"]
 
 
 def test_comparing_arms_that_average_differently_is_warned_and_the_example_does_not():

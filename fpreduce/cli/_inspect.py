@@ -146,7 +146,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     """``show``, ``compare`` and ``list``."""
     sh = sub.add_parser("show", help="print a finished (or interrupted) run's summary table; recomputes nothing")
     sh.add_argument("run", help="run directory")
-    sh.add_argument("--json", action="store_true", help="print its summary.json as one JSON object")
+    sh.add_argument("--json", action="store_true", help="print its summary.json as one JSON object and nothing else")
     sh.set_defaults(func=_cmd_show)
     cp = sub.add_parser(
         "compare",

@@ -100,8 +100,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     r.add_argument("recording", help="the recording directory (manifest.json, grads/, real/)")
     r.add_argument("--out", default=None, help="run directory (default: runs/replay-<recording name>)")
     r.add_argument("--plan", default=None, help="emulate with this plan instead of the backend's (e.g. tree:nccl:8)")
-    r.add_argument("--seed", type=int, default=0, help="seed of the other orders and rank assignments")
-    r.add_argument("--json", action="store_true", help="print one JSON object on stdout (real_match, per step)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the other orders and rank assignments (default 0)")
+    r.add_argument(
+        "--json", action="store_true", help="print one JSON object (real_match, per step, per layer) and nothing else"
+    )
     r.add_argument("--force", action="store_true", help="replace a run already in --out")
     r.add_argument("--no-report", action="store_true", help="skip figures and the PDF report")
     r.add_argument(

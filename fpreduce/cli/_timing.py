@@ -139,7 +139,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     """``scale``, ``price`` and ``calibrate``."""
     sc = sub.add_parser("scale", help="speed-up curves: compute split N ways + the all-reduce of each plan")
     sc.add_argument("config", nargs="?", default=None, help="TOML with [scale] and [cluster] (examples/scaling.toml)")
-    sc.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    sc.add_argument("--json", action="store_true", help="print one JSON object (the table's rows) and nothing else")
     sc.add_argument("--out", default=None, help="directory for scale.json, figures and report.pdf (runs/<name>)")
     sc.add_argument(
         "--bytes",
@@ -155,7 +155,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     sc.set_defaults(func=_cmd_scale)
     pr = sub.add_parser("price", help="the price of determinism: sync vs arrival-order vs async training on one clock")
     pr.add_argument("config", nargs="?", default=None, help="TOML with [price], [source], [compute], [cluster]")
-    pr.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    pr.add_argument("--json", action="store_true", help="print one JSON object (the table's rows) and nothing else")
     pr.add_argument("--out", default=None, help="directory for price.json, figures and report.pdf (runs/<name>)")
     pr.add_argument("--no-report", action="store_true", help="skip figures and the PDF report (price.json is written)")
     pr.add_argument("--force", action="store_true", help="replace a price study already in --out")
