@@ -254,3 +254,54 @@ def test_cli_reveal_json(capsys):
     assert fr.plans.parse(doc["plan"], 12).n == 12
     assert main(["reveal", "math:fsum", "--n", "12", "--verify", "50", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["plan"] is None
+
+
+def test_knob_map_splits_where_the_tree_changes_at_one_n():
+    """A knob (threads, batch rows) that changes the tree at one n: values with the same tree share a region,
+    named by its family or, when none names it, 'tree k' by the tree itself (never merged by a blank name)."""
+    n = 12
+    trees = {seed: fr.plans.random_tree(n, np.random.default_rng(seed)) for seed in (5, 6)}
+    assert not rv.match_family(trees[5])
+    assert not rv.match_family(trees[6])
+    assert not same_tree(trees[5], trees[6])
+
+    def fn_at(v):
+        if v >= 8:
+            return lambda x: np.cumsum(x)[-1]
+        return scalar_fold(trees[5 if v <= 2 else 6], "fp32")
+
+    found = rv.knob_map(fn_at, [1, 2, 4, 8, 16], n, verify=12)
+    assert [(r.first, r.last, r.family, r.sizes) for r in found] == [
+        (1, 2, "tree 1", 2),
+        (4, 4, "tree 2", 1),
+        (8, 16, "sequential", 2),
+    ]
+    with pytest.raises(fr.InvalidArgument, match="ascending"):
+        rv.knob_map(fn_at, [2, 1], n)
+
+
+def test_cli_sweeps_over_threads_and_batch(capsys):
+    import json
+
+    assert main(["reveal", "torch.sum", "--n", "24", "--sweep", "threads=1,2", "--verify", "12", "--json", "-q"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["sizes"], doc["at"], [r["sizes"] for r in doc["regions"]]) == ("threads", 24, [2])  # one grain
+    assert main(["reveal", "numpy.matmul", "--n", "16", "--sweep", "batch=1:2", "--verify", "12", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "batch = 1:2 at 16 summands" in out
+    for argv, error in (
+        (["numpy.sum", "--n", "8", "--sweep", "threads=1,2"], "numpy.sum has no thread knob"),
+        (["torch.sum", "--sweep", "threads=1,2"], "it takes --n N"),
+        (["torch.sum", "--n", "8", "--sweep", "batch=1,2"], "is for numpy.matmul and torch.matmul"),
+        (["torch.sum", "--n", "8", "--sweep", "thread=1,2"], "did you mean 'threads'"),
+        (["torch.sum", "--n", "8", "--sweep", "threads=4,2"], "ascending numbers"),
+        (["numpy.sum", "--sweep", "ranks=2:4"], "unknown --sweep axis of numpy.sum"),
+        (["gloo", "--np", "3", "--sweep", "ranks=2:4"], "leave out --np"),
+        (["mpi", "--sweep", "ranks=1:4"], "in 2..64"),
+        (["gloo", "--sweep", "1:4"], "takes --np K"),
+    ):
+        assert main(["reveal", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("fpreduce: error: "), (argv, err)
+        assert error in err, (argv, err)
+        assert err.count("\n") == 1

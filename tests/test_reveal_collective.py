@@ -226,3 +226,69 @@ def test_collective_hazard_map_finds_a_fallback_by_message_size():
     assert sum(r.sizes for r in regions) == 10
     with pytest.raises(fr.InvalidArgument, match="ascending"):
         rc.hazard_map(ompi_ring, 4, [5, 2])
+
+
+def test_ranks_map_names_the_algorithm_open_mpi_picks_at_each_world_size():
+    """ompi:default (Open MPI 4.1's fixed rules) at 1024 fp32 elements: the hazard map over N names the algorithm
+    of each region (the ring to 3 ranks, recursive doubling from 4: what `reveal mpi --sweep ranks=2:6` found on
+    the real library here), never ompi:default, which explains every N and would hide the switch."""
+    from contextlib import nullcontext
+
+    def open_at(n):
+        return nullcontext(lambda X: fr.reduce(X, "ompi:default"))
+
+    regions = rc.ranks_map(open_at, range(2, 7), 1024, verify=1024)
+    assert [(r.first, r.last, r.verdict, r.family) for r in regions] == [
+        (2, 3, "tree", "ring:ompi"),
+        (4, 6, "tree", "rd"),
+    ]
+    with pytest.raises(fr.InvalidArgument, match="ascending"):
+        rc.ranks_map(open_at, [4, 2], 16)
+
+
+def test_cli_sweeps_over_ranks_one_group_each(monkeypatch, capsys):
+    """`reveal gloo --sweep ranks=...`: a live group per N (here a stand-in running gloo's plan, nothing launched)."""
+    import json
+
+    from fpreduce.backends import live
+    from fpreduce.cli import main
+
+    opened = []
+
+    class Group:
+        def __init__(self, backend, ranks, *, algorithm=None, dtype="fp32"):
+            opened.append((backend, ranks, algorithm, dtype))
+            self.plan = fr.plans.ring(ranks, "gloo", item_bytes=2 if dtype in ("fp16", "bf16") else 4)
+
+        def __enter__(self):
+            return lambda X: fr.reduce(X, self.plan, input=opened[-1][3], accumulate=opened[-1][3])
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(live, "LiveAllReduce", Group)
+    argv = ["reveal", "gloo", "--sweep", "ranks=2:4", "--n", "64", "--format", "bf16", "--verify", "64", "--json"]
+    assert main([*argv, "-q"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert opened == [("gloo", 2, None, "bf16"), ("gloo", 3, None, "bf16"), ("gloo", 4, None, "bf16")]
+    assert (doc["sizes"], doc["at"]) == ("ranks", 64)
+    assert [(r["first"], r["last"], r["family"]) for r in doc["regions"]] == [(2, 4, "ring:gloo")]  # (cut alike)
+
+
+def test_a_gloo_ring_of_two_byte_elements_is_reused_by_its_expression():
+    """No plan text carries gloo's element size: the CLI prints the fr.plans call that builds that ring."""
+    from fpreduce.cli._reveal import _reuse
+
+    E = 1_048_853  # gloo's segments: at least 2N, at most 1 MiB each: 4 of fp16 (2.1 MB), 6 of fp32 (4.2 MB)
+    assert list(fr.plans.ring(2, "gloo", item_bytes=2).split.sizes(E, 2)) == [524_428, 524_425]
+    assert list(fr.plans.ring(2, "gloo").split.sizes(E, 2)) == [524_427, 524_426]
+    two = fr.plans.ring(4, "gloo", item_bytes=2)
+    assert rc.families([rc.Run(0, 64, fr.plans.parse("sequential", 4))], 4, 64, "fp16").count("ring:gloo") == 0
+    found = rc.families([rc.Run(s, s + 16, t) for s, t in zip(range(0, 64, 16), two.trees, strict=True)], 4, 64, "fp16")
+    assert "ring:gloo" in found  # at 64 elements both cut alike: the plan text
+    name, expr = _reuse(("ring:gloo (item_bytes=2)",), 4)
+    assert name == "ring:gloo (item_bytes=2)"
+    plan = eval(expr, {"fr": fr})  # noqa: S307 - the CLI's own output
+    assert list(plan.split.sizes(E, 4)) == list(two.split.sizes(E, 4))
+    assert list(plan.split.sizes(2 * E, 4)) != list(fr.plans.ring(4, "gloo").split.sizes(2 * E, 4))
+    assert _reuse(("ring:mpich", "ring:gloo (item_bytes=2)"), 3) == ("ring:mpich", "'ring:mpich'")

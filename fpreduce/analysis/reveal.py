@@ -52,6 +52,7 @@ __all__ = [
     "Revelation",
     "canonical",
     "hazard_map",
+    "knob_map",
     "match_family",
     "probe_scale",
     "regions",
@@ -685,10 +686,12 @@ class Region:
     """A run of consecutive sizes ``n`` that one explanation covers (a row of the hazard map).
 
     Attributes:
-        first, last: the sizes (inclusive) of the run, among those swept.
+        first, last: the sizes (inclusive) of the run, among those swept (or the values of the knob
+            swept: threads, batch rows, ranks).
         verdict, accumulate: as :class:`Revelation`'s, the same at every size of the run.
         family: the project's plan family every size's tree is (``numpy``, ``sequential``, ...),
-            or ``""``: an explicit tree (one per size) or none.
+            or ``""``: an explicit tree (one per size) or none; over a knob at one size
+            (:func:`knob_map`), ``tree 1``, ``tree 2``, ...: one tree no family names.
         sizes: how many sizes were revealed in the run; calls: their probe calls together.
     """
 
@@ -730,6 +733,45 @@ def hazard_map(
         seen.append((n, found.verdict, found.accumulate, fams or [""], found.calls))
         if progress is not None:
             progress(len(seen), len(ns))
+    return regions(seen)
+
+
+def knob_map(
+    fn_at: Callable[[int], Callable[[Any], Any]],
+    values: Sequence[int],
+    n: int,
+    *,
+    format: str | Format = "fp32",
+    verify: int = 1000,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Region]:
+    """Reveal ``fn_at(v)`` at one size ``n`` for every value ``v`` (ascending) of a knob that leaves the
+    summands alone (threads, a matmul's batch rows) and group the values one tree covers.
+
+    At one ``n`` two values share a region only when their trees are the same up to commutativity:
+    its family's name when the project has one, else ``tree 1``, ``tree 2``, ... numbered as first
+    seen (a tree no family names). A new region is a determinism hazard: the same summands give
+    other bits when only the knob changed. ``progress(done, len(values))`` after each value.
+
+    >>> def box(batch):  # a left fold for one row, pairwise for more
+    ...     return (lambda x: np.cumsum(x)[-1]) if batch == 1 else (lambda x: x.sum())
+    >>> [(r.first, r.last, r.family) for r in knob_map(box, [1, 8, 64], 10, verify=10)]
+    [(1, 1, 'sequential'), (8, 64, 'numpy')]
+    """
+    vs = [int(v) for v in values]
+    if not vs or vs != sorted(set(vs)):
+        raise InvalidArgument(f"the values swept must be distinct and ascending, got {list(values)[:8]}")
+    trees: dict[tuple[bytes, bytes], str] = {}
+    seen: list[tuple[int, str, str, Sequence[str], int]] = []
+    for v in vs:
+        found = revelation(fn_at(v), n, format=format, verify=verify, seed=seed)
+        labels: list[str] = [""]
+        if found.plan is not None:
+            labels = match_family(found.plan) or [trees.setdefault(_key(found.plan), f"tree {len(trees) + 1}")]
+        seen.append((v, found.verdict, found.accumulate, labels, found.calls))
+        if progress is not None:
+            progress(len(seen), len(vs))
     return regions(seen)
 
 

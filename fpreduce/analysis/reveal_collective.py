@@ -72,6 +72,7 @@ __all__ = [
     "explicit_plan",
     "families",
     "hazard_map",
+    "ranks_map",
     "reveal_collective",
 ]
 
@@ -295,13 +296,18 @@ def _merged(units: Sequence[_Unit]) -> list[Run]:
 
 
 def _candidates(n: int, f: Format, elements: int | None = None) -> dict[str, AnyPlan]:
-    """The project's collective plans over n ranks (gloo's ring sized for the format's bytes; with
-    ``elements``, also Open MPI's own choice for that message, ``ompi:default``)."""
+    """The project's collective plans over n ranks (gloo's ring sized for the format's bytes, named
+    ``ring:gloo`` where it cuts ``elements`` as the plan text's 4-byte ring does; with ``elements``, also
+    Open MPI's own choice for that message, ``ompi:default``)."""
     item = _item_bytes(f)
     out: dict[str, AnyPlan] = {"rd": rd(n), "linear": linear(n), "rabenseifner": rabenseifner(n)}
     for conv in ("nccl", "mpich", "ompi"):
         out[f"ring:{conv}"] = ring(n, conv)
-    out["ring:gloo" if item == 4 else f"ring:gloo (item_bytes={item})"] = ring(n, "gloo", item_bytes=item)
+    glo = ring(n, "gloo", item_bytes=item)  # gloo cuts segments by bytes: the text's 4-byte ring, where it cuts alike
+    alike = item == 4 or (
+        elements is not None and glo.bounds(elements).tolist() == ring(n, "gloo").bounds(elements).tolist()
+    )
+    out["ring:gloo" if alike else f"ring:gloo (item_bytes={item})"] = glo
     for g in range(1, n + 1):
         if n % g == 0:
             out[f"tree:nccl:{g}"] = nccl_tree(n, g)
@@ -565,8 +571,57 @@ def hazard_map(
     seen: list[tuple[int, str, str, Sequence[str], int]] = []
     for e in es:
         found = collective_revelation(fn, ranks, e, format=format, verify=verify, seed=seed)
-        fams = [t for t in found.families if t in _candidates(ranks, get_format(format), e)] or list(found.families)
-        seen.append((e, found.verdict, found.accumulate, fams or [""], found.calls))
+        seen.append((e, found.verdict, found.accumulate, _labels(found), found.calls))
         if progress is not None:
             progress(len(seen), len(es))
     return regions(seen)
+
+
+def ranks_map(
+    open_at: Callable[[int], contextlib.AbstractContextManager[Callable[[Any], Any]]],
+    ranks: Sequence[int],
+    elements: int,
+    *,
+    format: str | Format = "fp32",
+    verify: int = 1000,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Region]:
+    """Reveal an all-reduce of ``elements`` elements on every number of ranks N of ``ranks`` (ascending)
+    and group the N one explanation covers: where the library changes its algorithm with the world size
+    (an elastic job that loses a rank sums the same gradients along another tree).
+
+    ``open_at(N)`` is a context manager that gives the all-reduce of N ranks (a live group, launched
+    once per N: :class:`fpreduce.backends.live.LiveAllReduce`). A region's family is a collective plan
+    of the project that explains every N of the region (Open MPI's own choice, ``ompi:default``, only
+    where no named algorithm does: it explains every N by construction and would hide the switch).
+    ``progress(done, len(ranks))`` after each N.
+
+    >>> import fpreduce as fr
+    >>> from contextlib import nullcontext
+    >>> def open_at(n):  # a library that rings up to 4 ranks and doubles recursively beyond
+    ...     plan = fr.plans.parse("ring:gloo" if n <= 4 else "rd", n)
+    ...     return nullcontext(lambda X: fr.reduce(X, plan))
+    >>> [(r.first, r.last, r.family) for r in ranks_map(open_at, range(3, 7), 36, verify=36)]
+    [(3, 4, 'ring:gloo'), (5, 6, 'rd')]
+    """
+    ns = [int(n) for n in ranks]
+    if not ns or ns != sorted(set(ns)) or ns[0] < 1:
+        raise InvalidArgument(f"ranks must be distinct, ascending and positive, got {list(ranks)[:8]}")
+    seen: list[tuple[int, str, str, Sequence[str], int]] = []
+    for n in ns:
+        with open_at(n) as fn:
+            found = collective_revelation(fn, n, elements, format=format, verify=verify, seed=seed)
+        seen.append((n, found.verdict, found.accumulate, _labels(found), found.calls))
+        if progress is not None:
+            progress(len(seen), len(ns))
+    return regions(seen)
+
+
+def _labels(found: CollectiveRevelation) -> list[str]:
+    """The families a hazard map may name a revealed collective by: the project's collective plans first,
+    ``ompi:default`` only when no named algorithm explains it (else it hides where the algorithm changes)."""
+    known = _candidates(found.ranks, get_format(found.format), found.elements)
+    named = [t for t in found.families if t in known]
+    specific = [t for t in named if t != "ompi:default"]
+    return specific or named or list(found.families) or [""]

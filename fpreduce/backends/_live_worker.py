@@ -3,7 +3,8 @@
 Reads ``DIR/job.json`` (backend, dtype, timeout). gloo: RANK and N on the command line, a
 process group through a ``FileStore`` in DIR (gloo's pairs on ``lo``); mpi: the rank from
 ``COMM_WORLD`` (mpirun forced the algorithm); ``DIR/ready.<rank>`` once joined. Then, for k = 0, 1, ...: waits for
-``DIR/in.<k>.npy`` (or ``DIR/stop``), all-reduces (SUM) its row in the dtype and writes the
+``DIR/in.<k>.npy`` (or ``DIR/stop``), all-reduces (SUM) its row in the dtype (``DIR/dtype.<k>``'s when
+the parent wrote one for that call, else the job's) and writes the
 result as float64 to ``DIR/out.<k>.<rank>.npy`` atomically. It exits 1 when its parent is gone
 or no call came for :data:`IDLE` seconds.
 """
@@ -24,30 +25,30 @@ import numpy as np
 IDLE = 3600.0
 
 
-def _gloo(workdir: Path, rank: int, n: int, dtype: str, timeout: float) -> Callable[[np.ndarray], np.ndarray]:
+def _gloo(workdir: Path, rank: int, n: int, timeout: float) -> Callable[[np.ndarray, str], np.ndarray]:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     store = dist.FileStore(str(workdir / "store"), n)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=n, timeout=timedelta(seconds=timeout))
-    kind = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}[dtype]
+    kinds = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
 
-    def allreduce(row: np.ndarray) -> np.ndarray:
-        t = torch.from_numpy(row).to(kind)
+    def allreduce(row: np.ndarray, dtype: str) -> np.ndarray:
+        t = torch.from_numpy(row).to(kinds[dtype])  # (exact: row holds values of dtype)
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t.to(torch.float64).numpy()  # type: ignore[no-any-return]
 
     return allreduce
 
 
-def _mpi(dtype: str) -> tuple[int, Callable[[np.ndarray], np.ndarray]]:
+def _mpi() -> tuple[int, Callable[[np.ndarray, str], np.ndarray]]:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    kind, mpitype = (np.float64, MPI.DOUBLE) if dtype == "fp64" else (np.float32, MPI.FLOAT)
 
-    def allreduce(row: np.ndarray) -> np.ndarray:
+    def allreduce(row: np.ndarray, dtype: str) -> np.ndarray:
+        kind, mpitype = (np.float64, MPI.DOUBLE) if dtype == "fp64" else (np.float32, MPI.FLOAT)
         send = row.astype(kind)
         recv = np.zeros_like(send)
         comm.Allreduce([send, mpitype], [recv, mpitype], op=MPI.SUM)
@@ -62,9 +63,9 @@ def main(argv: list[str]) -> int:
     timeout = float(job.get("timeout", 120))
     if job["backend"] == "gloo":
         rank = int(argv[1])
-        allreduce = _gloo(workdir, rank, int(argv[2]), job["dtype"], timeout)
+        allreduce = _gloo(workdir, rank, int(argv[2]), timeout)
     else:
-        rank, allreduce = _mpi(job["dtype"])
+        rank, allreduce = _mpi()
     (workdir / f"ready.{rank}").touch()
     k, parent = 0, os.getppid()
     while True:
@@ -78,7 +79,8 @@ def main(argv: list[str]) -> int:
         if not inp.exists():
             return 0
         row = np.array(np.load(inp, mmap_mode="r")[rank])
-        out = allreduce(row)
+        dtype = workdir / f"dtype.{k}"
+        out = allreduce(row, dtype.read_text() if dtype.exists() else job["dtype"])
         tmp = workdir / f".out.{k}.{rank}.npy"
         with open(tmp, "wb") as f:
             np.save(f, out)

@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -48,7 +49,8 @@ class LiveAllReduce:
 
     Use as a context manager (it returns once every rank has joined: ``start_seconds``);
     ``fn(X)`` with X of shape (N, E) (values of ``dtype``) returns rank 0's result as float64
-    (its values are exact in ``dtype``).
+    (its values are exact in ``dtype``). ``fn.in_format("bf16")`` is the same ranks all-reducing
+    tensors of another of the backend's dtypes (one launch for several formats).
     """
 
     def __init__(
@@ -110,13 +112,24 @@ class LiveAllReduce:
         self._dir.cleanup()
         self._dir = None
 
+    def in_format(self, dtype: str) -> Callable[[Any], NDArray[np.float64]]:
+        """The all-reduce of these ranks on tensors of ``dtype`` (a dtype of the backend: gloo fp32, fp16,
+        bf16, fp64) instead of the group's own."""
+        name = backend_dtype(self.backend, dtype, (gloo if self.backend == "gloo" else mpi).DTYPES)
+        return lambda X: self._call(X, name)
+
     def __call__(self, X: Any) -> NDArray[np.float64]:
+        return self._call(X, self.dtype)
+
+    def _call(self, X: Any, dtype: str) -> NDArray[np.float64]:
         if self._dir is None:
             raise InvalidArgument("a LiveAllReduce is called inside its `with` block")
         A = np.asarray(X)
         if A.ndim != 2 or A.shape[0] != self.ranks:
             raise InvalidArgument(f"the input must be ({self.ranks}, E), got shape {A.shape}")
         work, k = Path(self._dir.name), self.calls
+        if dtype != self.dtype:
+            (work / f"dtype.{k}").write_text(dtype)  # read by the ranks before in.<k>.npy appears
         tmp = work / f".in.{k}.npy"
         with open(tmp, "wb") as f:
             np.save(f, A.astype(np.float64))
@@ -126,6 +139,7 @@ class LiveAllReduce:
         outs = [np.load(p) for p in names]
         self.calls += 1
         (work / f"in.{k}.npy").unlink()
+        (work / f"dtype.{k}").unlink(missing_ok=True)
         for r in range(self.ranks):
             (work / f"out.{k}.{r}.npy").unlink()
         y = outs[0]

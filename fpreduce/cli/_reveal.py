@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from functools import lru_cache
 from typing import Any
@@ -114,10 +114,10 @@ def _collective(args: argparse.Namespace) -> int:
     from fpreduce.backends.live import LiveAllReduce
 
     backend, _, algorithm = args.target.partition(":")
-    if args.np is None:
-        raise InvalidArgument(f"reveal {args.target} takes --np K (ranks) and --n E (elements; default max(K^2, 1024))")
     if args.sweep is not None:
         return _collective_sweep(args, backend, algorithm)
+    if args.np is None:
+        raise InvalidArgument(f"reveal {args.target} takes --np K (ranks) and --n E (elements; default max(K^2, 1024))")
     elements = max(args.np**2, 1024) if args.n is None else args.n
     if elements < 1:
         raise InvalidArgument(f"--n must be a positive number of elements per rank, got {elements}")
@@ -129,11 +129,12 @@ def _collective(args: argparse.Namespace) -> int:
         agree = fn.disagreeing == 0
         library, started = fn.library, fn.start_seconds
     _report(args, found)
-    text = found.families[0] if found.families and found.plan is not None else None
+    text, expr = _reuse(found.families if found.plan is not None else (), found.ranks)
     if args.json:
         doc = {k: getattr(found, k) for k in found.__dataclass_fields__ if k not in ("plan", "runs")}
         runs = [{"start": r.start, "stop": r.stop, "tree": tree_text(r.plan)} for r in found.runs]
-        print(jsonfile.dumps({"target": args.target, "library": library, **doc, "runs": runs, "plan": text}))
+        reuse = {"plan": text, "plan_code": expr}
+        print(jsonfile.dumps({"target": args.target, "library": library, **doc, "runs": runs, **reuse}))
         return 0 if found.plan is not None and agree else 1
     how = f"{found.calls} calls, {found.probe_seconds:.2f} s; unit {found.unit:g}, mask {found.big:g}"
     print(
@@ -162,10 +163,24 @@ def _collective(args: argparse.Namespace) -> int:
     print(f"plan: {text}")
     acc = f", output={found.format!r}" if found.accumulate != found.format else ""
     print(
-        f"reuse: fr.reduce(X, {text!r}, input={found.format!r}, accumulate={found.accumulate!r}{acc})"
+        f"reuse: fr.reduce(X, {expr}, input={found.format!r}, accumulate={found.accumulate!r}{acc})"
         f" on ({found.ranks}, E) arrays; chunks as the library cuts them"
     )
     return 0 if agree else 1
+
+
+def _reuse(families: Sequence[str], ranks: int) -> tuple[str | None, str]:
+    """(the plan's name, the Python expression that gives it to fr.reduce) of a collective's families: a plan
+    text (``'ring:gloo'``), else gloo's ring sized for 2-byte elements (``fr.plans.ring(N, 'gloo', item_bytes=2)``:
+    gloo cuts its segments by bytes, and no plan text carries the element size)."""
+    texts = [t for t in families if "(" not in t]
+    if texts:
+        return texts[0], repr(texts[0])
+    for t in families:
+        if t.startswith("ring:gloo (item_bytes="):
+            k = int(t.partition("=")[2].rstrip(")"))
+            return t, f"fr.plans.ring({ranks}, 'gloo', item_bytes={k})"
+    return (families[0], repr(families[0])) if families else (None, "")
 
 
 def _report(args: argparse.Namespace, found: Any = None, regions: Any = None, swept: str = "n") -> None:
@@ -186,16 +201,35 @@ def _report(args: argparse.Namespace, found: Any = None, regions: Any = None, sw
 
 
 def _collective_sweep(args: argparse.Namespace, backend: str, algorithm: str) -> int:
-    """``gloo`` / ``mpi:ALGORITHM --sweep FIRST:LAST``: the hazard map over the element count (one live group)."""
-    from fpreduce.analysis.reveal_collective import hazard_map
+    """``gloo`` / ``mpi:ALGORITHM --sweep [elements=]FIRST:LAST``: the hazard map over the element count (one
+    live group of --np ranks); ``--sweep ranks=2:8``: over the number of ranks (a live group each, --n elements)."""
+    from fpreduce.analysis.reveal_collective import hazard_map, ranks_map
     from fpreduce.backends.live import LiveAllReduce
 
+    axis, values = _parse_sweep(args.sweep, args.target, collective=True)
+    verify = 1000 if args.verify is None else args.verify
+    if axis == "ranks":
+        if args.np is not None:
+            raise InvalidArgument("--sweep ranks=... sets the number of ranks: leave out --np")
+        if values[0] < 2 or values[-1] > 64:
+            raise InvalidArgument(f"--sweep ranks=... must be numbers of ranks in 2..64, got {args.sweep!r}")
+        elements = max(values[-1] ** 2, 1024) if args.n is None else args.n
+        if elements < 1:
+            raise InvalidArgument(f"--n must be a positive number of elements per rank, got {elements}")
+
+        def open_at(ranks: int) -> LiveAllReduce:
+            return LiveAllReduce(backend, ranks, algorithm=algorithm or None, dtype=args.format)
+
+        regions = ranks_map(
+            open_at, values, elements, format=args.format, verify=verify, seed=args.seed, progress=_bar("rank count")
+        )
+        return _print_regions(args, regions, verify, "ranks", at=elements)
+    if args.np is None:
+        raise InvalidArgument(f"reveal {args.target} --sweep {args.sweep} takes --np K (ranks)")
     if args.n is not None:
         raise InvalidArgument("reveal takes --n E or --sweep FIRST:LAST[:STEP], one of them")
-    sizes = _sizes(args.sweep)
-    verify = 1000 if args.verify is None else args.verify
     with LiveAllReduce(backend, args.np, algorithm=algorithm or None, dtype=args.format) as fn:
-        regions = hazard_map(fn, args.np, sizes, format=args.format, verify=verify, seed=args.seed, progress=_bar())
+        regions = hazard_map(fn, args.np, values, format=args.format, verify=verify, seed=args.seed, progress=_bar())
     return _print_regions(args, regions, verify, "elements")
 
 
@@ -214,10 +248,10 @@ def _cmd_reveal(args: argparse.Namespace) -> int:
     if args.np is not None:
         raise InvalidArgument(f"--np is for the collective targets (gloo, mpi:ALGORITHM), not {args.target}")
     fn = target(args.target, args.batch)
-    if (args.n is None) == (args.sweep is None):
-        raise InvalidArgument("reveal takes --n N or --sweep FIRST:LAST[:STEP], one of them")
     if args.sweep is not None:
         return _sweep(fn, args)
+    if args.n is None:
+        raise InvalidArgument("reveal takes --n N or --sweep FIRST:LAST[:STEP], one of them")
     verify = 10_000 if args.verify is None else args.verify
     found = revelation(
         fn, args.n, format=args.format, accumulate=args.accumulate, method=args.method, verify=verify, seed=args.seed
@@ -247,6 +281,31 @@ def _cmd_reveal(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What ``--sweep AXIS=VALUES`` varies, by kind of target (the first is ``--sweep FIRST:LAST``'s).
+AXES = {"sum": ("n", "threads", "batch"), "collective": ("elements", "ranks")}
+
+
+def _parse_sweep(text: str, name: str, *, collective: bool) -> tuple[str, Sequence[int]]:
+    """``--sweep [AXIS=]VALUES`` as (axis, ascending values): VALUES is FIRST:LAST[:STEP] or a list 1,2,4."""
+    axes = AXES["collective" if collective else "sum"]
+    axis, eq, values = text.partition("=")
+    axis = axis.strip() if eq else axes[0]
+    axis = "elements" if collective and axis == "n" else axis  # (--n is the elements of a collective)
+    if axis not in axes:
+        raise unknown_name(f"--sweep axis of {name}", axis, axes)
+    if ":" in values or not eq:
+        return axis, _sizes(values if eq else text)
+    try:
+        listed = [int(v) for v in values.split(",")]
+    except ValueError:
+        listed = []
+    if not listed or listed[0] < 1 or listed != sorted(set(listed)):
+        raise InvalidArgument(
+            f"--sweep {axis}=... takes FIRST:LAST[:STEP] or ascending numbers >= 1 (1,2,4), got {text!r}"
+        )
+    return axis, listed
+
+
 def _sizes(text: str) -> range:
     try:
         parts = [int(v) for v in text.split(":")]
@@ -258,41 +317,96 @@ def _sizes(text: str) -> range:
 
 
 def _sweep(fn: Callable[[Any], Any], args: argparse.Namespace) -> int:
-    """The hazard map over n: where the verdict, the accumulator or the plan family changes."""
-    from fpreduce.analysis.reveal import hazard_map
+    """The hazard map over n (where the verdict, the accumulator or the plan family changes), or over a knob
+    at one n (``threads=1,2,4``: torch's threads; ``batch=1,8,64``: a matmul's rows): where the tree changes."""
+    from fpreduce.analysis.reveal import hazard_map, knob_map
 
-    ns = _sizes(args.sweep)
+    axis, values = _parse_sweep(args.sweep, args.target, collective=False)
     verify = 1000 if args.verify is None else args.verify
-    regions = hazard_map(fn, ns, format=args.format, verify=verify, seed=args.seed, progress=_bar())
-    return _print_regions(args, regions, verify, "n")
+    if axis == "n":
+        if args.n is not None:
+            raise InvalidArgument("reveal takes --n N or --sweep FIRST:LAST[:STEP], one of them")
+        regions = hazard_map(fn, values, format=args.format, verify=verify, seed=args.seed, progress=_bar())
+        return _print_regions(args, regions, verify, "n")
+    if args.n is None:
+        raise InvalidArgument(f"--sweep {axis}=... reveals one size at every value: it takes --n N")
+    regions = knob_map(
+        _knob(args.target, axis, args.batch),
+        values,
+        args.n,
+        format=args.format,
+        verify=verify,
+        seed=args.seed,
+        progress=_bar(f"{axis} value"),
+    )
+    return _print_regions(args, regions, verify, axis, at=args.n)
 
 
-def _bar() -> Callable[[int, int], None]:
-    """The progress of a hazard map, by sizes revealed (a bar on a terminal, else a line every ~15 s; ``-q``:
-    none)."""
+def _knob(name: str, axis: str, batch: int) -> Callable[[int], Callable[[Any], Any]]:
+    """The target at each value of ``axis``: ``batch`` rows of a matmul, or ``threads`` of torch."""
+    if axis == "batch":
+        if name not in ("numpy.matmul", "torch.matmul"):
+            raise InvalidArgument(f"--sweep batch=... is for numpy.matmul and torch.matmul (their rows), not {name}")
+        return lambda rows: target(name, rows)
+    if name.startswith("numpy."):
+        raise InvalidArgument(
+            f"--sweep threads=... sets torch.set_num_threads (torch.sum, torch.matmul, MODULE:FUNCTION): {name} "
+            "has no thread knob here"
+        )
+    fn = target(name, batch)
+    return lambda threads: _on_threads(fn, threads)
+
+
+def _on_threads(fn: Callable[[Any], Any], threads: int) -> Callable[[Any], Any]:
+    """``fn`` run with ``torch.set_num_threads(threads)`` (torch's own count restored after every call)."""
+    try:
+        import torch
+    except ImportError:
+        raise InvalidArgument("--sweep threads=... needs torch (torch.set_num_threads)") from None
+
+    def run(x: Any) -> Any:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return fn(x)
+        finally:
+            torch.set_num_threads(before)
+
+    return run
+
+
+def _bar(unit: str = "size") -> Callable[[int, int], None]:
+    """The progress of a hazard map, by sizes (or values) revealed (a bar on a terminal, else a line every
+    ~15 s; ``-q``: none)."""
     from fpreduce.cli._progress import Bar
 
-    return Bar("size", desc="reveal --sweep")
+    return Bar(unit, desc="reveal --sweep")
 
 
-def _print_regions(args: argparse.Namespace, regions: Any, verify: int, what: str) -> int:
-    """The hazard map's table (or JSON), and its report."""
-    _report(args, regions=regions, swept=what)
+def _print_regions(args: argparse.Namespace, regions: Any, verify: int, what: str, at: int | None = None) -> int:
+    """The hazard map over ``what`` (n, elements, threads, batch, ranks; ``at``: the n or elements each value
+    was revealed at) as a table (or JSON), and its report."""
+    size = "" if at is None else f" at {at} {'elements' if what == 'ranks' else 'summands'}"
+    _report(args, regions=regions, swept=what + size)
     if args.json:
-        doc = {"target": args.target, "format": args.format, "verify": verify, "sizes": what}
+        doc = {"target": args.target, "format": args.format, "verify": verify, "sizes": what, "at": at}
         print(jsonfile.dumps({**doc, "regions": [asdict(r) for r in regions]}))
         return 0
-    each = f"each verified on {verify} {'inputs' if what == 'n' else 'elements'}"
-    print(f"{args.target}, {args.format}, {what} = {args.sweep}: {len(regions)} region(s), {each}")
+    each = f"each verified on {verify} {'elements' if what in ('elements', 'ranks') else 'inputs'}"
+    swept = args.sweep.partition("=")[2] or args.sweep
+    print(f"{args.target}, {args.format}, {what} = {swept}{size}: {len(regions)} region(s), {each}")
     body = [
         [str(r.first) if r.first == r.last else f"{r.first}..{r.last}", r.verdict, r.accumulate, r.family or "-"]
         for r in regions
     ]
     print(table([what, "verdict", "accumulate", "plan family"], body, align="llll"))
-    print(
-        f"a region: consecutive {what} with one verdict, accumulator and family ('-': an explicit tree per "
-        f"{what}, or none)"
-    )
+    if what in ("threads", "batch"):
+        print(f"a region: consecutive {what} values with one tree ('tree k': a tree no plan family names)")
+    else:
+        print(
+            f"a region: consecutive {what} with one verdict, accumulator and family ('-': an explicit tree per "
+            f"{what}, or none)"
+        )
     return 0
 
 
@@ -314,8 +428,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     r.add_argument(
         "--sweep",
         default=None,
-        help="FIRST:LAST[:STEP]: reveal every n (collectives: every element count) of the range, print where "
-        "the tree changes",
+        help="[AXIS=]FIRST:LAST[:STEP] or AXIS=V1,V2,...: reveal at every value and print where the tree changes; "
+        "AXIS n (default; collectives: elements), threads (torch.set_num_threads, with --n), batch (the matmuls' "
+        "rows, with --n) or ranks (gloo, mpi: a live group per value, --n elements)",
     )
     r.add_argument("--batch", type=int, default=1, help="rows of the matmul targets' left matrix (default 1)")
     r.add_argument("--format", default="fp32", help="format of the inputs and every partial sum (default fp32)")

@@ -3,10 +3,12 @@
 * :func:`chunks_figure`: an all-reduce's trees along its elements: each rank's depth (the
   additions on its path to the result) in every run of elements (a ring's rotation shows as
   a diagonal; one tree for all elements as flat columns).
-* :func:`hazard_figure`: a sweep over n (:func:`fpreduce.analysis.reveal.hazard_map`): one band
-  per region, labelled with the plan family that explains it; a new band is a determinism hazard.
+* :func:`hazard_figure`: a sweep over n (:func:`fpreduce.analysis.reveal.hazard_map`), threads or
+  batch rows (``knob_map``), message size or ranks (``reveal_collective.hazard_map``, ``ranks_map``):
+  one band per region, labelled with the plan family that explains it; a new band is a determinism hazard.
 * :func:`write_reveal_report`: a PDF with the table of targets (size, calls, seconds, elements
-  verified, verdict, family), each target's evidence and plan text, and the figures.
+  verified, verdict, family), each hazard map's table of regions, each target's evidence and plan
+  text, and the figures.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ if TYPE_CHECKING:
 
     from fpreduce.report.pdf import Doc
 
-__all__ = ["Found", "chunks_figure", "hazard_figure", "summary_row", "write_reveal_report"]
+__all__ = ["Found", "chunks_figure", "hazard_figure", "region_row", "summary_row", "write_reveal_report"]
 
 #: What a target's reveal gave: one sum's revelation or a collective's.
 Found = Union[Revelation, CollectiveRevelation]
 
 HEADER = ("target", "n or N x E", "calls", "seconds", "verified", "differing", "verdict", "family")
+REGION_HEADER = ("values", "verdict", "accumulate", "plan family", "revealed", "calls")
 
 
 def summary_row(target: str, found: Found) -> list[object]:
@@ -44,6 +47,12 @@ def summary_row(target: str, found: Found) -> list[object]:
         fams = match_family(found.plan) if found.plan is not None else []
     family = ", ".join(fams[:3]) + (", ..." if len(fams) > 3 else "") if fams else "-"
     return [target, size, found.calls, f"{seconds:.2f}", found.checked, found.differing, found.verdict, family]
+
+
+def region_row(region: Region) -> list[object]:
+    """The hazard map's table row of one region (values swept, verdict, accumulator, family, reveals, calls)."""
+    span = str(region.first) if region.first == region.last else f"{region.first}..{region.last}"
+    return [span, region.verdict, region.accumulate, region.family or "-", region.sizes, region.calls]
 
 
 def _depths(found: CollectiveRevelation) -> tuple[Any, Any]:
@@ -83,9 +92,9 @@ def hazard_figure(target: str, regions: Sequence[Region], *, what: str = "n") ->
     """One band per region of the sweep, labelled with its family (or verdict): where the tree changes."""
     first, last = regions[0].first, regions[-1].last
     changes = (
-        f"{len(regions) - 1} change(s) of explanation: there the same data summed at another {what} give other bits"
+        f"{len(regions) - 1} change(s) of explanation: across one, the same data give other bits"
         if len(regions) > 1
-        else f"one explanation covers every {what} swept"
+        else f"one explanation covers every value of {what} swept"
     )
     fig, (ax,) = new_figure(
         f"{target}: where the summation tree changes with {what} ({first}..{last})",
@@ -146,6 +155,9 @@ def write_reveal_report(
         )
         if found:
             doc.table(HEADER, [summary_row(t, f) for t, f in found])
+        for t, regions in sweeps:
+            doc.heading(f"{t}: the hazard map over {swept}", size=12)
+            doc.table(REGION_HEADER, [region_row(r) for r in regions])
         for t, f in found:
             _explain(doc, t, f)
         figures = [
