@@ -17,13 +17,16 @@ arithmetic runs here through the hook's own tensor form (``_compress_hook(torch.
 (tensor,))``, gloo's bf16 all-reduce): rank 0 writes every rank's input and the result to
 ``DIR/bf16c-grads.npy`` and ``DIR/bf16c-real.npy``. Rank 0 writes the one-line refusals of an
 unsupported hook, of sparse gradients and of ``bf16_compress_hook`` to ``DIR/refusals.json``.
+Last, rank 0 alone checks the background writer (``_writer_checks``: ``DIR/writer.json``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -120,6 +123,70 @@ def _bf16_compress(out: str, rank: int, n: int) -> None:
         np.save(f"{out}/bf16c-real.npy", y.numpy())
 
 
+def _slow_writes() -> Any:
+    """Every step file slowed by 0.1 s (``fpreduce.torch._save`` wrapped); returns the original to restore."""
+    import fpreduce.torch
+
+    save = fpreduce.torch._save
+
+    def slow(*args: Any) -> None:
+        time.sleep(0.1)
+        save(*args)
+
+    fpreduce.torch._save = slow  # type: ignore[assignment]
+    return save
+
+
+def _writer_checks(out: str, rank: int) -> None:
+    """The background writer, on rank 0 alone (a group of one: the bucket is the gradient, the all-reduce
+    keeps it), its step files slowed so that it lags: ``DIR/writer/flushed`` records 3 steps of a tiny model
+    and is closed at once; ``DIR/writer/failed`` loses its ``grads/`` after ``attach`` (step 0 cannot be
+    written) and trains 3 steps. Rank 0 writes ``DIR/writer.json``: the steps on disk before and after
+    ``close``, the parameters' gradients of each step (float32 bits, by name), what each step of the failed
+    recording raised and what its ``close`` raised."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    import fpreduce.torch
+
+    alone = dist.new_group([0])  # every rank takes part in creating it
+    if rank != 0:
+        return
+    save = _slow_writes()
+    said: dict[str, Any] = {"grads": [], "steps_raised": []}
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 2))
+    model = DistributedDataParallel(net, process_group=alone)
+    rec = fpreduce.torch.Recorder(f"{out}/writer/flushed").attach(model)
+    for _ in range(3):
+        model(torch.randn(4, 6)).square().mean().backward()
+        named = model.module.named_parameters()
+        said["grads"].append({n: p.grad.view(-1).view(torch.int32).tolist() for n, p in named})
+        model.zero_grad()
+    said["before_close"] = rec.steps
+    rec.close()
+    said["after_close"] = rec.steps
+    failing = DistributedDataParallel(torch.nn.Linear(3, 2), process_group=alone)
+    rec = fpreduce.torch.Recorder(f"{out}/writer/failed").attach(failing)
+    shutil.rmtree(f"{out}/writer/failed/grads")
+    for _ in range(3):
+        try:
+            failing(torch.randn(4, 3)).sum().backward()
+            said["steps_raised"].append(None)
+        except Exception as e:  # what the user sees, type and message
+            said["steps_raised"].append(f"{type(e).__name__}: {e}")
+            break
+    try:
+        rec.close()
+        said["close_raised"] = None
+    except Exception as e:
+        said["close_raised"] = f"{type(e).__name__}: {e}"
+    fpreduce.torch._save = save  # type: ignore[assignment]
+    with open(f"{out}/writer.json", "w") as f:
+        json.dump(said, f)
+
+
 def main(argv: list[str]) -> int:
     out, rank, n, steps = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
     import torch
@@ -175,6 +242,7 @@ def main(argv: list[str]) -> int:
         return 3
     _refusals(out, rank)
     _bf16_compress(out, rank, n)
+    _writer_checks(out, rank)
     dist.barrier()
     sys.stdout.flush()
     os._exit(0)  # DDP's reducer threads can abort the interpreter's teardown; everything is written

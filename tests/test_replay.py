@@ -5,8 +5,10 @@ in fp32 and in bf16, recorded by ``fpreduce.torch.Recorder``; the replay must gi
 of every recorded all-reduce (0 differing elements), and the recorder must not change the
 training (a twin model under plain DDP). The same processes then run DDP's other scaling
 paths (gradients kept as bucket views: divided in place; torch's fp16 and bf16 compress
-hooks) beside plain twins, and try what ``attach`` refuses. If ``CI`` is set and torch is
-missing, it fails. The bad-input tests build recordings by hand (no torch needed).
+hooks) beside plain twins, and try what ``attach`` refuses; last, rank 0 alone (a group of one)
+checks the background writer: ``close()`` flushes a writer slowed down to lag behind, a failed
+write is raised once, in one line. If ``CI`` is set and torch is missing, it fails. The
+bad-input tests build recordings by hand (no torch needed).
 """
 
 from __future__ import annotations
@@ -231,6 +233,42 @@ def test_attach_refuses_what_the_replay_cannot_emulate(recorded: dict[str, Any])
     assert said["bf16c"].startswith("Recorder.attach: DDP refuses bf16_compress_hook here: BF16 all reduce")
     assert all("\n" not in m for m in said.values())
     assert not (recorded["dir"] / "rec-refused-hook").exists()  # refused before anything was written
+
+
+def test_close_flushes_every_step_bit_for_bit(recorded: dict[str, Any]) -> None:
+    """The background writer lagging (its writes slowed), ``close()`` leaves every step on disk: each bucket
+    the parameters' own gradients (a group of one rank), each file np.save's bytes."""
+    said = json.loads((recorded["dir"] / "writer.json").read_text())
+    assert said["after_close"] == 3, said
+    rec = open_recording(recorded["dir"] / "writer" / "flushed")
+    assert rec.steps == 3
+    for t, grads in enumerate(said["grads"]):
+        g = np.load(recorded["dir"] / "writer" / "flushed" / "grads" / f"step_{t:06d}.npy")
+        real = np.load(recorded["dir"] / "writer" / "flushed" / "real" / f"step_{t:06d}.npy")
+        layout = rec.layouts[rec.step_layout[t]]
+        for bucket in layout:
+            for p in bucket["params"]:
+                at = bucket["start"] + p["offset"]
+                want = np.array(grads[p["name"]], np.int32)
+                assert np.array_equal(g[0, at : at + want.size].view(np.int32), want), (t, p["name"])
+                assert np.array_equal(real[at : at + want.size].view(np.int32), want), (t, p["name"])
+        for a, name in ((g, "grads"), (real, "real")):
+            buf = io.BytesIO()
+            np.save(buf, a)
+            assert (recorded["dir"] / "writer" / "flushed" / name / f"step_{t:06d}.npy").read_bytes() == buf.getvalue()
+
+
+def test_a_failed_write_is_raised_once_in_one_line(recorded: dict[str, Any]) -> None:
+    said = json.loads((recorded["dir"] / "writer.json").read_text())
+    raised = said["steps_raised"]
+    assert raised[-1] is not None, raised
+    assert all(r is None for r in raised[:-1]), raised  # the steps before it trained
+    where = recorded["dir"] / "writer" / "failed"
+    assert raised[-1].startswith(f"RecordingError: fpreduce.torch.Recorder: step 0 not written to {where}: ")
+    assert "\n" not in raised[-1]
+    assert "No such file or directory" in raised[-1]
+    assert said["close_raised"] is None  # said once, at the step
+    assert not (where / "real" / "step_000000.npy").exists()
 
 
 # ----------------------------------------------------------------------------- recordings by hand
