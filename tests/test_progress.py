@@ -44,6 +44,7 @@ def test_quiet_silences_them(tmp_path, capsys, fast_clock) -> None:
     [
         (["scale", "--print-only"], ("fpreduce scale", 28, "points")),  # 7 workers x 4 plans
         (["reveal", "numpy.sum", "--sweep", "1:6", "--verify", "4"], ("fpreduce reveal --sweep", 6, "sizes")),
+        (["reveal", "numpy.sum", "--n", "1100", "--verify", "500"], ("fpreduce reveal", 500, "inputs")),
         (["run", "--steps", "6", "--set", "source.elements=64", "--no-report"], ("fpreduce", 6, "steps")),
         (
             ["sweep", "examples/sweep-ring.toml", "--set", "sweep.workers=[2]", "--set", "experiment.steps=1"]
@@ -51,16 +52,20 @@ def test_quiet_silences_them(tmp_path, capsys, fast_clock) -> None:
             ("fpreduce sweep", 6, "points"),  # 3 plans x 2 formats
         ),
     ],
-    ids=["scale", "reveal-sweep", "run", "sweep"],
+    ids=["scale", "reveal-sweep", "reveal", "run", "sweep"],
 )
 def test_commands_say_how_far_they_are(argv, what, tmp_path, capsys, fast_clock) -> None:
-    """Off a terminal a plain line every ~15 s (here every other unit), counting up to a last line; -q: none."""
+    """Off a terminal a plain line every ~15 s (here every other unit), counting up to a last line; -q: none.
+    (A reveal's probes come before its count of inputs verified: heartbeat lines, the time so far.)"""
     prefix, total, units = what
     if argv[0] in ("run", "sweep"):
         argv = [*argv, "--out", str(tmp_path / "o")]
     assert main(argv) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"{prefix}: ")]
-    line = re.compile(rf"^{prefix}: (\d+)/{total} {units} \(\d+%\), [\d.]+ {units}/s, (about .* left|done in .*)$")
+    line = re.compile(
+        rf"^{prefix}: (\d+)/{total} {units} \(\d+%\), [\d.]+ {units}/s, "
+        r"(about .* left|done in .*|.* so far, time left not known yet)$"
+    )
     done = [int(m.group(1)) for text in err if (m := line.match(text))]
     assert len(done) == len(err) >= 3, err
     assert done == sorted(done)

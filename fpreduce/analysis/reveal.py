@@ -157,11 +157,18 @@ def probe_scale(fmt: str | Format, n: int, accumulate: str | Format | None = Non
     return 2.0 ** (top - ratio), 2.0**top
 
 
-class _Probes:
-    """``fn`` under masked probes: the size of the subtree that joins two leaves."""
+#: probe calls between two heartbeats of a reveal's progress
+_TICK = 512
 
-    def __init__(self, fn: Callable[[Any], Any], n: int, f: Format, a: Format) -> None:
-        self.fn, self.n, self.f = fn, n, f
+
+class _Probes:
+    """``fn`` under masked probes: the size of the subtree that joins two leaves (``tick()`` every
+    :data:`_TICK` calls: a heartbeat for progress)."""
+
+    def __init__(
+        self, fn: Callable[[Any], Any], n: int, f: Format, a: Format, tick: Callable[[], None] | None = None
+    ) -> None:
+        self.fn, self.n, self.f, self.tick = fn, n, f, tick
         self.unit, self.big = probe_scale(f, n, a)
         self.base = as_native(np.full(n, self.unit), f)
         self.calls = 0
@@ -169,6 +176,8 @@ class _Probes:
     def value(self, x: Any) -> float:
         """``fn(x)`` as a float64 scalar (refusing a vector or an exception, in one line)."""
         self.calls += 1
+        if self.tick is not None and self.calls % _TICK == 0:
+            self.tick()
         return call_scalar(self.fn, x)
 
     def size(self, i: int, j: int) -> int:
@@ -472,9 +481,16 @@ _KINDS = ("normal", "heavy-tailed", "cancelling")
 
 
 def _verify(
-    fn: Callable[[Any], Any], plan: Plan, f: Format, a: Format, count: int, rng: np.random.Generator
+    fn: Callable[[Any], Any],
+    plan: Plan,
+    f: Format,
+    a: Format,
+    count: int,
+    rng: np.random.Generator,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[int, int, str]:
-    """(inputs checked, differing, evidence): ``fn`` against ``plan`` through :func:`reduce` on random inputs.
+    """(inputs checked, differing, evidence): ``fn`` against ``plan`` through :func:`reduce` on random inputs;
+    ``progress(checked, count)`` after each block of inputs.
 
     The first 64 inputs are summed twice by ``fn``: a function whose bits vary between calls
     is no fixed tree, and the check stops there.
@@ -504,6 +520,8 @@ def _verify(
             j = int(np.flatnonzero(bad)[0])
             first = f"first: input {start + j} ({_KINDS[j % 3]}): fn gave {got[j]!r}, the plan {want[j]!r}"
         differing += int(bad.sum())
+        if progress is not None:
+            progress(start + rows.shape[0], count)
     if differing:
         first = f"{differing} of {count} random inputs differ from the probed tree (the data decide); {first}"
     return count, differing, first
@@ -536,6 +554,7 @@ def revelation(
     method: str = "fast",
     verify: int = 10_000,
     seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Revelation:
     """Reveal the tree ``fn`` sums ``n`` values of ``format`` along, and verify it on ``verify`` random inputs.
 
@@ -552,6 +571,8 @@ def revelation(
             ``basic`` (all n (n-1) / 2 pairs).
         verify: random inputs (normal, heavy-tailed, cancelling) to check the plan on.
         seed: the pivots' and the random inputs' seed.
+        progress: ``progress(checked, verify)`` as inputs are verified, and ``progress(0, verify)`` now
+            and then while probing (a heartbeat); each accumulator tried counts again. Never printed here.
 
     Returns:
         A :class:`Revelation`: the verdict, the plan (a tree found), the evidence and counts.
@@ -568,7 +589,7 @@ def revelation(
     if isinstance(verify, bool) or not isinstance(verify, (int, np.integer)) or verify < 1:
         raise InvalidArgument(f"verify must be a positive number of random inputs, got {verify!r}")
     rng = np.random.default_rng(seed)
-    first, exact = _attempt(fn, int(n), f, get_format(accumulate or f), method, int(verify), rng)
+    first, exact = _attempt(fn, int(n), f, get_format(accumulate or f), method, int(verify), rng, progress)
     if not exact or accumulate is not None:
         return first
     calls, notes = first.calls, []
@@ -576,7 +597,7 @@ def revelation(
         if wide.precision <= f.precision:
             continue
         try:
-            found, exact = _attempt(fn, int(n), f, wide, method, int(verify), rng)
+            found, exact = _attempt(fn, int(n), f, wide, method, int(verify), rng, progress)
         except InvalidArgument as e:  # no probe of this n reaches that accumulator
             notes.append(str(e))
             break
@@ -615,10 +636,17 @@ def fused_note(checked: int, differing: int) -> str:
 
 
 def _attempt(
-    fn: Callable[[Any], Any], n: int, f: Format, a: Format, method: str, verify: int, rng: np.random.Generator
+    fn: Callable[[Any], Any],
+    n: int,
+    f: Format,
+    a: Format,
+    method: str,
+    verify: int,
+    rng: np.random.Generator,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Revelation, bool]:
     """One reveal with partial sums in ``a``, then its verification; and whether cancellation came back exact."""
-    probes = _Probes(fn, n, f, a)
+    probes = _Probes(fn, n, f, a, None if progress is None else lambda: progress(0, verify))
     t0 = time.perf_counter()
     total = probes.value(probes.base.copy())
     if total != n * probes.unit:
@@ -635,7 +663,7 @@ def _attempt(
     probed = replace(base, calls=probes.calls, probe_seconds=_since(t0))
     plan = Plan("tree", n, canonical(root))
     t1 = time.perf_counter()
-    checked, differing, what = _verify(fn, plan, f, a, verify, rng)
+    checked, differing, what = _verify(fn, plan, f, a, verify, rng, progress)
     done = replace(probed, checked=checked, differing=differing, verify_seconds=_since(t1))
     if differing:
         return replace(done, verdict="no fixed tree", evidence=what), False

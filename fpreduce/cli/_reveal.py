@@ -254,7 +254,14 @@ def _cmd_reveal(args: argparse.Namespace) -> int:
         raise InvalidArgument("reveal takes --n N or --sweep FIRST:LAST[:STEP], one of them")
     verify = 10_000 if args.verify is None else args.verify
     found = revelation(
-        fn, args.n, format=args.format, accumulate=args.accumulate, method=args.method, verify=verify, seed=args.seed
+        fn,
+        args.n,
+        format=args.format,
+        accumulate=args.accumulate,
+        method=args.method,
+        verify=verify,
+        seed=args.seed,
+        progress=_bar("input", "reveal"),
     )
     _report(args, found)
     families = match_family(found.plan) if found.plan is not None else []
@@ -375,12 +382,12 @@ def _on_threads(fn: Callable[[Any], Any], threads: int) -> Callable[[Any], Any]:
     return run
 
 
-def _bar(unit: str = "size") -> Callable[[int, int], None]:
-    """The progress of a hazard map, by sizes (or values) revealed (a bar on a terminal, else a line every
-    ~15 s; ``-q``: none)."""
+def _bar(unit: str = "size", desc: str = "reveal --sweep") -> Callable[[int, int], None]:
+    """The progress of a hazard map, by sizes (or values) revealed, or of one reveal, by inputs verified (a bar
+    on a terminal, else a line every ~15 s; ``-q``: none)."""
     from fpreduce.cli._progress import Bar
 
-    return Bar(unit, desc="reveal --sweep")
+    return Bar(unit, desc=desc)
 
 
 def _print_regions(args: argparse.Namespace, regions: Any, verify: int, what: str, at: int | None = None) -> int:
@@ -452,7 +459,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "-q",
         "--quiet",
         action="store_true",
-        help="no progress (--sweep: a bar on a terminal, else a line every ~15 s on stderr), no compile note",
+        help="no progress (a bar on a terminal, else a line every ~15 s on stderr), no compile note",
     )
     r.set_defaults(func=_cmd_reveal)
 
