@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from functools import lru_cache
 from typing import Any
@@ -337,16 +338,27 @@ def _sweep(fn: Callable[[Any], Any], args: argparse.Namespace) -> int:
         return _print_regions(args, regions, verify, "n")
     if args.n is None:
         raise InvalidArgument(f"--sweep {axis}=... reveals one size at every value: it takes --n N")
-    regions = knob_map(
-        _knob(args.target, axis, args.batch),
-        values,
-        args.n,
-        format=args.format,
-        verify=verify,
-        seed=args.seed,
-        progress=_bar(f"{axis} value"),
-    )
+    fn_at = _knob(args.target, axis, args.batch)
+    with _torch_threads_kept(axis):
+        regions = knob_map(
+            fn_at, values, args.n, format=args.format, verify=verify, seed=args.seed, progress=_bar(f"{axis} value")
+        )
     return _print_regions(args, regions, verify, axis, at=args.n)
+
+
+@contextlib.contextmanager
+def _torch_threads_kept(axis: str) -> Iterator[None]:
+    """torch's own thread count back after a sweep over ``threads`` (which sets it)."""
+    if axis != "threads":
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _knob(name: str, axis: str, batch: int) -> Callable[[int], Callable[[Any], Any]]:
@@ -365,19 +377,17 @@ def _knob(name: str, axis: str, batch: int) -> Callable[[int], Callable[[Any], A
 
 
 def _on_threads(fn: Callable[[Any], Any], threads: int) -> Callable[[Any], Any]:
-    """``fn`` run with ``torch.set_num_threads(threads)`` (torch's own count restored after every call)."""
+    """``fn`` run with ``torch.set_num_threads(threads)`` (set when another count is on: a new count every call
+    rebuilt torch's thread team every call; ``_sweep`` restores torch's own count at the end)."""
     try:
         import torch
     except ImportError:
         raise InvalidArgument("--sweep threads=... needs torch (torch.set_num_threads)") from None
 
     def run(x: Any) -> Any:
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            return fn(x)
-        finally:
-            torch.set_num_threads(before)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        return fn(x)
 
     return run
 
