@@ -150,3 +150,18 @@ def test_a_long_compile_says_it_is_alive_then_that_it_ended(capsys, monkeypatch)
     event.start_event("numba:compile", data=data)  # a compile ended before its first line: no line at all
     event.end_event("numba:compile", data=data)
     assert capsys.readouterr().err == ""
+
+
+def test_a_collective_reveal_counts_its_probes_then_the_elements_it_verifies() -> None:
+    """reveal gloo|mpi --n E (one live group) in the library: a heartbeat (0, of) per probe call, then the
+    elements verified call by call up to (of, of); the CLI draws it as every other count (Bar). No ranks here."""
+    import fpreduce as fr
+    from fpreduce.analysis.reveal_collective import collective_revelation
+
+    ring = fr.plans.parse("ring:gloo", 4)
+    seen: list[tuple[int, int]] = []
+    found = collective_revelation(lambda X: fr.reduce(X, ring), 4, 16, verify=100, progress=lambda *c: seen.append(c))
+    assert found.verdict == "tree"
+    beats = [c for c in seen if c[0] == 0]
+    assert len(beats) == found.calls - 1  # every probe call but the first (the plain sum, before the probes)
+    assert seen[len(beats) :] == [(16 * k, 112) for k in range(1, 8)]  # 100 elements: 7 whole calls of 16

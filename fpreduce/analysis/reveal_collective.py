@@ -153,15 +153,26 @@ def call_vector(fn: Callable[[Any], Any], X: Any, elements: int) -> NDArray[np.f
 class _Probes:
     """``fn`` under per-element masked probes: the sizes of the subtrees that join each element's pair."""
 
-    def __init__(self, fn: Callable[[Any], Any], ranks: int, elements: int, f: Format, a: Format) -> None:
-        self.fn, self.ranks, self.elements = fn, ranks, elements
+    def __init__(
+        self,
+        fn: Callable[[Any], Any],
+        ranks: int,
+        elements: int,
+        f: Format,
+        a: Format,
+        tick: Callable[[], None] | None = None,
+    ) -> None:
+        self.fn, self.ranks, self.elements, self.tick = fn, ranks, elements, tick
         self.unit, self.big = probe_scale(f, ranks, a)
         self.base = as_native(np.full((ranks, elements), self.unit), f)
         self.calls = 0
 
     def sizes(self, X: Any) -> NDArray[np.int64]:
-        """L per element (N where an element holds no probe) from ``fn``'s counts of the other units."""
+        """L per element (N where an element holds no probe) from ``fn``'s counts of the other units (``tick()``
+        after each call: a heartbeat for progress)."""
         self.calls += 1
+        if self.tick is not None:
+            self.tick()
         v = call_vector(self.fn, X, self.elements)
         count = v / self.unit
         bad = ~(np.isfinite(count) & (count == np.round(count)) & (count >= 0) & (count <= self.ranks))
@@ -385,9 +396,17 @@ def _run_at(runs: Sequence[Run], e: int) -> Run:
 
 
 def _verify(
-    fn: Callable[[Any], Any], plan: AnyPlan, f: Format, a: Format, shape: tuple[int, int], count: int, rng: Any
+    fn: Callable[[Any], Any],
+    plan: AnyPlan,
+    f: Format,
+    a: Format,
+    shape: tuple[int, int],
+    count: int,
+    rng: Any,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[int, int, int, str]:
-    """(elements checked, differing, calls, evidence): ``fn`` against ``plan`` on random (N, E) inputs."""
+    """(elements checked, differing, calls, evidence): ``fn`` against ``plan`` on random (N, E) inputs;
+    ``progress(elements checked, of the calls' elements)`` after each call."""
     n, E = shape
     calls = max(1, math.ceil(count / E))
     differing, first = 0, ""
@@ -413,6 +432,8 @@ def _verify(
             e = int(np.flatnonzero(bad)[0])
             first = f"first: call {c}, element {e}: fn gave {got[e]!r}, the plan {want[e]!r}"
         differing += int(bad.sum())
+        if progress is not None:
+            progress((c + 1) * E, calls * E)
     if differing:
         first = f"{differing} of {calls * E} random elements differ from the probed trees (the data decide); {first}"
     return calls * E, differing, calls + 1, first
@@ -427,6 +448,7 @@ def collective_revelation(
     accumulate: str | Format | None = None,
     verify: int = 10_000,
     seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> CollectiveRevelation:
     """Reveal the per-element trees an all-reduce ``fn`` of ``ranks`` rows sums along, and verify them.
 
@@ -437,6 +459,8 @@ def collective_revelation(
         format, accumulate, seed: as :func:`~fpreduce.analysis.reveal.revelation` (a wider
             accumulator is tried when cancellation comes back exact and ``accumulate`` is left out).
         verify: elements to check the plan on (random inputs, whole calls of E elements).
+        progress: ``progress(checked, of)`` as elements are verified (and ``progress(0, of)`` after each probe
+            call: a heartbeat); each accumulator tried counts again. Never printed here.
 
     Returns:
         A :class:`CollectiveRevelation`.
@@ -456,13 +480,13 @@ def collective_revelation(
             raise InvalidArgument(f"{what} must be a positive integer, got {v!r}")
     rng = np.random.default_rng(seed)
     shape = (int(ranks), int(elements))
-    first, exact = _attempt(fn, shape, f, get_format(accumulate or f), int(verify), rng)
+    first, exact = _attempt(fn, shape, f, get_format(accumulate or f), int(verify), rng, progress)
     if not exact or accumulate is not None:
         return first
     calls, notes = first.calls, []
     for wide in (get_format(w) for w in WIDER if get_format(w).precision > f.precision):
         try:
-            found, exact = _attempt(fn, shape, f, wide, int(verify), rng)
+            found, exact = _attempt(fn, shape, f, wide, int(verify), rng, progress)
         except InvalidArgument as e:
             notes.append(str(e))
             break
@@ -491,10 +515,17 @@ def _by_calls(fn: Callable[[Any], Any], E: int) -> Callable[[Any], NDArray[np.fl
 
 
 def _attempt(
-    fn: Callable[[Any], Any], shape: tuple[int, int], f: Format, a: Format, verify: int, rng: np.random.Generator
+    fn: Callable[[Any], Any],
+    shape: tuple[int, int],
+    f: Format,
+    a: Format,
+    verify: int,
+    rng: np.random.Generator,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[CollectiveRevelation, bool]:
     """One reveal with partial sums in ``a``, then its verification; and whether cancellation came back exact."""
-    pr = _Probes(fn, shape[0], shape[1], f, a)
+    of = max(1, math.ceil(verify / shape[1])) * shape[1]  # (the elements _verify checks: whole calls)
+    pr = _Probes(fn, shape[0], shape[1], f, a, None if progress is None else lambda: progress(0, of))
     t0 = time.perf_counter()
     total = call_vector(fn, pr.base.copy(), shape[1])
     pr.calls += 1
@@ -516,7 +547,7 @@ def _attempt(
     seconds = time.perf_counter() - t0
     probed = replace(base, runs=tuple(runs), families=tuple(names), calls=pr.calls, probe_seconds=seconds)
     t1 = time.perf_counter()
-    checked, differing, vcalls, what = _verify(fn, plan, f, a, shape, verify, rng)
+    checked, differing, vcalls, what = _verify(fn, plan, f, a, shape, verify, rng, progress)
     seconds = time.perf_counter() - t1
     done = replace(probed, checked=checked, differing=differing, verify_calls=vcalls, verify_seconds=seconds)
     if differing:

@@ -125,7 +125,14 @@ def _collective(args: argparse.Namespace) -> int:
     verify = 10_000 if args.verify is None else args.verify
     with LiveAllReduce(backend, args.np, algorithm=algorithm or None, dtype=args.format) as fn:
         found = collective_revelation(
-            fn, args.np, elements, format=args.format, accumulate=args.accumulate, verify=verify, seed=args.seed
+            fn,
+            args.np,
+            elements,
+            format=args.format,
+            accumulate=args.accumulate,
+            verify=verify,
+            seed=args.seed,
+            progress=_bar("element", "reveal"),
         )
         agree = fn.disagreeing == 0
         library, started = fn.library, fn.start_seconds
