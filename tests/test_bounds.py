@@ -83,7 +83,9 @@ def test_sum_orders_is_capped(capsys):
 
 def test_price_workers_is_capped_up_front(tmp_path, capsys):
     (tmp_path / "p.toml").write_text("[price]\nworkers = 1000000000\n")
-    one_line_error(capsys, ["price", str(tmp_path / "p.toml"), "--out", str(tmp_path / "o")], "price.workers", "<= 4096")
+    one_line_error(
+        capsys, ["price", str(tmp_path / "p.toml"), "--out", str(tmp_path / "o")], "price.workers", "<= 4096"
+    )
     assert not (tmp_path / "o").exists()
 
 

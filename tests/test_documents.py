@@ -16,9 +16,11 @@ import copy
 import io
 import json
 import math
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -319,3 +321,115 @@ def test_a_source_directory_reads_step_files_only(tmp_path: Path, change: Callab
         argv = ["run", "--source", str(d), "--out", str(tmp_path / "o"), "-q", "--no-report"]
         assert _one_command([*argv, "--set", "source.gaps=true"])[0] == 0
         assert json.loads((tmp_path / "o" / "summary.json").read_text())["steps"] == 3
+
+
+# ----------------------------------------------------------------------------- what `fpreduce report` reads
+
+
+@pytest.fixture(scope="module")
+def drawn(
+    tmp_path_factory: pytest.TempPathFactory, a_run: Path, a_recording: tuple[Path, dict[str, Any]]
+) -> dict[str, Path]:
+    """A folder of each kind `fpreduce report` draws in: a run, a replay's run (a_run with the replay.json of
+    a_recording, written by the writer `fpreduce replay` uses), a scale study and a price study."""
+    from fpreduce.backends.replay import VARIANTS, layer_rows
+    from fpreduce.run import rundir
+
+    top = tmp_path_factory.mktemp("drawn")
+    rec = open_recording(a_recording[0])
+    shutil.copytree(a_run, top / "replay")
+    rundir.write_replay(top / "replay", {**replay(rec), "variants": VARIANTS, "rows": layer_rows(rec)})
+    for kind, doc in (("scale", SCALE), ("price", PRICE)):
+        (top / f"{kind}.toml").write_text(tomli_w.dumps(doc))
+        argv = [kind, str(top / f"{kind}.toml"), "--out", str(top / kind), "--no-report"]
+        assert _one_command(argv)[0] == 0
+    return {"run": a_run, "replay": top / "replay", "scale": top / "scale", "price": top / "price"}
+
+
+def _json_set(name: str, path: tuple[Any, ...], value: Any) -> Callable[[Path], None]:
+    """A change to a folder: its document ``name`` with the key at ``path`` set to ``value``."""
+
+    def change(d: Path) -> None:
+        doc = jsonfile.loads((d / name).read_text())
+        (d / name).write_text(jsonfile.dumps(_mutate(doc, path, value, False)))
+
+    return change
+
+
+def _write(name: str, data: bytes) -> Callable[[Path], None]:
+    return lambda d: (d / name).write_bytes(data)
+
+
+#: issue 26's report reproducers: a folder of a kind, a change, what the one line names (each was a traceback
+#: (KeyError, TypeError, IndexError, ZeroDivisionError) or a report drawn over a foreign file before)
+BROKEN = {
+    "summary.json not JSON": ("run", _write("summary.json", b"{arms"), "summary.json"),
+    "summary.json missing": ("run", lambda d: (d / "summary.json").unlink(), "summary.json"),
+    "metrics.csv missing": ("run", lambda d: (d / "metrics.csv").unlink(), "metrics.csv"),
+    "metrics.csv foreign": ("run", _write("metrics.csv", b"a,b\n1,2\n"), "metrics.csv"),
+    "a scale.json in a run": ("run", _write("scale.json", b"{}"), "scale.json"),
+    "a file no command wrote": ("run", _write("notes.txt", b"mine"), "notes.txt"),
+    "replay.json not JSON": ("replay", _write("replay.json", b"[1,"), "replay.json"),
+    "replay.json rows [5]": ("replay", _json_set("replay.json", ("rows", 0), 5), "rows[0]"),
+    "replay.json no variants": ("replay", _json_set("replay.json", ("variants",), {}), "variants.order"),
+    "replay differ > elements": ("replay", _json_set("replay.json", ("per_step", 0, "differ"), 99), "per_step[0]"),
+    "scale.json an unknown row key": ("scale", _json_set("scale.json", ("rows", 0, "zz"), 1), "rows[0].zz"),
+    "scale.json 0 gpus per node": ("scale", _json_set("scale.json", ("profile", "gpus_per_node"), 0), "profile"),
+    "scale.json not JSON": ("scale", _write("scale.json", b"\xff"), "scale.json"),
+    "price.json an empty trace": ("price", _json_set("price.json", ("traces", "sync", "time"), []), "traces.sync"),
+    "price.json step_s 0": ("price", _json_set("price.json", ("rows", 0, "step_s"), 0.0), "rows[0].step_s"),
+    "price.json workers 3.9": ("price", _json_set("price.json", ("config", "price", "workers"), 3.9), "workers"),
+    "price.json and a scale.json": ("price", _write("scale.json", b"{}"), "scale.json"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_report_of_a_broken_folder_is_one_line(drawn: dict[str, Path], tmp_path: Path, case: str) -> None:
+    """`fpreduce report` reads every document through its schema (and draws only in a folder of one kind): a
+    corrupt, missing or foreign summary.json, metrics.csv, replay.json, scale.json or price.json is one line
+    naming the file and the key, exit 2, before anything is drawn; the folder is left as it was."""
+    kind, change, said = BROKEN[case]
+    d = tmp_path / kind
+    shutil.copytree(drawn[kind], d)
+    change(d)
+    before = sorted(p.name for p in d.iterdir())
+    rc, err = _one_command(["report", str(d)])
+    _law(rc, err, [said], str(d))
+    assert rc == 2
+    assert sorted(p.name for p in d.iterdir()) == before
+
+
+_DOCS = {"scale": "scale.json", "price": "price.json", "replay": "replay.json"}
+
+
+@FIXTURES
+@given(data=st.data())
+def test_a_mutated_study_or_replay_document_is_read_or_is_one_line(drawn: dict[str, Path], data: st.DataObject) -> None:
+    """scale.json, price.json and replay.json, mutated: their reader refuses the document in one line naming the
+    file and the key, or accepts it, and then the report's every sentence and table over it is computed (the
+    figures and the PDF are drawn from the same keys: not drawn here, 10 s each)."""
+    from fpreduce.report import layers, price, scaling
+    from fpreduce.run import rundir
+
+    kind = data.draw(st.sampled_from(sorted(_DOCS)), label="document")
+    good = jsonfile.loads((drawn[kind] / _DOCS[kind]).read_text())
+    path = data.draw(st.sampled_from(_paths(good)), label="path")
+    value, extra = data.draw(VALUES, label="value"), data.draw(st.booleans(), label="extra key")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / _DOCS[kind]).write_text(jsonfile.dumps(_mutate(good, path, value, extra)))
+        try:
+            doc = rundir.read_replay(tmp) if kind == "replay" else rundir.read_study(tmp, kind)
+        except InvalidArgument as e:
+            _law(2, f"fpreduce: error: {e}\n", [*_key_named(path, extra), "table", "JSON"], _DOCS[kind])
+            return
+    assert doc is not None
+    if kind == "scale":
+        rows = scaling.rows_of(doc)
+        assert scaling.findings(rows)
+        assert scaling.cluster_text(SimpleNamespace(**doc["profile"]))
+    elif kind == "price":
+        rows = price.rows_of(doc["rows"])
+        assert price.table(rows)
+        assert price.findings(rows, float(doc["target_loss"]))
+    else:
+        assert layers.layer_table(doc["rows"], doc["dtype"])[1]

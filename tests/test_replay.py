@@ -387,7 +387,7 @@ def test_bad_recordings_are_one_line_errors(
         ({"hook": "my_hook"}, "manifest.json: hook: 'my_hook', which the replay cannot emulate"),
         (
             {"version": 2, "paths": {"copy": {"average": "ddp", "wire": "fp32"}}, "path_sets": ["ranks differ"]},
-            "step 0, bucket 0 took the path 'ranks differ', which the replay cannot emulate",
+            "manifest.json: unknown path_sets[0] 'ranks differ' (choices: copy)",  # (a path 'paths' lacks)
         ),
         (
             {"version": 2, "paths": {"copy": {"average": "dd", "wire": "fp32"}}, "path_sets": ["copy"]},
@@ -502,11 +502,14 @@ _BROKEN = {
         _set("layouts.0.0.params.0.shape", [2**40, 2**40]),
         "params[0].shape[0]: must be in [0, 7], got 1099511627776",
     ),
-    "product too big": (_set("layouts.0.0.params.0.shape", [7, 7]), "layouts[0][0].params: ends past its 7 elements"),
+    "product too big": (
+        _set("layouts.0.0.params.0.shape", [7, 7]),
+        "layouts[0][0].params[0].shape: ends at 49, past the 7 elements of layouts[0][0].params",
+    ),
     "negative start": (_set("layouts.0.0.start", -1), "layouts[0][0].start: must be in [0, 7], got -1"),
     "negative offset": (_set("layouts.0.0.params.0.offset", -5), "params[0].offset: must be in [0, 7], got -5"),
     "negative shape": (_set("layouts.0.0.params.0.shape", [-7]), "params[0].shape[0]: must be in [0, 7], got -7"),
-    "bucket past the end": (_two_buckets(4, 5), "layouts[0]: ends past its 7 elements"),
+    "bucket past the end": (_two_buckets(4, 5), "layouts[0][1].elements: ends at 9, past the 7 elements of layouts[0]"),
     "buckets overlapping": (_two_buckets(2, 3), "layouts[0][1].start: 2 overlaps the one before"),
     "bucket leaving a gap": (_two_buckets(5, 2), "leaves columns 4..4 uncovered"),
     "params overlapping": (_two_params, "params[1].offset: 2 overlaps the one before"),
@@ -522,7 +525,7 @@ _BROKEN = {
     "world_size 3.9": (_set("world_size", 3.9), "world_size: expected integer, got 3.9"),
     "world_size true": (_set("world_size", True), "world_size: expected integer, got True"),
     "steps a string": (_set("steps", "2"), "steps: expected integer, got '2'"),
-    "step_layout too short": (_set("step_layout", [0]), "step_layout: 1 entries, expected 2"),
+    "step_layout too short": (_set("step_layout", [0]), "step_layout: 1 entries, expected steps = 2"),
     "step_layout out of range": (_set("step_layout", [0, 3]), "step_layout[1]: must be in [0, 0], got 3"),
     "deeply nested JSON": (_nested, "not readable JSON (nested too deeply)"),
     "step file 20 bytes short": (

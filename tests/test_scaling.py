@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -148,7 +149,9 @@ def test_a_foreign_directory_is_never_written(tmp_path: Path) -> None:
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
     rundir.write_study(tmp_path / "s", "scale", {"rows": [1]})
     rundir.write_study(tmp_path / "s", "scale", {"rows": [2]})  # a study is rewritten
-    assert rundir.read_study(tmp_path / "s", "scale")["rows"] == [2]
+    assert json.loads((tmp_path / "s" / "scale.json").read_text())["rows"] == [2]
+    with pytest.raises(fr.InvalidArgument, match=r"scale\.json: name: required"):  # (and read through its schema)
+        rundir.read_study(tmp_path / "s", "scale")
 
 
 def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:

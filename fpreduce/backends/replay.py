@@ -28,7 +28,6 @@ gradients), the result rounded once to the dtype.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,11 +188,11 @@ def _manifest(d: Path) -> dict[str, Any]:
     if not path.is_file():
         raise InvalidArgument(f"{d}: no {_MANIFEST}: not a fpreduce.torch recording, or a truncated one")
     try:
-        m = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
+        m = schema.strict_json(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
         raise InvalidArgument(f"{path}: not readable JSON ({e})") from None
-    except RecursionError:
-        raise InvalidArgument(f"{path}: not readable JSON (nested too deeply)") from None
+    except InvalidArgument as e:
+        raise InvalidArgument(f"{path}: {e}") from None
     if not isinstance(m, dict) or m.get("format") != "fpreduce-ddp-recording":
         got = schema.shown(m.get("format")) if isinstance(m, dict) else "no object"
         raise InvalidArgument(f"{path}: format: {got}, not 'fpreduce-ddp-recording': not a fpreduce.torch recording")
@@ -276,10 +275,6 @@ def _paths(d: Path, m: dict[str, Any]) -> tuple[dict[str, dict[str, str]], list[
     return paths, list(m["path_sets"]), [int(i) for i in m["step_paths"]]
 
 
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def _check_manifest(where: Path, m: dict[str, Any]) -> None:
     """Types and ranges of every key the replay reads, before it reads any (:mod:`fpreduce.run.schema`):
     integers that are JSON integers, buckets that tile ``elements`` exactly (by ``start``) and parameters
@@ -300,7 +295,7 @@ def _check_manifest(where: Path, m: dict[str, Any]) -> None:
         layouts = schema.array("layouts", m["layouts"], nonempty=True)
         for i, layout in enumerate(layouts):
             _check_layout(f"layouts[{i}]", schema.array(f"layouts[{i}]", layout), elements)
-        for t, v in enumerate(schema.array("step_layout", m["step_layout"], steps)):
+        for t, v in enumerate(schema.array("step_layout", m["step_layout"], steps, n_key="steps")):
             schema.integer(f"step_layout[{t}]", v, 0, len(layouts) - 1)
         if "paths" in m:
             _check_path_keys(m, steps)
@@ -312,15 +307,15 @@ def _check_path_keys(m: dict[str, Any], steps: int) -> None:
     for name, v in schema.table("paths", m["paths"]).items():
         for k in ("average", "wire"):
             schema.string(f"paths.{name}.{k}", schema.table(f"paths.{name}", v, (k,))[k])
-    sets = schema.array("path_sets", m["path_sets"])
-    for i, entry in enumerate(sets):
-        if isinstance(entry, str):
-            continue
-        for j, b in enumerate(schema.array(f"path_sets[{i}]", entry)):
-            if not isinstance(b, str):
-                schema.typed(f"path_sets[{i}][{j}]", b, "tuple[str, ...]")
-    for t, v in enumerate(schema.array("step_paths", m["step_paths"], steps)):
-        schema.integer(f"step_paths[{t}]", v, 0, max(len(sets) - 1, 0))
+    names = tuple(m["paths"])
+    sets = schema.array("path_sets", m["path_sets"], nonempty=True)
+    for i, entry in enumerate(sets):  # a path for every bucket of a step, or a path per bucket, or per parameter
+        for j, b in enumerate([entry] if isinstance(entry, str) else schema.array(f"path_sets[{i}]", entry)):
+            key = f"path_sets[{i}]" + ("" if isinstance(entry, str) else f"[{j}]")
+            for n, path in enumerate([b] if isinstance(b, str) else schema.typed(key, b, "tuple[str, ...]")):
+                schema.string(key + ("" if isinstance(b, str) else f"[{n}]"), path, names)  # a path in 'paths'
+    for t, v in enumerate(schema.array("step_paths", m["step_paths"], steps, n_key="steps")):
+        schema.integer(f"step_paths[{t}]", v, 0, len(sets) - 1)
 
 
 def _check_layout(key: str, layout: list[Any], elements: int) -> None:
@@ -341,21 +336,24 @@ def _check_layout(key: str, layout: list[Any], elements: int) -> None:
                 size *= schema.integer(f"{kp}.shape[{j}]", dim, 0, elements)  # Python ints: no overflow
             off = schema.integer(f"{kp}.offset", prm["offset"], 0, n)
             pspans.append((off, off + size, kp))
-        _tiles(f"{k}.params", pspans, n, "offset")
+        _tiles(f"{k}.params", pspans, n, "offset", "shape")
         spans.append((lo, lo + n, k))
-    _tiles(key, spans, elements, "start")
+    _tiles(key, spans, elements, "start", "elements")
 
 
-def _tiles(key: str, spans: list[tuple[int, int, str]], total: int, field: str) -> None:
-    at = 0
+def _tiles(key: str, spans: list[tuple[int, int, str]], total: int, field: str, size: str) -> None:
+    """The spans (first, last + 1, key) tile [0, total) exactly; else one line naming the span's ``field`` (where
+    it starts) or ``size`` (how far it reaches)."""
+    at, last = 0, key
     for lo, hi, k in sorted(spans):
         if lo != at:
             what = "overlaps the one before" if lo < at else f"leaves columns {at}..{lo - 1} uncovered"
             raise InvalidArgument(f"{k}.{field}: {lo} {what} (must tile {key} exactly)")
-        at = hi
-    if at != total:
-        what = "ends past" if at > total else "ends before"
-        raise InvalidArgument(f"{key}: {what} its {total} elements (at {at}; must tile exactly)")
+        at, last = hi, k
+    if at > total:
+        raise InvalidArgument(f"{last}.{size}: ends at {at}, past the {total} elements of {key} (must tile exactly)")
+    if at < total:
+        raise InvalidArgument(f"{key}: ends before its {total} elements (at {at}; must tile exactly)")
 
 
 def _check_step_files(d: Path, steps: int) -> None:
@@ -366,7 +364,7 @@ def _check_step_files(d: Path, steps: int) -> None:
     for kind in ("grads", "real"):
         sub = d / kind
         if not sub.is_dir():
-            raise InvalidArgument(f"{d}: truncated recording: no {kind}/ directory")
+            raise InvalidArgument(f"{d / _step_file(kind, 0)}: missing: a truncated recording (no {kind}/ directory)")
         found = set(step_numbers(sub))
         missing = sorted(set(range(steps)) - found)
         if missing:
@@ -408,19 +406,21 @@ def _check_paths(rec: Recording, t: int) -> None:
     """Step ``t``'s paths: one per bucket (or per parameter), each one the replay emulates."""
     where = rec.path / _MANIFEST
     if not 0 <= rec.step_paths[t] < len(rec.path_sets):
-        raise InvalidArgument(f"{where}: step {t} names no scaling paths")
+        raise InvalidArgument(f"{where}: step_paths[{t}]: names no scaling paths (path_sets)")
+    key = f"path_sets[{rec.step_paths[t]}]"  # (step_paths[t] names it)
     per_bucket = rec.bucket_paths(t)
     if len(per_bucket) != len(rec.buckets(t)):
-        raise InvalidArgument(f"{where}: step {t}'s paths do not match its {len(rec.buckets(t))} buckets")
+        raise InvalidArgument(f"{where}: {key}: {len(per_bucket)} paths for step {t}'s {len(rec.buckets(t))} buckets")
     for i, (b, names) in enumerate(zip(rec.buckets(t), per_bucket, strict=True)):
         if not isinstance(names, str) and len(names) != len(b["params"]):
             raise InvalidArgument(
-                f"{where}: step {t}, bucket {i}: {len(names)} paths for {len(b['params'])} parameters"
+                f"{where}: {key}[{i}]: {len(names)} paths for the {len(b['params'])} parameters of step {t}'s "
+                f"bucket {i}"
             )
         for name in [names] if isinstance(names, str) else names:
             if name not in rec.paths:
                 raise InvalidArgument(
-                    f"{rec.path}: step {t}, bucket {i} took the path {name!r}, which the replay cannot emulate"
+                    f"{where}: {key}: step {t}, bucket {i} took the path {name!r}, which the replay cannot emulate"
                 )
 
 

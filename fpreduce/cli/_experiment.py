@@ -166,14 +166,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_plot(args: argparse.Namespace) -> int:
     from fpreduce.report import plots
-    from fpreduce.run.rundir import is_sweep_dir, load_run, lock
+    from fpreduce.run.rundir import STUDIES, drawn_in, load_run, lock, read_replay
 
     d = Path(args.run)
     with lock(d, shared=True):  # not while a run writes there
-        if is_sweep_dir(d):
+        kind = drawn_in(d)  # (a directory holding files of another kind or no fpreduce command's: refused)
+        if kind in STUDIES:
+            raise InvalidArgument(
+                f"{d} is a {kind} study: its figures are redrawn with its report, fpreduce report {d}"
+            )
+        if kind == "sweep":
             files = plots.plot_sweep(d)
         else:
             load_run(d)  # a clear error for a missing or foreign directory
+            read_replay(d)  # (checked before a figure is drawn)
             files = plots.plot_run(d)
     for p in files:
         print(p)
@@ -226,13 +232,36 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from fpreduce.report import report
-    from fpreduce.run.rundir import REPORT_PDF, check_report_target, is_sweep_dir, lock
+    from fpreduce.run.rundir import REPORT_PDF, check_report_target, drawn_in, lock, read_replay
 
     d = Path(args.run)
     target = check_report_target(args.output if args.output is not None else d / REPORT_PDF)
     with lock(d, shared=True):  # not while a run writes there
-        print(report.write_sweep_report(d, target) if is_sweep_dir(d) else report.write_report(d, target))
+        kind = drawn_in(d)  # (a directory holding files of another kind or no fpreduce command's: refused)
+        if kind == "run":
+            read_replay(d)  # (checked before a page is drawn: the replay's pages come last)
+        if kind in ("scale", "price"):
+            print(_study_report(d, kind, target))
+        else:
+            print(report.write_sweep_report(d, target) if kind == "sweep" else report.write_report(d, target))
     return 0
+
+
+def _study_report(d: Path, kind: str, target: Path) -> Path:
+    """Redraw a price or scale study's figures and report.pdf from its document (read through its schema)."""
+    if target != d / "report.pdf":
+        raise InvalidArgument(
+            f"-o: a {kind} study's report is drawn in its directory ({d / 'report.pdf'}): leave -o out"
+        )
+    if kind == "scale":
+        from fpreduce.report.scaling import write_scale_report
+
+        files = write_scale_report(d)
+    else:
+        from fpreduce.report.price import write_price_report
+
+        files = write_price_report(d)
+    return next(f for f in files if f.name == "report.pdf")
 
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

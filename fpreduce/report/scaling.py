@@ -22,7 +22,7 @@ from fpreduce.report._figure import legend, new_figure, save_figures, series_sty
 from fpreduce.report.pdf import Doc, draw_png, render
 from fpreduce.run import rundir
 
-__all__ = ["cluster_text", "findings", "plot_scaling", "write_scale_report"]
+__all__ = ["cluster_text", "findings", "plot_scaling", "rows_of", "write_scale_report"]
 
 
 def _by_plan(rows: Sequence[ScaleRow]) -> dict[str, list[ScaleRow]]:
@@ -168,7 +168,9 @@ def plot_scaling(
     return save_figures(out_dir, {"speedup": build}, ("png", "pdf"))
 
 
-def _rows(doc: Mapping[str, Any]) -> list[ScaleRow]:
+def rows_of(doc: Mapping[str, Any]) -> list[ScaleRow]:
+    """scale.json's rows (read through :func:`fpreduce.run.rundir.read_study`) as ScaleRows: a ``null``
+    bandwidth (an older study's infinity) read as infinite."""
     inf = float("inf")
     fields: list[dict[str, Any]] = [{k: (inf if v is None else v) for k, v in r.items()} for r in doc["rows"]]
     return [ScaleRow(**f) for f in fields]
@@ -178,7 +180,7 @@ def write_scale_report(study_dir: str | Path) -> list[Path]:
     """``figures/speedup.png|pdf`` and ``report.pdf`` of a scale study directory, from its ``scale.json``."""
     out = Path(study_dir)
     doc = rundir.read_study(out, "scale")
-    rows, name = _rows(doc), doc["name"]
+    rows, name = rows_of(doc), doc["name"]
     p = SimpleNamespace(**doc["profile"])
     figs = plot_scaling(rows, out / "figures", title=f"Speed-up: {name}", gpus_per_node=p.gpus_per_node)
     png = next(f for f in figs if f.suffix == ".png")

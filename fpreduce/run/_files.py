@@ -162,13 +162,14 @@ def entries(d: Path) -> list[str]:
     ]
 
 
-def check_only(d: Path, names: Sequence[str], allowed: Sequence[str], what: str) -> None:
+def check_only(
+    d: Path, names: Sequence[str], allowed: Sequence[str], what: str, hint: str = "choose another --out"
+) -> None:
     """Refuse (InvalidArgument) a directory holding names outside ``allowed``: it is not a fpreduce ``what``."""
     if foreign := sorted(n for n in names if n not in allowed):
         more = ", ..." if len(foreign) > 3 else ""
         raise InvalidArgument(
-            f"{d} is not empty and not a fpreduce {what} directory (it holds {', '.join(foreign[:3])}{more}); "
-            "choose another --out"
+            f"{d} is not empty and not a fpreduce {what} directory (it holds {', '.join(foreign[:3])}{more}); {hint}"
         )
 
 

@@ -23,8 +23,7 @@ from fpreduce.core.formats import format_name
 from fpreduce.core.options import ALGORITHMS, AVERAGES
 from fpreduce.core.rounding import MODES
 from fpreduce.plans import parse
-from fpreduce.run.rundir import check_name
-from fpreduce.run.schema import Table, build, check_fields, document, named, rule
+from fpreduce.run.schema import Table, build, check_fields, check_name, document, named, rule
 from fpreduce.run.sources import SourceSpec, file_shape, spec_from_dict
 
 __all__ = [

@@ -22,7 +22,6 @@ import contextlib
 import csv
 import io
 import math
-import unicodedata
 import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -49,13 +48,17 @@ from fpreduce.run._studies import (
     REAL_COLUMNS,
     REAL_CSV,
     REPLAY_JSON,
+    REPLAY_VARIANTS,
     STUDIES,
+    check_replay,
+    check_study,
     read_real,
     read_replay,
     read_study,
     write_real,
     write_replay,
 )
+from fpreduce.run.schema import check_name
 
 __all__ = [
     "COLUMNS",
@@ -68,6 +71,7 @@ __all__ = [
     "REAL_COLUMNS",
     "REAL_CSV",
     "REPLAY_JSON",
+    "REPLAY_VARIANTS",
     "REPORT_PDF",
     "Results",
     "STATE_NPZ",
@@ -78,6 +82,9 @@ __all__ = [
     "SWEEP_MEASURES",
     "atomic_write",
     "check_name",
+    "check_replay",
+    "check_study",
+    "drawn_in",
     "check_report_target",
     "check_summary",
     "claim",
@@ -229,34 +236,6 @@ WHAT = {"run": "run", "sweep": "sweep", "price": "price study", "scale": "scale 
 assert set(KINDS) == set(WHAT) == set(get_args(Kind))
 
 
-def check_name(key: str, name: object) -> None:
-    """Refuse a name that is not a plain name (InvalidArgument naming ``key``).
-
-    A name is used as a directory (``runs/<name>``: :func:`out_dir`) and printed in tables,
-    CSV rows and legends: it must be a non-empty string of at most 100 characters,
-    not ``.`` or ``..``, without a path separator (``/``, ``\\``) or a control,
-    format or line-separator character (Unicode categories Cc, Cf, Zl, Zp).
-    """
-    if not isinstance(name, str):
-        why = "not a string"
-    elif not name:
-        why = "empty"
-    elif name.strip() in (".", ".."):
-        why = "a directory reference"
-    elif len(name) > 100:
-        why = f"{len(name)} characters long (at most 100)"
-    elif (c := next((c for c in name if c in "/\\" or unicodedata.category(c) in _NOT_IN_NAMES), None)) is not None:
-        why = f"it contains {c!r}"
-    else:
-        return
-    raise InvalidArgument(
-        f"{key}: must be a plain name (no path separator, control character, '.' or '..'), got {name!r}: {why}"
-    )
-
-
-_NOT_IN_NAMES = ("Cc", "Cf", "Zl", "Zp", "Cs")
-
-
 def out_dir(out: str | Path | None, name: object, key: str) -> Path:
     """The directory a command writes: ``--out`` as given, else ``runs/<name>``.
 
@@ -267,12 +246,13 @@ def out_dir(out: str | Path | None, name: object, key: str) -> Path:
     return Path(out) if out is not None else Path("runs") / str(name)
 
 
-def holds(d: Path, kind: Kind) -> bool:
+def holds(d: Path, kind: Kind, *, hint: str = "choose another --out") -> bool:
     """Whether ``d`` holds a fpreduce ``kind`` (False: missing or empty); reads, never writes.
 
     Raises:
         InvalidArgument: ``d`` is a file, another kind's directory, or holds anything that
-            is not a ``kind``'s (a lone report.pdf included: nothing says fpreduce wrote it).
+            is not a ``kind``'s (a lone report.pdf included: nothing says fpreduce wrote it);
+            the message ends with ``hint``.
     """
     names = _files.entries(d)
     if not names:
@@ -281,12 +261,29 @@ def holds(d: Path, kind: Kind) -> bool:
     if not set(marks) & set(names):
         for other, (_, theirs) in KINDS.items():
             if set(theirs) & set(names):
-                raise InvalidArgument(
-                    f"{d} is a fpreduce {WHAT[other]} directory, not a {WHAT[kind]}'s; choose another --out"
-                )
+                raise InvalidArgument(f"{d} is a fpreduce {WHAT[other]} directory, not a {WHAT[kind]}'s; {hint}")
         allowed = ()  # nothing says it is ours: every name is foreign
-    _files.check_only(d, names, allowed, WHAT[kind])
+    _files.check_only(d, names, allowed, WHAT[kind], hint)
     return True
+
+
+def drawn_in(d: str | Path) -> Kind:
+    """The kind of directory ``d`` whose figures or report ``plot`` and ``report`` draw: a run, a sweep, a price
+    or a scale study, by the files that mark it; one holding anything else (another kind's document, a file no
+    fpreduce command wrote) is refused, as every writer refuses it. A directory marked by nothing is taken for a
+    run (its reader then says what is missing).
+
+    Raises:
+        InvalidArgument: ``d`` is a file, or holds files that are not its kind's (names them).
+    """
+    d = Path(d)
+    names = set(_files.entries(d))
+    hint = "fpreduce draws only in a directory of its own"
+    for kind in get_args(Kind):
+        if set(KINDS[kind][1]) & names:
+            holds(d, kind, hint=hint)
+            return kind  # type: ignore[no-any-return]
+    return "run"
 
 
 @contextlib.contextmanager

@@ -14,7 +14,9 @@ is an :class:`InvalidArgument` naming the key (``experiment.steps``, ``source.no
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -192,24 +194,58 @@ def string(key: str, v: object, choices: tuple[str, ...] | None = None) -> str:
     return v  # type: ignore[return-value]
 
 
-def array(key: str, v: object, n: int | None = None, *, nonempty: bool = False) -> list[Any]:
-    """``v``, a list (of ``n`` entries when given; at least one when ``nonempty``)."""
+def array(key: str, v: object, n: int | None = None, *, nonempty: bool = False, n_key: str = "") -> list[Any]:
+    """``v``, a list (of ``n`` entries when given, ``n`` being the key ``n_key``'s value when named; at least one
+    when ``nonempty``)."""
     if not isinstance(v, list):
         raise InvalidArgument(f"{key}: expected an array, got {shown(v)}")
     if n is not None and len(v) != n:
-        raise InvalidArgument(f"{key}: {len(v)} entries, expected {n}")
+        raise InvalidArgument(f"{key}: {len(v)} entries, expected {f'{n_key} = ' if n_key else ''}{n}")
     if nonempty and not v:
         raise InvalidArgument(f"{key}: empty, expected at least one entry")
     return v
 
 
+class _Bare:
+    """A bare ``NaN``/``Infinity``/``-Infinity`` where a JSON document needs a number (:func:`strict_json`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def strict_json(text: str | bytes) -> Any:
+    """A standard JSON document (RFC 8259): a bare ``NaN``, ``Infinity`` or ``-Infinity`` is refused naming its key.
+
+    >>> strict_json('{"world_size": NaN}')
+    Traceback (most recent call last):
+    fpreduce.base.errors.InvalidArgument: world_size: NaN is not a JSON number (not readable JSON)
+    """
+    try:
+        doc = json.loads(text, parse_constant=_Bare)
+    except ValueError as e:  # (json.JSONDecodeError)
+        raise InvalidArgument(f"not readable JSON ({e})") from None
+    except RecursionError:
+        raise InvalidArgument("not readable JSON (nested too deeply)") from None
+    todo: list[tuple[str, Any]] = [("", doc)]
+    while todo:  # (a loop, not a recursion: the document may be as deep as the parser allowed)
+        key, v = todo.pop()
+        if isinstance(v, _Bare):
+            raise InvalidArgument(f"{key or 'the document'}: {v.name} is not a JSON number (not readable JSON)")
+        if isinstance(v, dict):
+            todo += [(f"{key}.{k}" if key else str(k), x) for k, x in reversed(v.items())]
+        elif isinstance(v, list):
+            todo += [(f"{key}[{i}]", x) for i, x in reversed(list(enumerate(v)))]
+    return doc
+
+
 def table(key: str, v: object, required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``v``, a table (a JSON object) holding every key of ``required`` (one line naming the first missing)."""
+    """``v``, a table (a JSON object) holding every key of ``required`` (one line naming the first missing);
+    ``key`` ``""``: the document's top level (its keys named alone)."""
     if not isinstance(v, dict):
-        raise InvalidArgument(f"{key}: expected a table, got {shown(v)}")
+        raise InvalidArgument(f"{key or 'the document'}: expected a table, got {shown(v)}")
     for k in required:
         if k not in v:
-            raise InvalidArgument(f"{key}.{k}: required")
+            raise InvalidArgument(f"{key}.{k}: required" if key else f"{k}: required")
     return v
 
 
@@ -263,7 +299,13 @@ def build(
         if name not in kwargs and f.default is MISSING and f.default_factory is MISSING:
             when = "".join(f" when {k} = {v!r}" for k, v in fixed.items())
             raise InvalidArgument(f"{table}.{name}: required{when}")
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except InvalidArgument as e:  # (a Table's own checks name its usual table: the document's name instead)
+        own = getattr(cls, "table", "")
+        if own and own != table and str(e).startswith(f"{own}."):
+            raise InvalidArgument(table + str(e)[len(own) :]) from None
+        raise
 
 
 @dataclass(frozen=True)
@@ -353,6 +395,34 @@ def check_fields(obj: object, table: str) -> None:
                 _entry(f"{table}.{f.name}[{i}]", x, array, r)
         else:
             _entry(f"{table}.{f.name}", v, kinds[0], r)
+
+
+def check_name(key: str, name: object) -> None:
+    """Refuse a name that is not a plain name (InvalidArgument naming ``key``).
+
+    A name is used as a directory (``runs/<name>``: :func:`fpreduce.run.rundir.out_dir`) and printed in tables,
+    CSV rows and legends: it must be a non-empty string of at most 100 characters,
+    not ``.`` or ``..``, without a path separator (``/``, ``\\``) or a control,
+    format or line-separator character (Unicode categories Cc, Cf, Zl, Zp).
+    """
+    if not isinstance(name, str):
+        why = "not a string"
+    elif not name:
+        why = "empty"
+    elif name.strip() in (".", ".."):
+        why = "a directory reference"
+    elif len(name) > 100:
+        why = f"{len(name)} characters long (at most 100)"
+    elif (c := next((c for c in name if c in "/\\" or unicodedata.category(c) in _NOT_IN_NAMES), None)) is not None:
+        why = f"it contains {c!r}"
+    else:
+        return
+    raise InvalidArgument(
+        f"{key}: must be a plain name (no path separator, control character, '.' or '..'), got {name!r}: {why}"
+    )
+
+
+_NOT_IN_NAMES = ("Cc", "Cf", "Zl", "Zp", "Cs")
 
 
 class Table:

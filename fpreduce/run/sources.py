@@ -562,18 +562,21 @@ def _size(b: float) -> str:
     raise AssertionError  # unreachable
 
 
-def check_memory(need: int, what: str) -> None:
+def check_memory(
+    need: int, what: str, lower: str = "source.elements or experiment.workers (or use fewer arms)"
+) -> None:
     """Refuse (InvalidArgument) a run needing more memory than this machine has available.
 
-    The message gives the estimate, ``what`` it is for, and this machine's available and
-    total memory. Nothing is refused when the machine's memory is unknown.
+    The message gives the estimate, ``what`` it is for, this machine's available and
+    total memory, and the keys to ``lower`` (the command's own). Nothing is refused when the
+    machine's memory is unknown.
     """
     avail, total = machine_memory()
     if avail is not None and need > avail:
         raise InvalidArgument(
             f"{what} needs about {_size(need)} of memory; this machine has {_size(avail)} available"
             + (f" ({_size(total)} total)" if total else "")
-            + ": lower source.elements or experiment.workers (or use fewer arms)"
+            + f": lower {lower}"
         )
 
 
