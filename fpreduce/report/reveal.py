@@ -111,6 +111,10 @@ def hazard_figure(target: str, regions: Sequence[Region], *, what: str = "n") ->
     ax.set_xlim(first - 0.5, last + 0.5)
     if last / max(first, 1) > 50:
         ax.set_xscale("log")
+    else:  # whole numbers of summands, threads, rows or ranks
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return fig
 
 
@@ -172,8 +176,8 @@ def write_reveal_report(
         figures += [
             (
                 hazard_figure(t, regions, what=swept),
-                f"{t}: the plan family (or verdict) that explains each {swept}; a new band is "
-                "a place where the tree changes.",
+                f"{t}: the plan family (or verdict) that explains each value of {swept} revealed; a new band "
+                "is a place where the tree changes ('tree k': a tree no plan family names).",
             )
             for t, regions in sweeps
         ]
