@@ -194,6 +194,10 @@ def test_07_reveal(run) -> None:  # type: ignore[no-untyped-def]
     )
     assert g["checked"] >= 10_000
     assert g["calls"] <= 8
+    for fmt, low in r["gloo_low"].items():  # fp16 and bf16 on the same ranks: summed in their own format
+        assert (low["verdict"], low["accumulate"], low["family"], low["differing"]) == ("tree", fmt, "ring:gloo", 0)
+        assert low["checked"] >= 10_000
+    assert sorted(r["gloo_low"]) == ["bf16", "fp16"]
     for v in r["ab"].values():
         assert (v["A_reproducible"], v["B_reproducible"]) == (True, False)
         assert v["B_vs_A"] > 0

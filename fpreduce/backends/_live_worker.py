@@ -2,11 +2,11 @@
 
 Reads ``DIR/job.json`` (backend, dtype, timeout). gloo: RANK and N on the command line, a
 process group through a ``FileStore`` in DIR (gloo's pairs on ``lo``); mpi: the rank from
-``COMM_WORLD`` (mpirun forced the algorithm); ``DIR/ready.<rank>`` once joined. Then, for k = 0, 1, ...: waits for
-``DIR/in.<k>.npy`` (or ``DIR/stop``), all-reduces (SUM) its row in the dtype (``DIR/dtype.<k>``'s when
-the parent wrote one for that call, else the job's) and writes the
-result as float64 to ``DIR/out.<k>.<rank>.npy`` atomically. It exits 1 when its parent is gone
-or no call came for :data:`IDLE` seconds.
+``COMM_WORLD`` (mpirun forced the algorithm); ``DIR/ready.<rank>`` once joined (gloo: torch's
+version in it). Then, for k = 0, 1, ...: waits for ``DIR/in.<k>.npy`` (or ``DIR/stop``),
+all-reduces (SUM) its row in the dtype (``DIR/dtype.<k>``'s when the parent wrote one for that
+call, else the job's) and writes the result as float64 to ``DIR/out.<k>.<rank>.npy``
+atomically. It exits 1 when its parent is gone or no call came for :data:`IDLE` seconds.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 IDLE = 3600.0
 
 
-def _gloo(workdir: Path, rank: int, n: int, timeout: float) -> Callable[[np.ndarray, str], np.ndarray]:
+def _gloo(workdir: Path, rank: int, n: int, timeout: float) -> tuple[str, Callable[[np.ndarray, str], np.ndarray]]:
     import torch
     import torch.distributed as dist
 
@@ -39,7 +39,7 @@ def _gloo(workdir: Path, rank: int, n: int, timeout: float) -> Callable[[np.ndar
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t.to(torch.float64).numpy()  # type: ignore[no-any-return]
 
-    return allreduce
+    return f"torch {torch.__version__} (gloo)", allreduce
 
 
 def _mpi() -> tuple[int, Callable[[np.ndarray, str], np.ndarray]]:
@@ -61,12 +61,13 @@ def main(argv: list[str]) -> int:
     workdir = Path(argv[0])
     job = json.loads((workdir / "job.json").read_text())
     timeout = float(job.get("timeout", 120))
+    library = ""
     if job["backend"] == "gloo":
         rank = int(argv[1])
-        allreduce = _gloo(workdir, rank, int(argv[2]), timeout)
+        library, allreduce = _gloo(workdir, rank, int(argv[2]), timeout)
     else:
         rank, allreduce = _mpi()
-    (workdir / f"ready.{rank}").touch()
+    (workdir / f"ready.{rank}").write_text(library)
     k, parent = 0, os.getppid()
     while True:
         inp, idle, pause = workdir / f"in.{k}.npy", time.monotonic() + IDLE, 0.0005
@@ -77,7 +78,10 @@ def main(argv: list[str]) -> int:
             time.sleep(pause)
             pause = min(pause * 2, 0.002)
         if not inp.exists():
-            return 0
+            if job["backend"] == "gloo":  # no interpreter teardown (torch's takes seconds a rank; all is written)
+                sys.stderr.flush()
+                os._exit(0)
+            return 0  # (MPI finalizes at exit)
         row = np.array(np.load(inp, mmap_mode="r")[rank])
         dtype = workdir / f"dtype.{k}"
         out = allreduce(row, dtype.read_text() if dtype.exists() else job["dtype"])

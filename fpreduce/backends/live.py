@@ -14,6 +14,7 @@ ranks are stopped (then killed) and the directory removed on :meth:`close`.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -34,6 +35,14 @@ __all__ = ["BACKENDS", "LiveAllReduce"]
 
 #: The libraries a live group runs.
 BACKENDS = ("gloo", "mpi")
+
+
+def _torch_found() -> str:
+    """``torch`` (its version comes from rank 0, which imports it): the parent does not import torch (seconds
+    of CPU the ranks need as they start); a torch without gloo fails in the ranks, with their log."""
+    if importlib.util.find_spec("torch") is None:
+        raise InvalidArgument(f"backend 'gloo' needs PyTorch; {gloo.INSTALL}")
+    return "torch"
 
 
 class LiveAllReduce:
@@ -66,7 +75,7 @@ class LiveAllReduce:
         dtype = backend_dtype(backend, dtype, lib.DTYPES)
         if isinstance(ranks, bool) or not isinstance(ranks, int) or not 2 <= ranks <= 64:
             raise InvalidArgument(f"--np must be an integer in 2..64, got {ranks!r}")
-        self.library = lib.check_available()
+        self.library = _torch_found() if backend == "gloo" else lib.check_available()
         self.backend, self.ranks, self.algorithm, self.dtype, self.timeout = backend, ranks, algorithm, dtype, timeout
         self.calls = self.disagreeing = 0
         self.start_seconds = 0.0
@@ -94,6 +103,7 @@ class LiveAllReduce:
         t0 = time.monotonic()
         self._wait([work / f"ready.{r}" for r in range(self.ranks)], "start")
         self.start_seconds = time.monotonic() - t0
+        self.library = (work / "ready.0").read_text() or self.library  # (gloo: the version rank 0 imported)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
