@@ -201,7 +201,8 @@ def test_flags_of_one_name_mean_one_thing():
     assert all(h.endswith("and nothing else") for h in seen["--json"]), "stdout holds the JSON alone (issue 27)"
     assert all(re.search(r": replace a .* already in --out$", h) for h in seen["--force"]), seen["--force"]
     assert len({h.split(": ", 1)[1] for h in seen["--threads"]}) == 1
-    assert all("seed" in h and "(default 0)" in h for h in seen["--seed"]), seen["--seed"]
+    assert all("seed" in h and "default" in h for h in seen["--seed"]), seen["--seed"]
+    assert {h.split(":")[0] for h in seen["--seed"]} >= {"run", "sweep", "price", "replay", "sum", "verify", "reveal"}
     assert all("ranks" in h for h in seen["--np"]), seen["--np"]
     assert [h.split(":")[0] for h in seen["--output"]] == ["sum"], "--output is a format (reduce's output=)"
     assert all("directory" in h or h.startswith("calibrate: ") for h in seen["--out"]), seen["--out"]
@@ -281,3 +282,19 @@ def test_the_backends_take_the_spellings_too(capsys):
     )
     assert main(["reveal", "numpy.sum", "--n", "4", "--verify", "2", "--format", "torch.float16", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["format"] == "fp16"
+
+
+def test_seed_is_a_flag_of_run_sweep_and_price_too(tmp_path, capsys):
+    """Issue 27: --seed N is --set experiment.seed=N (run, sweep) and price.seed (price); a negative one is one
+    line naming --seed, before any work."""
+    from fpreduce.cli._experiment import _overrides, _run_config
+    from fpreduce.run.sweep import load_sweep_config
+
+    args = build_parser().parse_args(["run", "--seed", "3", "--set", "experiment.workers=4"])
+    assert _run_config(args).experiment.seed == 3
+    args = build_parser().parse_args(["sweep", "examples/sweep-ring.toml", "--seed", "7"])
+    assert {c.experiment.seed for c in load_sweep_config(args.config, _overrides(args))[1]} == {7}
+    for argv in (["run"], ["sweep", "examples/sweep-ring.toml"], ["price"]):
+        assert main([*argv, "--seed", "-1", "--out", str(tmp_path / "x")]) == 2
+        assert capsys.readouterr().err == "fpreduce: error: --seed must be >= 0, got -1\n"
+    assert not (tmp_path / "x").exists()

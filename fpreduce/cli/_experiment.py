@@ -90,12 +90,19 @@ def _run_config(args: argparse.Namespace) -> Config:
             raise InvalidArgument(f"nothing to resume in {d}: no {CONFIG_TOML}" + ("" if args.out else " (give --out)"))
     if args.source is not None and args.resume:
         raise InvalidArgument("--resume takes the source from the run's config.toml: leave out --source")
-    cfg = load_config(path, args.set or [], source=args.source)
+    cfg = load_config(path, _overrides(args), source=args.source)
     if args.steps is not None:
         if args.steps < 1:
             raise InvalidArgument("--steps must be >= 1")
         cfg = with_steps(cfg, args.steps)
     return cfg
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """``--set KEY=VALUE`` of run and sweep, and ``--seed N`` as ``--set experiment.seed=N``."""
+    if args.seed is not None and args.seed < 0:
+        raise InvalidArgument(f"--seed must be >= 0, got {args.seed}")
+    return [*(args.set or []), *([] if args.seed is None else [f"experiment.seed={args.seed}"])]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -191,7 +198,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from fpreduce.run.rundir import lock
     from fpreduce.run.sweep import load_sweep_config, run_sweep, sweep_dir
 
-    base, points = load_sweep_config(args.config, args.set or [])
+    base, points = load_sweep_config(args.config, _overrides(args))
     if args.jobs < 1:
         raise InvalidArgument("--jobs must be >= 1")
     out = sweep_dir(base, args.out)
@@ -219,7 +226,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             resume=args.resume,
             executor=executor,
             progress=point_done,
-            overrides=args.set or [],
+            overrides=_overrides(args),
         )
     finally:
         if executor is not None:
@@ -264,6 +271,12 @@ def _study_report(d: Path, kind: str, target: Path) -> Path:
     return next(f for f in files if f.name == "report.pdf")
 
 
+_SEED = (
+    "seed of the gradients, the orders and stochastic rounding (overrides experiment.seed; default: the "
+    "config's, else 0)"
+)
+
+
 def _add_sweep(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """``sweep``'s parser."""
     sw = sub.add_parser("sweep", help="run A vs B over a grid of workers, plans and formats")
@@ -278,6 +291,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     sw.add_argument("--force", action="store_true", help="replace a sweep already in --out")
     sw.add_argument("--jobs", type=int, default=1, help="local worker processes running points in parallel (default 1)")
+    sw.add_argument("--seed", type=int, default=None, help=_SEED)
     sw.add_argument(
         "--resume", action="store_true", help="continue the sweep in --out: points already done are not run again"
     )
@@ -315,6 +329,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     )
     r.add_argument("--out", default=None, help="run directory (default: runs/<experiment name>)")
     r.add_argument("--steps", type=int, default=None, help="number of steps (overrides experiment.steps)")
+    r.add_argument("--seed", type=int, default=None, help=_SEED)
     r.add_argument(
         "--set",
         action="append",

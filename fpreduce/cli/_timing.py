@@ -110,6 +110,12 @@ def _cmd_price(args: argparse.Namespace) -> int:
     from fpreduce.run.price import PriceConfig, load_price_config, price, save_price
 
     cfg = load_price_config(args.config) if args.config else PriceConfig()
+    if args.seed is not None:  # (checked as price.seed is)
+        from dataclasses import replace
+
+        if args.seed < 0:
+            raise InvalidArgument(f"--seed must be >= 0, got {args.seed}")
+        cfg = replace(cfg, spec=replace(cfg.spec, seed=args.seed))
     out = rundir.out_dir(args.out, cfg.spec.name, "price.name")
     with rundir.claim(out, "price", force=args.force):
         from fpreduce.cli._progress import Bar
@@ -159,6 +165,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     pr.add_argument("--out", default=None, help="directory for price.json, figures and report.pdf (runs/<name>)")
     pr.add_argument("--no-report", action="store_true", help="skip figures and the PDF report (price.json is written)")
     pr.add_argument("--force", action="store_true", help="replace a price study already in --out")
+    pr.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the model, the data and the timing (overrides price.seed; default: the config's, else 0)",
+    )
     pr.add_argument("-q", "--quiet", action="store_true", help=_QUIET)
     pr.set_defaults(func=_cmd_price)
     ca = sub.add_parser("calibrate", help="time Open MPI's allreduce algorithms and fit alpha, beta, gamma")
