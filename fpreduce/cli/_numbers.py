@@ -257,6 +257,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     s.add_argument("--seed", type=int, default=0, help="seed of random orders and stochastic rounding (default 0)")
     s.add_argument("--explain", action="store_true", help="also say which route (kernel) sums each plan, and why")
     s.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
+    s.add_argument(
+        "-q", "--quiet", action="store_true", help="no compile note (the kernels' first use; sum shows no progress)"
+    )
     s.set_defaults(func=_cmd_sum)
     v = sub.add_parser("verify", help="run a real all-reduce (Open MPI or gloo) and compare its bits with the plan")
     v.add_argument("--backend", required=True, choices=("mpi", "gloo"), help="Open MPI (mpirun) or gloo (torch)")
