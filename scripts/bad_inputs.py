@@ -438,6 +438,106 @@ def _source_cases() -> list[Case]:
     ]
 
 
+def _doc_set(name: str, key: str, value: Any) -> Callable[[Path], None]:
+    """A change to a folder: its JSON document ``name`` with ``key`` (dotted, list indices as numbers) set."""
+
+    def change(d: Path) -> None:
+        from fpreduce.base import jsonfile
+
+        doc = jsonfile.loads((d / name).read_text())
+        (d / name).write_text(jsonfile.dumps(_set(doc, key, value)))
+
+    return change
+
+
+def _put(name: str, data: bytes) -> Callable[[Path], None]:
+    return lambda d: (d / name).write_bytes(data)
+
+
+def _report_argv(folder: Path, change: Callable[[Path], None]) -> Callable[[Path], list[str]]:
+    def argv(tmp: Path) -> list[str]:
+        d = tmp / folder.name
+        shutil.copytree(folder, d)
+        change(d)
+        return ["report", str(d), *(["-o", str(tmp / "r.pdf")] if folder.name in ("run", "replay") else [])]
+
+    return argv
+
+
+def _report_cases(run: Path, rp: Path, sc: Path, pr: Path) -> list[Case]:
+    """``fpreduce report`` on a run, a replay's run, a scale study and a price study folder, each with one of its
+    documents corrupt, missing or mutated, or a foreign file beside them."""
+    cases: list[tuple[str, Path, str, str, Callable[[Path], None]]] = [
+        ("summary.json", run, "not JSON", "summary.json", _put("summary.json", b"{arms")),
+        ("summary.json", run, "missing", "summary.json", lambda d: (d / "summary.json").unlink()),
+        ("summary.json", run, "a list", "summary.json", _put("summary.json", b"[1, 2]")),
+        ("summary.json", run, "arms[0].max_ulp = 'x'", "max_ulp", _doc_set("summary.json", "arms.0.max_ulp", "x")),
+        ("metrics.csv", run, "missing", "metrics.csv", lambda d: (d / "metrics.csv").unlink()),
+        ("metrics.csv", run, "another CSV", "metrics.csv", _put("metrics.csv", b"a,b\n1,2\n")),
+        ("metrics.csv", run, "not UTF-8", "metrics.csv", _put("metrics.csv", b"\xff\xfe")),
+        ("replay.json", rp, "not JSON", "replay.json", _put("replay.json", b"[1,")),
+        ("replay.json", rp, "a list", "replay.json", _put("replay.json", b"[1]")),
+    ]
+    replay_muts: dict[str, list[Any]] = {
+        "rows.0": [5, {}],
+        "rows.0.shape": ["x", [-1]],
+        "rows.0.differ_world": [-1, "x", 10**9],
+        "rows.0.diff_frac_order": [2.0, "x"],
+        "variants": [{}, 5],
+        "per_step.0.differ": [99, "x"],
+        "per_step.0.match": [2.0, None],
+        "real_match": [-1.0, "x"],
+        "world_size": [0, 3.9],
+        "verified": ["yes"],
+        "contrast": [5, {"rd": -1}],
+        "dtype": [5],
+    }
+    for key, values in replay_muts.items():
+        for v in values:
+            last = key.split(".")[-1]
+            cases.append(("replay.json", rp, f"{key} = {v!r}", last, _doc_set("replay.json", key, v)))
+    scale_muts: dict[str, list[Any]] = {
+        "rows": [[], 5],
+        "rows.0.workers": [0, 3.9, "x"],
+        "rows.0.zz": [1],
+        "rows.0.speedup": ["x", -1.0, None],
+        "profile": [{}, 5],
+        "profile.gpus_per_node": [0, "x"],
+        "profile.beta": [0.0, None],
+        "compute_s": [0.0, "x"],
+        "nbytes": [-1.0, [], "x"],
+        "name": [5],
+    }
+    for key, values in scale_muts.items():
+        for v in values:
+            last = key.split(".")[-1]
+            cases.append(("scale.json", sc, f"{key} = {v!r}", last, _doc_set("scale.json", key, v)))
+    cases.append(("scale.json", sc, "not JSON", "scale.json", _put("scale.json", b"\xff")))
+    price_muts: dict[str, list[Any]] = {
+        "traces.sync.time": [[], "x", [-1.0]],
+        "traces": [{}, 5],
+        "rows.0.step_s": [0.0, "x"],
+        "rows.0.final_loss": ["x", None],
+        "rows.0.weights_differ_ref": [2.0, -1.0],
+        "rows.0.staleness_max": [1.5, -1],
+        "rows": [[], [5]],
+        "config.price.workers": [3.9, 0],
+        "config.compute.step": [0.0, "x"],
+        "config.source.lr": ["x"],
+        "config": [5],
+        "target_loss": ["x", None],
+    }
+    for key, values in price_muts.items():
+        for v in values:
+            last = key.split(".")[-1]
+            cases.append(("price.json", pr, f"{key} = {v!r}", last, _doc_set("price.json", key, v)))
+    cases.append(("price.json", pr, "not JSON", "price.json", _put("price.json", b"{")))
+    for folder in (run, sc, pr):
+        for name in ("notes.txt", "scale.json" if folder != sc else "price.json"):
+            cases.append(("foreign file", folder, f"{name} in a {folder.name} folder", name, _put(name, b"{}")))
+    return [(f"report: {doc}", what, key, _report_argv(folder, change)) for doc, folder, what, key, change in cases]
+
+
 class _Runaway(Exception):
     pass
 
@@ -494,7 +594,7 @@ def cases(tmp: Path) -> list[Case]:
     rec = tmp / "good-rec"
     m = _recording(rec)
     (rec / "manifest.json").write_text(json.dumps(m))
-    return [
+    out = [
         *_config_cases(),
         *_price_cases(),
         *_scale_cases(),
@@ -502,6 +602,16 @@ def cases(tmp: Path) -> list[Case]:
         *_replay_cases(rec),
         *_source_cases(),
     ]
+    if "--no-report" in sys.argv:
+        return out  # (the report cases: each accepted one draws a report, ~10 s)
+    folders = tmp / "folders"
+    shutil.copytree(run, folders / "run")
+    assert main(["replay", str(rec), "--out", str(folders / "replay"), "-q", "--no-report"]) == 0
+    (tmp / "s.toml").write_text(tomli_w.dumps(SCALE))
+    assert main(["scale", str(tmp / "s.toml"), "--out", str(folders / "scale"), "--no-report"]) == 0
+    (tmp / "p.toml").write_text(tomli_w.dumps(_set(PRICE, "price.steps", 1)))
+    assert main(["price", str(tmp / "p.toml"), "--out", str(folders / "price"), "--no-report"]) == 0
+    return [*out, *_report_cases(*(folders / k for k in ("run", "replay", "scale", "price")))]
 
 
 _FILES = {
@@ -529,12 +639,18 @@ def survey(*, verbose: bool = False) -> dict[str, Counter[str]]:
                 if verbose:
                     print(f"{surface:22} {what:50} SKIPPED ({e})")
                 continue
-            outcome, said = classify(argv, key, _FILES.get(surface))
+            outcome, said = classify(argv, key, _FILES.get(surface, _report_file(surface)))
             table.setdefault(surface, Counter())[outcome] += 1
             if verbose:
                 print(f"{surface:22} {what[:50]:50} {outcome:30} {said}")
             shutil.rmtree(tmp, ignore_errors=True)
     return table
+
+
+def _report_file(surface: str) -> str | None:
+    """The file a report surface's error names: its document (``report: scale.json``; a foreign file: none)."""
+    doc = surface.partition(": ")[2]
+    return doc if doc.endswith((".json", ".csv")) else None
 
 
 OUTCOMES = ("one-line", "one-line, key or file unnamed", "accepted", "traceback", "runaway")

@@ -279,11 +279,14 @@ def drawn_in(d: str | Path) -> Kind:
     d = Path(d)
     names = set(_files.entries(d))
     hint = "fpreduce draws only in a directory of its own"
-    for kind in get_args(Kind):
-        if set(KINDS[kind][1]) & names:
-            holds(d, kind, hint=hint)
-            return kind  # type: ignore[no-any-return]
-    return "run"
+    kinds = [k for k in get_args(Kind) if set(KINDS[k][1]) & names]
+    if len(kinds) > 1:
+        marks = sorted(n for k in kinds for n in KINDS[k][1] if n in names)
+        what = " and a ".join(WHAT[k] for k in kinds)
+        raise InvalidArgument(f"{d} holds {', '.join(marks)}: the files of a {what}; {hint}")
+    if kinds:
+        holds(d, kinds[0], hint=hint)
+    return kinds[0] if kinds else "run"  # type: ignore[no-any-return]
 
 
 @contextlib.contextmanager
