@@ -230,8 +230,11 @@ def _patched(tmp_path: Path, extra: str = "") -> str:
     return str(p)
 
 
-@pytest.mark.usefixtures("small_chunks")
+@pytest.mark.usefixtures("small_chunks", "numpy_ranks")
 def test_mpirun_3_ranks_synthetic_and_file_equal_one_process(tmp_path: Path) -> None:
+    """The shares' messages and merge under mpirun, synthetic and file sources: the kernels over element
+    ranges are test_shares_merge_to_the_single_run's (in process), and under mpirun the training and
+    real-chunk-width tests' (their ranks keep the kernels)."""
     require("mpi")
     workers, elements = 8, 4 * SMALL_WIDTH + 300
     syn = tmp_path / "syn.toml"
