@@ -192,7 +192,7 @@ def test_reveal_report_pdf(tmp_path, capsys):
 
     ring = fr.plans.parse("ring:ompi", 4)
     coll = rc.collective_revelation(box(ring), 4, 16, verify=64)
-    one = fr.revelation(np.sum, 20, verify=30)
+    one = fr.revelation(np.sum, 40, verify=30)  # (over 32 leaves: its tree as a figure too)
     assert summary_row("ring", coll) == [
         "ring",
         "4 x 16",
@@ -203,7 +203,7 @@ def test_reveal_report_pdf(tmp_path, capsys):
         "tree",
         "ring:ompi",
     ]
-    assert summary_row("numpy.sum", one)[1:3] == ["20", one.calls]
+    assert summary_row("numpy.sum", one)[1:3] == ["40", one.calls]
     regions = fr.analysis.reveal.hazard_map(np.sum, range(1, 12), verify=5)
     out = write_reveal_report(tmp_path / "r.pdf", [("ring", coll), ("numpy.sum", one)], sweeps=[("numpy.sum", regions)])
     assert is_report(out)
@@ -292,3 +292,18 @@ def test_a_gloo_ring_of_two_byte_elements_is_reused_by_its_expression():
     assert list(plan.split.sizes(E, 4)) == list(two.split.sizes(E, 4))
     assert list(plan.split.sizes(2 * E, 4)) != list(fr.plans.ring(4, "gloo").split.sizes(2 * E, 4))
     assert _reuse(("ring:mpich", "ring:gloo (item_bytes=2)"), 3) == ("ring:mpich", "'ring:mpich'")
+
+
+def test_a_large_revealed_tree_is_a_figure(capsys):
+    """Above 32 leaves the CLI prints the depth range, not the tree, and --report draws each leaf's depth
+    (test_reveal_report_pdf writes one)."""
+    from fpreduce.cli import main
+    from fpreduce.report.reveal import tree_figure
+
+    assert main(["reveal", "numpy.sum", "--n", "40", "--verify", "30"]) == 0
+    out = capsys.readouterr().out
+    d = fr.plans.parse("numpy", 40).depths()  # numpy's eight accumulators of five, then their tree
+    assert f"tree: 40 leaves, {d.min()}..{d.max()} additions on a leaf's path (its figure: --report FILE.pdf)" in out
+    fig = tree_figure("left fold", fr.revelation(lambda x: np.cumsum(x)[-1], 40, verify=30))
+    (line,) = fig.axes[0].lines
+    assert line.get_ydata().tolist() == [39, *range(39, 0, -1)]  # leaves 0 and 1 at the bottom, 39 at the top

@@ -287,6 +287,10 @@ def _cmd_reveal(args: argparse.Namespace) -> int:
     print(f"family: {', '.join(families) if families else 'none of the project plans (an explicit tree)'}")
     if found.n <= _DRAWN:
         print(f"tree: {found.plan.draw()}")
+    else:
+        depth = found.plan.depths()
+        figure = f"figure: --report {args.report}" if args.report else "its figure: --report FILE.pdf"
+        print(f"tree: {found.n} leaves, {int(depth.min())}..{int(depth.max())} additions on a leaf's path ({figure})")
     print(f"plan: {text}")
     shown, fmt = (repr(text) if families else "PLAN"), repr(found.format)
     formats = f"input={fmt}, accumulate={found.accumulate!r}" + (

@@ -3,6 +3,7 @@
 * :func:`chunks_figure`: an all-reduce's trees along its elements: each rank's depth (the
   additions on its path to the result) in every run of elements (a ring's rotation shows as
   a diagonal; one tree for all elements as flat columns).
+* :func:`tree_figure`: one sum's revealed tree, too large to print, as each summand's depth.
 * :func:`hazard_figure`: a sweep over n (:func:`fpreduce.analysis.reveal.hazard_map`), threads or
   batch rows (``knob_map``), message size or ranks (``reveal_collective.hazard_map``, ``ranks_map``):
   one band per region, labelled with the plan family that explains it; a new band is a determinism hazard.
@@ -28,12 +29,22 @@ if TYPE_CHECKING:
 
     from fpreduce.report.pdf import Doc
 
-__all__ = ["Found", "chunks_figure", "hazard_figure", "region_row", "summary_row", "write_reveal_report"]
+__all__ = [
+    "Found",
+    "chunks_figure",
+    "hazard_figure",
+    "region_row",
+    "summary_row",
+    "tree_figure",
+    "write_reveal_report",
+]
 
 #: What a target's reveal gave: one sum's revelation or a collective's.
 Found = Union[Revelation, CollectiveRevelation]
 
 HEADER = ("target", "n or N x E", "calls", "seconds", "verified", "differing", "verdict", "family")
+_SHOWN = 2000  # characters of an explicit tree's text shown in the report
+
 REGION_HEADER = ("values", "verdict", "accumulate", "plan family", "revealed", "calls")
 
 
@@ -88,6 +99,27 @@ def chunks_figure(target: str, found: CollectiveRevelation) -> Figure:
     return fig
 
 
+def tree_figure(target: str, found: Revelation) -> Figure:
+    """A revealed tree too large to print: each leaf's depth (the additions on its path to the result) along
+    the leaves (a left fold is a falling line, a balanced tree a flat band, numpy's strided accumulators a comb)."""
+    fams = match_family(found.plan) if found.plan is not None else []
+    fig, (ax,) = new_figure(
+        f"{target}: the revealed tree of {found.n} summands ({found.format}, partial sums in {found.accumulate})",
+        f"{found.verdict}; {found.differing} of {found.checked} verified inputs differ; family: "
+        f"{', '.join(fams[:3]) or 'none of the project plans (an explicit tree)'}",
+    )
+    if found.plan is None:
+        ax.text(0.5, 0.5, f"no tree: {found.verdict}", ha="center", va="center", transform=ax.transAxes)
+        return fig
+    depth = found.plan.depths()
+    ax.plot(np.arange(found.n), depth, ".", ms=2 if found.n > 256 else 4, color=COLORS[0])
+    ax.set_xlabel("leaf (summand index)")
+    ax.set_ylabel("additions on the leaf's path (depth)")
+    ax.set_xlim(-0.5, found.n - 0.5)
+    ax.set_ylim(0, int(depth.max()) + 1)
+    return fig
+
+
 def hazard_figure(target: str, regions: Sequence[Region], *, what: str = "n") -> Figure:
     """One band per region of the sweep, labelled with its family (or verdict): where the tree changes."""
     first, last = regions[0].first, regions[-1].last
@@ -131,6 +163,8 @@ def _explain(doc: Doc, target: str, found: Found) -> None:
     else:
         fams = match_family(found.plan)
         text = fams[0] if fams else tree_text(found.plan)
+        if len(text) > _SHOWN:  # (thousands of leaves: pages of brackets)
+            text = f"{text[:_SHOWN]} ... ({len(text)} characters: fpreduce reveal --json prints it whole)"
     doc.text(f"Plan to reuse: {text} (input {found.format}, accumulate {found.accumulate})", mono=True, size=8)
 
 
@@ -172,6 +206,15 @@ def write_reveal_report(
             )
             for t, f in found
             if isinstance(f, CollectiveRevelation)
+        ]
+        figures += [
+            (
+                tree_figure(t, f),
+                f"{t}: the revealed tree, each summand's depth (additions on its path to the result): a left "
+                "fold falls from n - 1 to 1, a balanced tree is flat at log2(n).",
+            )
+            for t, f in found
+            if isinstance(f, Revelation) and f.plan is not None and f.n > 1
         ]
         figures += [
             (
