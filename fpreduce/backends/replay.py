@@ -257,6 +257,8 @@ def _paths(d: Path, m: dict[str, Any]) -> tuple[dict[str, dict[str, str]], list[
         wire = _V1_HOOKS[hook] or str(m["dtype"])
         compress = "ddp" if m.get("backend") == "nccl" else "predivide"  # torch's div_ on a GPU multiplies by 1/N
         with schema.document(d / _MANIFEST):
+            if not _V1_HOOKS[hook] and "average" not in m:  # (neither version 2's paths nor version 1's average)
+                raise InvalidArgument("paths: required (a version 1 recording gives its one average instead)")
             average = compress if _V1_HOOKS[hook] else schema.string("average", m.get("average"), _AVERAGES)
         does = f"as recorded (version 1, {hook})"
         return {"recorded": {"average": average, "wire": wire, "does": does}}, ["recorded"], [0] * int(m["steps"])
@@ -308,6 +310,8 @@ def _check_path_keys(m: dict[str, Any], steps: int) -> None:
         for k in ("average", "wire"):
             schema.string(f"paths.{name}.{k}", schema.table(f"paths.{name}", v, (k,))[k])
     names = tuple(m["paths"])
+    if not names:
+        raise InvalidArgument("paths: empty, expected at least one path")
     sets = schema.array("path_sets", m["path_sets"], nonempty=True)
     for i, entry in enumerate(sets):  # a path for every bucket of a step, or a path per bucket, or per parameter
         for j, b in enumerate([entry] if isinstance(entry, str) else schema.array(f"path_sets[{i}]", entry)):

@@ -95,6 +95,13 @@ def _run_config(args: argparse.Namespace) -> Config:
         if args.steps < 1:
             raise InvalidArgument("--steps must be >= 1")
         cfg = with_steps(cfg, args.steps)
+    if cfg.source.kind != "file" and not args.distributed and args.backend != "mpi":  # (those check their shares)
+        from fpreduce.run.runner import check_run
+        from fpreduce.run.schema import document
+
+        where = " + ".join([*([str(path)] if path is not None else []), *(["--set"] if _overrides(args) else [])])
+        with document(where or None):  # the memory the run needs, up front: one line naming the config and its keys
+            check_run(cfg)
     return cfg
 
 
