@@ -11,7 +11,8 @@ the recorded steps' time (per step: the block's time over its steps). Printed, p
 medians over rounds of rank 0's plain step and recorded step (wall time), their ratio and its
 spread over the rounds (min-max); the CPU time of a step summed over the ranks (every thread,
 user and system: what a loaded machine charges) and rank 0's alone; whether the two models
-ended bit-identical. Rank 0 deletes each block's step files (~84 MB a step at N = 4).
+ended bit-identical; and the bytes a recorded step moves (what bounds its cost). Rank 0 deletes
+each block's step files (~84 MB a step at N = 4).
 """
 
 from __future__ import annotations
@@ -148,6 +149,12 @@ def main() -> int:
             f"{cpu[1] * 1e3:.0f} ms/step ({cpu[1] / cpu[0]:.2f}x), rank 0's "
             f"{cpu0[0] * 1e3:.0f} -> {cpu0[1] * 1e3:.0f}; "
             f"training {'bit-identical' if all(x['same'] for x in ranks) else 'CHANGED by the recorder'}",
+            flush=True,
+        )
+        mb = r["params"] * 4 / 1e6  # a rank's buckets in float32
+        print(  # what bounds the recorded step: the bytes it moves (docs/replay.md, Recorder cost)
+            f"  per step: every rank copies {mb:.1f} MB, each of the {n - 1} others sends it to rank 0, which receives "
+            f"{(n - 1) * mb:.1f} MB, keeps {mb:.1f} MB of result and writes {(n + 1) * mb:.1f} MB",
             flush=True,
         )
     return 1 if bad else 0
