@@ -297,10 +297,14 @@ def test_cli_sweeps_over_threads_and_batch(capsys):
     assert main(["reveal", "numpy.matmul", "--n", "16", "--sweep", "batch=1:2", "--verify", "12", "-q"]) == 0
     out = capsys.readouterr().out
     assert "batch = 1:2 at 16 summands" in out
+    assert main(["reveal", "numpy.sum", "--n", "100", "--sweep", "stride=1,3", "--verify", "12", "--json", "-q"]) == 0
+    doc = json.loads(capsys.readouterr().out)  # numpy sums a strided vector along the same tree
+    assert [(r["first"], r["last"], r["family"]) for r in doc["regions"]] == [(1, 3, "numpy")]
     for argv, error in (
         (["numpy.sum", "--n", "8", "--sweep", "threads=1,2"], "numpy.sum has no thread knob"),
         (["torch.sum", "--sweep", "threads=1,2"], "it takes --n N"),
         (["torch.sum", "--n", "8", "--sweep", "batch=1,2"], "is for numpy.matmul and torch.matmul"),
+        (["numpy.matmul", "--n", "8", "--sweep", "stride=1,2"], "takes a matrix row"),
         (["torch.sum", "--n", "8", "--sweep", "thread=1,2"], "did you mean 'threads'"),
         (["torch.sum", "--n", "8", "--sweep", "threads=4,2"], "ascending numbers"),
         (["numpy.sum", "--sweep", "ranks=2:4"], "unknown --sweep axis of numpy.sum"),

@@ -301,7 +301,7 @@ def _cmd_reveal(args: argparse.Namespace) -> int:
 
 
 #: What ``--sweep AXIS=VALUES`` varies, by kind of target (the first is ``--sweep FIRST:LAST``'s).
-AXES = {"sum": ("n", "threads", "batch"), "collective": ("elements", "ranks")}
+AXES = {"sum": ("n", "threads", "batch", "stride"), "collective": ("elements", "ranks")}
 
 
 def _parse_sweep(text: str, name: str, *, collective: bool) -> tuple[str, Sequence[int]]:
@@ -373,11 +373,17 @@ def _torch_threads_kept(axis: str) -> Iterator[None]:
 
 
 def _knob(name: str, axis: str, batch: int) -> Callable[[int], Callable[[Any], Any]]:
-    """The target at each value of ``axis``: ``batch`` rows of a matmul, or ``threads`` of torch."""
+    """The target at each value of ``axis``: ``batch`` rows of a matmul, ``threads`` of torch, or the ``stride``
+    of the vector it is given."""
     if axis == "batch":
         if name not in ("numpy.matmul", "torch.matmul"):
             raise InvalidArgument(f"--sweep batch=... is for numpy.matmul and torch.matmul (their rows), not {name}")
         return lambda rows: target(name, rows)
+    if axis == "stride":
+        if name in ("numpy.matmul", "torch.matmul"):
+            raise InvalidArgument(f"--sweep stride=... gives a 1-D target a strided view; {name} takes a matrix row")
+        fn = target(name, batch)
+        return lambda stride: _strided(fn, stride)
     if name.startswith("numpy."):
         raise InvalidArgument(
             f"--sweep threads=... sets torch.set_num_threads (torch.sum, torch.matmul, MODULE:FUNCTION): {name} "
@@ -385,6 +391,18 @@ def _knob(name: str, axis: str, batch: int) -> Callable[[int], Callable[[Any], A
         )
     fn = target(name, batch)
     return lambda threads: _on_threads(fn, threads)
+
+
+def _strided(fn: Callable[[Any], Any], stride: int) -> Callable[[Any], Any]:
+    """``fn`` given a view of x with ``stride`` elements between its values (x copied into every stride-th
+    element of a zero buffer of its dtype): a library may sum a strided vector along another tree."""
+
+    def run(x: Any) -> Any:
+        buf = np.zeros(x.size * stride, dtype=x.dtype)
+        buf[::stride] = x
+        return fn(buf[::stride])
+
+    return run
 
 
 def _on_threads(fn: Callable[[Any], Any], threads: int) -> Callable[[Any], Any]:
@@ -428,7 +446,7 @@ def _print_regions(args: argparse.Namespace, regions: Any, verify: int, what: st
         for r in regions
     ]
     print(table([what, "verdict", "accumulate", "plan family"], body, align="llll"))
-    if what in ("threads", "batch"):
+    if what in ("threads", "batch", "stride"):
         print(f"a region: consecutive {what} values with one tree ('tree k': a tree no plan family names)")
     else:
         print(
@@ -458,7 +476,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         default=None,
         help="[AXIS=]FIRST:LAST[:STEP] or AXIS=V1,V2,...: reveal at every value and print where the tree changes; "
         "AXIS n (default; collectives: elements), threads (torch.set_num_threads, with --n), batch (the matmuls' "
-        "rows, with --n) or ranks (gloo, mpi: a live group per value, --n elements)",
+        "rows, with --n), stride (a strided view of the summands, with --n) or ranks (gloo, mpi: a live group per "
+        "value, --n elements)",
     )
     r.add_argument("--batch", type=int, default=1, help="rows of the matmul targets' left matrix (default 1)")
     r.add_argument("--format", default="fp32", help="format of the inputs and every partial sum (default fp32)")
