@@ -90,7 +90,7 @@ def _config_cases() -> list[Case]:
         "experiment.workers": [*BAD_INT, 2**31, 2**53 + 1],
         "experiment.seed": [-1, 3.9, True, "0", INF, NAN, [0]],
         "experiment.name": [5, "", "../x", "/abs/x", "a/b", [1]],
-        "source.elements": BAD_INT,
+        "source.elements": [*BAD_INT, 2**31],
         "source.noise": BAD_NUM,
         "source.dist": BAD_STR,
         "source.kind": BAD_STR,
@@ -337,7 +337,8 @@ def _replay_cases(rec: Path) -> list[Case]:
         "layouts.0.0.params.0.name": [5, None],
         "step_layout": [[0], [0, 3], [0, -1], [0, 0.0], "0", [0, True]],
         "format": ["other", 5],
-        "paths": [5, {"p": 5}, {"p": {"average": "ddp"}}, {"p": {"average": "x", "wire": "fp32"}}],
+        "paths": [5, {"p": 5}, {"p": {"average": "ddp"}}, {"p": {"average": "x", "wire": "fp32"}}, {}],
+        "path_sets": ["", [], ["nope"], [["p", "q"]], 5],
     }
     out: list[Case] = []
     for key, values in muts.items():
@@ -348,6 +349,8 @@ def _replay_cases(rec: Path) -> list[Case]:
                 doc = _set(good, key, v)
             if key == "paths":
                 doc = {**doc, "path_sets": ["p"], "step_paths": [0, 0]}
+            if key == "path_sets":  # (a version 2 manifest: its paths, and per step a set of them)
+                doc = {**doc, "paths": {"p": {"average": "ddp", "wire": "fp32"}}, "step_paths": [0, 0]}
             text = json.dumps(doc, allow_nan=True).replace("Infinity", "1e400")
             out.append(("replay manifest", f"{key} = {v!r}", key.split(".")[-1], _replay_argv(rec, text)))
     out.append(
