@@ -238,6 +238,14 @@ def test_a_file_output_never_creates_directories(
     assert not (ws / "no").exists()
 
 
+def test_an_out_thousands_of_directories_deep_is_one_line(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 26's reproducer: an ``--out`` 2,000 directories deep was a RecursionError of 7,000 lines."""
+    deep = ws / "/".join(["d"] * 2000)
+    argv = ["run", "--out", str(deep), "-q", "--no-report", "--set", "experiment.steps=1", "--set", "source.elements=8"]
+    one_line_error(capsys, argv, "cannot write to")
+    assert not (ws / "d").exists()  # (a command that fails leaves no directory it made)
+
+
 @contextlib.contextmanager
 def locked_by_another_process(d: Path) -> Iterator[None]:
     d.mkdir(parents=True, exist_ok=True)
