@@ -238,7 +238,7 @@ def _collective_sweep(args: argparse.Namespace, backend: str, algorithm: str) ->
         raise InvalidArgument("reveal takes --n E or --sweep FIRST:LAST[:STEP], one of them")
     with LiveAllReduce(backend, args.np, algorithm=algorithm or None, dtype=args.format) as fn:
         regions = hazard_map(fn, args.np, values, format=args.format, verify=verify, seed=args.seed, progress=_bar())
-    return _print_regions(args, regions, verify, "elements")
+    return _print_regions(args, regions, verify, "elements", at=args.np)
 
 
 def _cmd_reveal(args: argparse.Namespace) -> int:
@@ -432,7 +432,7 @@ def _bar(unit: str = "size", desc: str = "reveal --sweep") -> Callable[[int, int
 def _print_regions(args: argparse.Namespace, regions: Any, verify: int, what: str, at: int | None = None) -> int:
     """The hazard map over ``what`` (n, elements, threads, batch, ranks; ``at``: the n or elements each value
     was revealed at) as a table (or JSON), and its report."""
-    size = "" if at is None else f" at {at} {'elements' if what == 'ranks' else 'summands'}"
+    size = "" if at is None else f" at {at} {({'ranks': 'elements', 'elements': 'ranks'}).get(what, 'summands')}"
     _report(args, regions=regions, swept=what + size)
     if args.json:
         doc = {"target": args.target, "format": args.format, "verify": verify, "sizes": what, "at": at}
