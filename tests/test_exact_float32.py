@@ -28,7 +28,7 @@ def data(n: int, c: int, seed: int) -> np.ndarray:
     return x
 
 
-@pytest.mark.parametrize(("n", "c"), [(3000, 1), (5, 4), (7, 300), (2, 1500)])
+@pytest.mark.parametrize(("n", "c"), [(3000, 1), (400, 5), (5, 4), (7, 300), (2, 1500)])
 def test_buckets_give_the_numpy_paths_sums(n: int, c: int) -> None:
     X = data(n, c, n + c)
     if c > 3 and n > 3:
@@ -50,3 +50,25 @@ def test_buckets_cancel_exactly() -> None:
     """2^127 - 2^127 + 2^-149 in a tall column: the smallest subnormal survives the largest cancellation."""
     x = np.array([2.0**127, 1e-45, -(2.0**127)] * 3 + [-1e-45] * 2, dtype=np.float32)[:, None]
     assert fr.exact_sum(x).fraction(0) == Fraction(1, 2**149)
+
+
+def test_exact_sum_reads_as_the_scans_path_does() -> None:
+    """fr.exact_sum of float32 goes straight to the buckets; the runner's scan first proves float64 sums exact
+    where it can. Both give every sum in the same terms (V odd, or an integer with k = 0; zero as (0, 0))."""
+    from fpreduce.core.exact import exact_sum_counting_zeros
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((50, 6)).astype(np.float32)
+    X[:, 0] = np.float32(0.75)  # a float64-exact column: the scan's fast path
+    X[:, 1] = [4.0, -4.0] * 25  # a zero sum
+    X[:, 2] = 2.0**100  # an integer sum with trailing zero bits
+    X[3, 3] = np.float32(1e-45)  # a subnormal among normals
+    got, want = fr.exact_sum(X), exact_sum_counting_zeros(X)[0]
+    assert list(got.values) == list(want.values)
+    assert got.values[0] == (75, -1)
+    assert got.values[1] == (0, 0)
+    assert got.values[2] == (50 * 2**100, 0)
+    for j in range(6):
+        assert Fraction(got.values[j][0]) * Fraction(2) ** got.values[j][1] == sum(
+            (Fraction(float(v)) for v in X[:, j]), Fraction(0)
+        )
