@@ -53,22 +53,22 @@ def test_buckets_cancel_exactly() -> None:
 
 
 def test_exact_sum_reads_as_the_scans_path_does() -> None:
-    """fr.exact_sum of float32 goes straight to the buckets; the runner's scan first proves float64 sums exact
-    where it can. Both give every sum in the same terms (V odd, or an integer with k = 0; zero as (0, 0))."""
-    from fpreduce.core.exact import exact_sum_counting_zeros
+    """fr.exact_sum of tall float32 columns goes straight to the buckets; the runner's scan first proves float64
+    sums exact where it can. Both give every sum in the same terms (V odd, or an integer with k = 0; zero as
+    (0, 0)), and short columns take the scan (its float64 sums spare the buckets' per-column work)."""
+    from fpreduce.core.exact import _TALL, exact_sum_counting_zeros
 
     rng = np.random.default_rng(5)
-    X = rng.standard_normal((50, 6)).astype(np.float32)
+    X = rng.standard_normal((_TALL, 4)).astype(np.float32)
     X[:, 0] = np.float32(0.75)  # a float64-exact column: the scan's fast path
-    X[:, 1] = [4.0, -4.0] * 25  # a zero sum
+    X[:, 1] = np.tile([4.0, -4.0], _TALL // 2)  # a zero sum
     X[:, 2] = 2.0**100  # an integer sum with trailing zero bits
     X[3, 3] = np.float32(1e-45)  # a subnormal among normals
     got, want = fr.exact_sum(X), exact_sum_counting_zeros(X)[0]
     assert list(got.values) == list(want.values)
-    assert got.values[0] == (75, -1)
+    assert got.values[0] == (3 * _TALL // 4, 0)
     assert got.values[1] == (0, 0)
-    assert got.values[2] == (50 * 2**100, 0)
-    for j in range(6):
-        assert Fraction(got.values[j][0]) * Fraction(2) ** got.values[j][1] == sum(
-            (Fraction(float(v)) for v in X[:, j]), Fraction(0)
-        )
+    assert got.values[2] == (_TALL * 2**100, 0)
+    assert Fraction(got.values[3][0]) * Fraction(2) ** got.values[3][1] == sum(
+        (Fraction(float(v)) for v in X[:, 3]), Fraction(0)
+    )

@@ -258,9 +258,16 @@ def exact_sum(X: ArrayLike, axis: int = 0) -> ExactSum:
     1e+308
     """
     a, out_shape, sigbits = _check_input(X, axis)
-    if a.dtype == np.float32 and _buckets is not None and jit.enabled():
+    if a.dtype == np.float32 and a.shape[0] >= _TALL and _buckets is not None and jit.enabled():
         return _exact_general(a, out_shape, sigbits)  # one compiled pass answers every column: no scan first
     return exact_sum_counting_zeros(X, axis)[0]
+
+
+#: Columns of at least this many float32 terms go straight to the buckets in :func:`exact_sum` (a column's limbs
+#: cost ~1-2 us to finish, ~1 ns a term over a short column; the float64 scan that may spare them costs ~1 ns a
+#: term and, on normal data, spares nothing in a long column): measured on 10^6 x 1, 1.8 ns a term against 3.3
+#: with the scan first; on 8 x 2^18, 2.0 ns with the scan first (every column proved exact in float64), 175 without.
+_TALL = 1 << 14
 
 
 def exact_sum_counting_zeros(X: ArrayLike, axis: int = 0) -> tuple[ExactSum, int | None]:
