@@ -76,8 +76,8 @@ def every_mode() -> None:
 
 
 def words() -> None:
-    """The left folds of bf16 and fp16 arrays read as their 2-byte words (tests/test_words_threads.py): a kernel
-    per word type, kind and mode, as the float32 rows' own."""
+    """The left folds of bf16, fp16 and fp8 arrays read as their 2- and 1-byte words (tests/test_words_threads.py):
+    a kernel per word type, kind and mode, as the float32 rows' own."""
     import ml_dtypes
 
     B, H = X[:4, :2100].astype(ml_dtypes.bfloat16), X[:4, :2100].astype(np.float16)
@@ -87,6 +87,11 @@ def words() -> None:
         fr.reduce(B, "ring:gloo", accumulate=acc, total=2110)  # a ring's rows by rotation
     for acc, mode in (("fp16", "nearest_even"), ("fp32", "nearest_even"), ("fp16", "up"), ("fp32", "up")):
         fr.reduce(H, "sequential", accumulate=acc, rounding=mode)
+    E4, E5 = X[:4, :2100].astype(ml_dtypes.float8_e4m3fn), X[:4, :2100].astype(ml_dtypes.float8_e5m2)  # 1-byte words
+    for acc, mode in (("fp8_e4m3", "nearest_even"), ("fp32", "nearest_even"), ("fp8_e4m3", "up"), ("fp32", "up")):
+        fr.reduce(E4, "sequential", accumulate=acc, rounding=mode)
+    for acc in ("fp8_e5m2", "fp32", "bf16"):
+        fr.reduce(E5, "sequential", accumulate=acc)
 
 
 def run_default() -> None:

@@ -1,7 +1,7 @@
-"""Natively stored 2-byte inputs and threads: the same bits as the float32 copy on one thread.
+"""Natively stored 2- and 1-byte inputs and threads: the same bits as the float32 copy on one thread.
 
-bf16 (ml_dtypes, torch) and fp16 (numpy) arrays reach the left folds of wide rows as their
-words (never widened to a float32 copy); the columns split over any number of threads.
+bf16 (ml_dtypes, torch), fp16 (numpy) and fp8 (ml_dtypes) arrays reach the left folds of wide
+rows as their words (never widened to a float32 copy); the columns split over any number of threads.
 Both are checked against the float32 path on one thread, whose bits the rest of the suite
 proves against the exact reference.
 """
@@ -20,7 +20,12 @@ from fpreduce.core.routes import Route
 ml_dtypes = pytest.importorskip("ml_dtypes")
 pytestmark = pytest.mark.skipif(not jit.enabled(), reason="the left folds of words are compiled kernels")
 
-DTYPES = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}
+DTYPES = {
+    "bf16": ml_dtypes.bfloat16,
+    "fp16": np.float16,
+    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+}
 
 
 def bits(a: np.ndarray) -> np.ndarray:
@@ -30,9 +35,10 @@ def bits(a: np.ndarray) -> np.ndarray:
 def data(fmt: str, n: int, m: int, seed: int = 0) -> np.ndarray:
     """Values of ``fmt`` over a wide range, with signed zeros, subnormals and ties among them."""
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, m)) * np.exp2(rng.integers(-30, 12, (n, m)))
+    fp8 = fmt.startswith("fp8")
+    x = rng.standard_normal((n, m)) * np.exp2(rng.integers(-12 if fp8 else -30, 6 if fp8 else 12, (n, m)))
     x[0, :40] = np.tile([0.0, -0.0], 20)
-    x[1 % n, 40:80] = np.arange(40) * 2.0**-24  # fp16's subnormals (bf16's are far below)
+    x[1 % n, 40:80] = np.arange(40) * 2.0 ** (-9 if fp8 else -24)  # fp16's and fp8's subnormals (bf16's: below)
     return x.astype(np.float32).astype(DTYPES[fmt])
 
 
@@ -43,6 +49,8 @@ GRID = [
     ("bf16", "sequential", ("bf16", "fp32", "fp16"), ("nearest_even", "toward_zero", "stochastic")),
     ("bf16", "ring:gloo", ("bf16", "fp32"), ("nearest_even", "stochastic")),  # rows by rotation; segments
     ("fp16", "sequential", ("fp16", "fp32"), ("nearest_even", "up")),
+    ("fp8_e4m3", "sequential", ("fp8_e4m3", "fp32"), ("nearest_even", "up")),  # 1-byte words, int8
+    ("fp8_e5m2", "sequential", ("fp8_e5m2",), ("nearest_even",)),  # uint8
 ]
 
 
@@ -70,11 +78,13 @@ def test_words_give_the_float32_paths_bits_on_any_threads(fmt: str, plan: str, a
     assert seen, "no left fold of words ran"
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp8_e4m3", "fp8_e5m2"])
 def test_every_word_widens_exactly(fmt: str) -> None:
-    """All 65,536 words, each added to +0 (one rounding of an exact value: itself; -0 + +0 = +0)."""
-    words = np.arange(1 << 16, dtype=np.uint16).view(DTYPES[fmt])
-    X = np.stack([np.zeros(1 << 16, dtype=DTYPES[fmt]), words])
+    """All 65,536 (256) words, each added to +0 (one rounding of an exact value: itself; -0 + +0 = +0); ml_dtypes'
+    and numpy's casts the independent widening."""
+    size = np.dtype(DTYPES[fmt]).itemsize
+    words = np.arange(1 << (8 * size), dtype=np.uint16 if size == 2 else np.uint8).view(DTYPES[fmt])
+    X = np.stack([np.zeros(words.size, dtype=DTYPES[fmt]), words])
     assert fr.explain(X, "sequential", accumulate="fp32").words
     got = fr.reduce(X, "sequential", accumulate="fp32", threads=2)
     with np.errstate(invalid="ignore"):  # (signalling NaNs)
@@ -85,7 +95,7 @@ def test_every_word_widens_exactly(fmt: str) -> None:
     assert np.array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp8_e5m2"])
 def test_inf_and_nan_words_take_the_float32_path(fmt: str) -> None:
     X = data(fmt, 5, 2500, seed=1)
     X[2, 7], X[3, 9], X[4, 11], X[1, 11] = np.nan, np.inf, -np.inf, np.inf

@@ -34,7 +34,7 @@ vectorizes in float32 lanes (16 per AVX-512 register):
 ``np.add(acc, x, out=acc)`` does), for the nearest-even kinds 0, 1 and 2 of ``_tall``
 and this module's kind 5, with the input check of ``_tall`` (an OR of the rows' bits)
 done as each row is read. Stochastic folds go by blocks of columns (the element
-seeds of a block computed once). Rows of bf16 or fp16 arrays are read as their 2-byte
+seeds of a block computed once). Rows of bf16, fp16 and fp8 arrays are read as their 2- or 1-byte
 words (:data:`WORDS`; :func:`widen` gives each word's float32 value exactly, in
 register): half the bytes of a float32 copy, and no copy made. :func:`fold_left` splits
 the columns over threads (:mod:`fpreduce.base.threads`): a column's fold is its own, and a
@@ -110,24 +110,37 @@ def u2f(b):  # type: ignore[no-untyped-def]
     return np.float32(struct.unpack("<f", struct.pack("<I", int(b) & 0xFFFFFFFF))[0])
 
 
-#: 2-byte formats whose rows the left folds read as their words (never widened to a float32 copy): the integer
-#: view each travels as (its type picks the widening: :func:`widen`), and the magnitude word from which on a word
-#: is Inf or NaN (the fold then refuses the rows: the caller loads them, NaNs made canonical, and folds again)
-WORDS = {"bf16": (np.dtype(np.uint16), 0x7F80), "fp16": (np.dtype(np.int16), 0x7C00)}
+#: 2- and 1-byte formats whose rows the left folds read as their words (never widened to a float32 copy): the
+#: integer view each travels as (its type picks the widening: :func:`widen`), and the magnitude word from which on
+#: a word is Inf or NaN (the fold then refuses the rows: the caller loads them, NaNs made canonical, and folds again)
+WORDS: dict[str, tuple[np.dtype[Any], int]] = {
+    "bf16": (np.dtype(np.uint16), 0x7F80),
+    "fp16": (np.dtype(np.int16), 0x7C00),
+    "fp8_e5m2": (np.dtype(np.uint8), 0x7C),
+    "fp8_e4m3": (np.dtype(np.int8), 0x7F),  # (float8_e4m3fn: no Inf, NaN the one magnitude 0x7F)
+}
+_WORD_TOPS = {dt: top for dt, top in WORDS.values()}
 
 
 def widen(x):  # type: ignore[no-untyped-def]
-    """A row element's value as a float32, exactly: ``x`` itself (float32), or a bf16 (uint16) or fp16 (int16)
-    word; compiled, the one chosen by ``x``'s type (an identity for float32: the float32 loops are unchanged).
+    """A row element's value as a float32, exactly: ``x`` itself (float32), or a bf16 (uint16), fp16 (int16),
+    fp8_e5m2 (uint8) or fp8_e4m3 (int8) word; compiled, the one chosen by ``x``'s type (an identity for float32:
+    the float32 loops are unchanged).
 
     fp16: the word's magnitude moved into float32's fields (exponent field e, fraction f) is
     ``2**(e - 127) * 1.f`` (or ``f * 2**-136`` for e = 0), times ``2**112`` exactly the fp16 value
-    ``2**(e - 15) * 1.f`` (``f * 2**-24``), subnormals included; Inf and NaN words are refused by :func:`mark`.
+    ``2**(e - 15) * 1.f`` (``f * 2**-24``), subnormals included; fp8_e5m2 is the high byte of an fp16 word, and
+    fp8_e4m3 the same move with bias 7 (3 fraction bits, times ``2**120``). Inf and NaN words are refused by
+    :func:`mark`.
     """
     if isinstance(x, np.uint16):
         return bf16_value(x)
     if isinstance(x, np.int16):
         return fp16_value(x)
+    if isinstance(x, np.uint8):
+        return fp16_value(np.int16(np.uint16(x) << np.uint16(8)))
+    if isinstance(x, np.int8):
+        return e4m3_value(x)
     return x
 
 
@@ -143,11 +156,20 @@ def fp16_value(w):  # type: ignore[no-untyped-def]
     return u2f(f2u(v) | ((h & np.uint32(0x8000)) << np.uint32(16)))
 
 
+def e4m3_value(w):  # type: ignore[no-untyped-def]
+    """The float32 value of an fp8_e4m3 word (:func:`widen`)."""
+    h = np.uint32(np.uint8(w))
+    v = u2f((h & np.uint32(0x7F)) << np.uint32(20)) * np.float32(2.0**120)
+    return u2f(f2u(v) | ((h & np.uint32(0x80)) << np.uint32(24)))
+
+
 def mark(seen, b):  # type: ignore[no-untyped-def]
     """A row's input check, element ``b`` added to ``seen``: the OR of float32 patterns (uint32: ``_tall``'s check
-    of the input format's low bits), or the largest magnitude of 2-byte words (:data:`WORDS`: Inf or NaN)."""
+    of the input format's low bits), or the largest magnitude of 2- or 1-byte words (:data:`WORDS`: Inf or NaN)."""
     if isinstance(b, np.uint32):
         return seen | b
+    if isinstance(b, np.uint8 | np.int8):
+        return max(seen, np.uint32(np.uint8(b)) & np.uint32(0x7F))
     return max(seen, np.uint32(np.uint16(b)) & np.uint32(0x7FFF))
 
 
@@ -518,7 +540,7 @@ def describe(kind: int, mode: int) -> str:
 
 
 _NAMES = (
-    *("bf16_value", "fp16_value"),
+    *("bf16_value", "fp16_value", "e4m3_value"),
     *("fp16_flags", "grid_flags", "add_narrow", "hw_top", "add_hw", "_row5", "_row_kind", "left_rows", "left_segs"),
     *("_row_fp32", "_row_near", "_row_fp16", "_row_k5"),
     *("row_input", "first_row", "scale_back"),
@@ -562,18 +584,24 @@ def compile_all() -> None:
 def _words_typed(g: dict[str, Any], overload: Any, nt: Any) -> None:
     """:func:`widen`, :func:`mark` and :func:`check16` compiled by their arguments' types (inlined: a float32 row's
     loop is the one it was before words existed)."""
-    bf16, fp16, flags = g["bf16_value"], g["fp16_value"], g["fp16_flags"]
+    bf16, fp16, e4m3, flags = g["bf16_value"], g["fp16_value"], g["e4m3_value"], g["fp16_flags"]
 
     def widen_of(x):  # type: ignore[no-untyped-def]
         if x == nt.uint16:
             return lambda x: bf16(x)
         if x == nt.int16:
             return lambda x: fp16(x)
+        if x == nt.uint8:
+            return lambda x: fp16(np.int16(np.uint16(x) << np.uint16(8)))
+        if x == nt.int8:
+            return lambda x: e4m3(x)
         return lambda x: x
 
     def mark_of(seen, b):  # type: ignore[no-untyped-def]
         if b == nt.uint32:
             return lambda seen, b: seen | b
+        if b in (nt.uint8, nt.int8):
+            return lambda seen, b: max(seen, np.uint32(np.uint8(b)) & np.uint32(0x7F))
         return lambda seen, b: max(seen, np.uint32(np.uint16(b)) & np.uint32(0x7FFF))
 
     def check16_of(seen, x, b):  # type: ignore[no-untyped-def]
@@ -629,7 +657,7 @@ def fold_left(
 ) -> tuple[np.ndarray | None, bool]:
     """The left fold of X's rows by :func:`left_rows`, in compiled calls on ``threads`` threads: (out, done).
 
-    X holds float32 values, or the 2-byte words of bf16 or fp16 values (:data:`WORDS`:
+    X holds float32 values, or the 2- or 1-byte words of bf16, fp16 or fp8 values (:data:`WORDS`:
     read as they are, never widened to a copy). ``perms`` the row order (1-D), or one per
     segment (2-D) with ``cols`` = (first columns, ends) of the segments, which cover X's
     columns (column j is element ``e0 + j``); each thread folds its own span of them (the
@@ -645,7 +673,7 @@ def fold_left(
     perms = np.asarray(perms, dtype=np.int64).reshape(los.size, -1)
     out = np.empty(m, dtype=np.float32)
     fold = _segs_kernel(int(kind), row_mode(kind, grid))
-    Xb = X if X.dtype.itemsize == 2 else X.view(np.uint32)
+    Xb = X if X.dtype.itemsize <= 2 else X.view(np.uint32)
     parts = [(X, Xb, perms, *piece, out, grid, lns, key, e0) for piece in pieces(los, his, threads)]
     with np.errstate(over="ignore", invalid="ignore"):
         got = threads_run(fold, parts)
@@ -657,8 +685,8 @@ def outcome(
 ) -> tuple[np.ndarray | None, bool]:
     """(out, done) of a left fold of X's rows from its threads' (input check, max |s|): :func:`fold_left`'s."""
     seen, big = functools.reduce(lambda a, b: (a[0] | b[0], max(a[1], b[1])), got)
-    if X.dtype.itemsize == 2:
-        if seen >= WORDS["bf16" if X.dtype == np.uint16 else "fp16"][1]:
+    if X.dtype.itemsize <= 2:
+        if seen >= _WORD_TOPS[X.dtype]:
             return None, True  # an Inf or NaN input: the caller loads the rows (NaNs canonical) and folds again
         low = 0
     return answer(out, seen, big, kind, lns, low)

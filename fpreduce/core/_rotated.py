@@ -112,7 +112,7 @@ def fold_rot(
     lns = _narrow.row_params(kind, grid, low)
     out = np.empty(X.shape[1], dtype=np.float32)
     fold = _rot_kernel(int(kind), _narrow.row_mode(kind, grid))
-    Xb = X if X.dtype.itemsize == 2 else X.view(np.uint32)
+    Xb = X if X.dtype.itemsize <= 2 else X.view(np.uint32)
     B, offs = rot
     parts = [(X, Xb, B, offs[s], lo, hi, out, grid, lns) for s, lo, hi in _narrow.pieces(*cols, threads)]
     with np.errstate(over="ignore", invalid="ignore"):

@@ -424,7 +424,7 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: Kind, dec: routes.Decision,
     if dec.route is R.WIDE_LEFT:
         assert dec.kind is not None
         got, done = _narrow.fold_left(X, perm, dec.kind, grid, key, offset, low, threads=dec.threads)
-        if got is None or done or X.dtype.itemsize == 2:
+        if got is None or done or X.dtype.itemsize <= 2:
             return got if done else None  # a sum beyond the kernel's range: the exact scalar path, below (X's
             # words loaded into float32 first: the caller's rerun)
         routes.note(R.ROW_BLOCKS)

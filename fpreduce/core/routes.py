@@ -94,7 +94,7 @@ _INFO: dict[Route, tuple[str, str, bool]] = {
     Route.BINNED: ("core.algorithms.binned", "binned sum of the loaded inputs (numpy)", False),
     Route.SINGLE: ("core._tall.fold_plan", "one worker: its input, loaded", False),
     Route.FP64_ROWS: ("core._rows64.fold_fp64", "float32 rows added into float64 sums as read", True),
-    Route.WIDE_LEFT: ("core._narrow.fold_left", "left fold of wide rows (float32, or 2-byte words), in place", True),
+    Route.WIDE_LEFT: ("core._narrow.fold_left", "left fold of wide rows (float32, or their own words), in place", True),
     Route.ROW_BLOCKS: ("core._tall._fold_kernel", "the tree's program over blocks of columns", True),
     Route.CHAIN: ("core._chain", "left folds of a few columns, the checks off the chain", True),
     Route.CHAIN_PAIRWISE: ("core._chain", "pairwise folds of a few columns by blocks of leaves", True),
@@ -145,8 +145,8 @@ class Case:
 
     @property
     def words(self) -> bool:
-        """Whether X's rows are the 2-byte words of the input format (its own dtype: bf16, fp16) that the left
-        folds read as they are, no float32 copy made (:data:`fpreduce.core._narrow.WORDS`)."""
+        """Whether X's rows are the 2- or 1-byte words of the input format (its own dtype: bf16, fp16, fp8) that the
+        left folds read as they are, no float32 copy made (:data:`fpreduce.core._narrow.WORDS`)."""
         fin = self.fin
         own = fin.name in _narrow.WORDS and self.dtype.name == NATIVE_DTYPES[fin.name]
         return own and self.fits and not self.premul and self.contiguous and self.compiled
@@ -169,7 +169,7 @@ class Decision:
     inner: Decision | None = None
     order: np.ndarray | None = None  # a left fold's row order (size 0: rows in order); None: a program
     threads: int = 1  # the threads that split the columns (the same bits for any number)
-    words: bool = False  # X's rows read as the input format's 2-byte words (:attr:`Case.words`)
+    words: bool = False  # X's rows read as the input format's 2- or 1-byte words (:attr:`Case.words`)
 
     def __str__(self) -> str:
         return render(self.to_dict())
@@ -203,7 +203,7 @@ def render(doc: dict[str, object], indent: str = "") -> str:
     if "kind" in doc:
         lines.append(f"adds:    kind {doc['kind']} ({doc['kind_name']}), {doc['adds']}")
     if doc.get("threads", 1) != 1 or doc.get("words"):
-        read = "X's rows read as their 2-byte words, no float32 copy" if doc.get("words") else "float32 rows"
+        read = "X's rows read as the format's own words, no float32 copy" if doc.get("words") else "float32 rows"
         lines.append(f"threads: {doc['threads']} (columns split: the same bits for any number); {read}")
     lines += [f"why:     {w}" for w in doc["why"]]  # type: ignore[attr-defined]
     if doc["rerun"] is not None:
@@ -336,7 +336,7 @@ def _fold_route(  # type: ignore[no-untyped-def]
 
 def _spread(c: Case, n: int, m: int) -> tuple[int, bool]:
     """How a left fold of rows runs: its threads (by the work, :func:`fpreduce.base.threads.resolve`) and whether
-    it reads X's 2-byte words (:attr:`Case.words`)."""
+    it reads X's 2- or 1-byte words (:attr:`Case.words`)."""
     return resolve_threads(c.threads, n * m), c.words
 
 
