@@ -221,17 +221,46 @@ def test_hazard_map_groups_the_sizes_one_explanation_covers(capsys):
     def switch(x):  # a left fold up to 16 values, numpy's tree beyond
         return np.cumsum(x)[-1] if x.size <= 16 else np.sum(x)
 
-    regions = rv.hazard_map(switch, range(2, 41), verify=20)
+    regions = rv.hazard_map(switch, range(2, 41), verify=20, region_verify=400)
     assert [(r.first, r.last, r.family) for r in regions] == [(2, 16, "sequential"), (17, 40, "numpy")]
     assert sum(r.sizes for r in regions) == 39
+    # 15 x 20 inputs, then 50 more at n = 2 and 50 at n = 16; 24 x 20 reach 400 alone
+    assert [(r.checked, r.differing, r.extra) for r in regions] == [(400, 0, 100), (480, 0, 0)]
     with pytest.raises(fr.InvalidArgument, match="ascending"):
         rv.hazard_map(np.sum, [5, 3])
     assert main(["reveal", "numpy.sum", "--sweep", "1:40:3", "--verify", "20"]) == 0
     out = capsys.readouterr().out
-    assert "1..40" in out
-    assert "numpy" in out
+    (row,) = [line.split() for line in out.splitlines() if line.startswith("1..40")]
+    assert row == ["1..40", "tree", "fp32", "numpy", "10000", "0"]  # 14 x 20, then 9720 at n = 1 and 40
+    assert (
+        "20 at each value of n, then 1 region(s) on 9720 more at their first and last n; the 1 region(s) with a "
+        "tree: 10000 each (target 10000); 0 differing in any bit" in out
+    )
     assert main(["reveal", "numpy.sum", "--sweep", "9:3"]) == 2
     assert "FIRST:LAST" in capsys.readouterr().err
+
+
+def test_each_region_is_verified_on_many_inputs_where_the_data_decide():
+    """Issue 28: a hazard map checks each value on a few inputs, then each region's trees at its first and last
+    values until the region has region_verify in all: a box whose tree the data decide, on about 1% of random
+    inputs and never on a probe, passes the few and fails the many ('no fixed tree', with its counts)."""
+    from collections import Counter
+
+    sizes: Counter[int] = Counter()
+
+    def rare(x):  # a left fold, reversed when |x[0]| lies in [1.9, 2) (probes hold units and +-M only)
+        sizes[x.size] += 1
+        return np.cumsum(x[::-1] if 1.9 <= abs(float(x[0])) < 2 else x)[-1]
+
+    (few,) = rv.hazard_map(rare, range(8, 11), verify=2, region_verify=0)
+    assert (few.verdict, few.family, few.checked, few.differing, few.extra) == ("tree", "sequential", 6, 0, 0)
+    before = sizes.copy()
+    (many,) = rv.hazard_map(rare, range(8, 11), verify=2, region_verify=1000)
+    assert (many.verdict, many.family, many.checked, many.extra) == ("no fixed tree", "sequential", 1000, 994)
+    assert 0 < many.differing < 100
+    assert set(sizes - before - before) == {8, 10}  # the extra inputs went to the first and last n only
+    left = rv.knob_map(lambda v: lambda x: np.cumsum(x)[-1], [1, 2], 8, verify=3, region_verify=40)
+    assert [(r.verdict, r.checked, r.differing, r.extra) for r in left] == [("tree", 40, 0, 34)]
 
 
 def test_matmul_targets_reduce_over_k():
@@ -278,11 +307,11 @@ def test_knob_map_splits_where_the_tree_changes_at_one_n():
             return lambda x: np.cumsum(x)[-1]
         return scalar_fold(trees[5 if v <= 2 else 6], "fp32")
 
-    found = rv.knob_map(fn_at, [1, 2, 4, 8, 16], n, verify=12)
-    assert [(r.first, r.last, r.family, r.sizes) for r in found] == [
-        (1, 2, "tree 1", 2),
-        (4, 4, "tree 2", 1),
-        (8, 16, "sequential", 2),
+    found = rv.knob_map(fn_at, [1, 2, 4, 8, 16], n, verify=12, region_verify=50)
+    assert [(r.first, r.last, r.family, r.sizes, r.checked, r.extra) for r in found] == [
+        (1, 2, "tree 1", 2, 50, 26),
+        (4, 4, "tree 2", 1, 50, 38),  # one value: all its extra inputs
+        (8, 16, "sequential", 2, 50, 26),
     ]
     with pytest.raises(fr.InvalidArgument, match="ascending"):
         rv.knob_map(fn_at, [2, 1], n)

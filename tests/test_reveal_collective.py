@@ -218,11 +218,13 @@ def test_collective_hazard_map_finds_a_fallback_by_message_size():
         n, m = X.shape
         return fr.reduce(X, fr.plans.parse("rd" if m < n else "ring:ompi", n))
 
-    regions = rc.hazard_map(ompi_ring, 4, range(1, 11), verify=40)
+    regions = rc.hazard_map(ompi_ring, 4, range(1, 11), verify=40, region_verify=200)
     assert [(r.first, r.last, r.verdict, r.family) for r in regions] == [
         (1, 3, "tree", "rd"),
         (4, 10, "tree", "ring:ompi"),
     ]
+    # whole calls: 40 + 2 x 20 + 3 x 14 elements, then 39 calls of 1 and 13 of 3; 4..10 pass 200 alone
+    assert [(r.checked, r.differing, r.extra) for r in regions] == [(200, 0, 78), (289, 0, 0)]
     assert sum(r.sizes for r in regions) == 10
     with pytest.raises(fr.InvalidArgument, match="ascending"):
         rc.hazard_map(ompi_ring, 4, [5, 2])
@@ -234,7 +236,10 @@ def test_ranks_map_names_the_algorithm_open_mpi_picks_at_each_world_size():
     the real library here), never ompi:default, which explains every N and would hide the switch."""
     from contextlib import nullcontext
 
+    opened = []
+
     def open_at(n):
+        opened.append(n)
         return nullcontext(lambda X: fr.reduce(X, "ompi:default"))
 
     regions = rc.ranks_map(open_at, range(2, 7), 1024, verify=1024)
@@ -242,6 +247,9 @@ def test_ranks_map_names_the_algorithm_open_mpi_picks_at_each_world_size():
         (2, 3, "tree", "ring:ompi"),
         (4, 6, "tree", "rd"),
     ]
+    # each N one call of 1024 elements; then each region's first and last N opened again (4 + 4, 4 + 3 calls)
+    assert [(r.checked, r.differing, r.extra) for r in regions] == [(10240, 0, 8192), (10240, 0, 7168)]
+    assert opened == [2, 3, 4, 5, 6, 2, 3, 4, 6]
     with pytest.raises(fr.InvalidArgument, match="ascending"):
         rc.ranks_map(open_at, [4, 2], 16)
 
@@ -270,9 +278,11 @@ def test_cli_sweeps_over_ranks_one_group_each(monkeypatch, capsys):
     argv = ["reveal", "gloo", "--sweep", "ranks=2:4", "--n", "64", "--format", "bf16", "--verify", "64", "--json"]
     assert main([*argv, "-q"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert opened == [("gloo", 2, None, "bf16"), ("gloo", 3, None, "bf16"), ("gloo", 4, None, "bf16")]
-    assert (doc["sizes"], doc["at"]) == ("ranks", 64)
+    assert [o[1] for o in opened] == [2, 3, 4, 2, 4]  # a group per N, then the region's first and last again
+    assert {(o[0], o[2], o[3]) for o in opened} == {("gloo", None, "bf16")}
+    assert (doc["sizes"], doc["at"], doc["region_verify"]) == ("ranks", 64, 10_000)
     assert [(r["first"], r["last"], r["family"]) for r in doc["regions"]] == [(2, 4, "ring:gloo")]  # (cut alike)
+    assert [(r["checked"], r["differing"], r["extra"]) for r in doc["regions"]] == [(10_048, 0, 9856)]
 
 
 def test_a_gloo_ring_of_two_byte_elements_is_reused_by_its_expression():

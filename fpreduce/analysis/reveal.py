@@ -48,9 +48,12 @@ from fpreduce.plans import FAMILIES, Plan, Tree, fold, parse
 __all__ = [
     "METHODS",
     "NotATree",
+    "REGION_VERIFY",
     "Region",
     "Revelation",
+    "Seen",
     "canonical",
+    "confirm_regions",
     "hazard_map",
     "knob_map",
     "match_family",
@@ -588,6 +591,8 @@ def revelation(
         raise InvalidArgument(f"n must be an integer, got {n!r}")
     if isinstance(verify, bool) or not isinstance(verify, (int, np.integer)) or verify < 1:
         raise InvalidArgument(f"verify must be a positive number of random inputs, got {verify!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InvalidArgument(f"seed must be an integer >= 0, got {seed!r}")
     rng = np.random.default_rng(seed)
     first, exact = _attempt(fn, int(n), f, get_format(accumulate or f), method, int(verify), rng, progress)
     if not exact or accumulate is not None:
@@ -716,11 +721,17 @@ class Region:
     Attributes:
         first, last: the sizes (inclusive) of the run, among those swept (or the values of the knob
             swept: threads, batch rows, ranks).
-        verdict, accumulate: as :class:`Revelation`'s, the same at every size of the run.
+        verdict, accumulate: as :class:`Revelation`'s, the same at every size of the run (``no fixed
+            tree`` also when the inputs added by :func:`confirm_regions` differ from a revealed tree).
         family: the project's plan family every size's tree is (``numpy``, ``sequential``, ...),
             or ``""``: an explicit tree (one per size) or none; over a knob at one size
             (:func:`knob_map`), ``tree 1``, ``tree 2``, ...: one tree no family names.
         sizes: how many sizes were revealed in the run; calls: their probe calls together.
+        checked: random inputs (a collective's: elements) on which the run's revealed trees were run
+            against the black box, in all: each size's own check plus ``extra``; differing: of them,
+            those with other bits.
+        extra: of ``checked``, the inputs :func:`confirm_regions` added at the run's first and last
+            sizes once the regions were known (0: its sizes' own checks reached the target).
     """
 
     first: int
@@ -730,6 +741,50 @@ class Region:
     family: str
     sizes: int
     calls: int
+    checked: int = 0
+    differing: int = 0
+    extra: int = 0
+
+
+#: What a hazard map saw at one value: (value, verdict, accumulator, families, probe calls, inputs
+#: checked, differing).
+Seen = tuple[int, str, str, Sequence[str], int, int, int]
+
+#: Random inputs every region of a hazard map with a tree is verified on in all (the issue's 10^4).
+REGION_VERIFY = 10_000
+
+
+def confirm_regions(
+    found: Sequence[Region], check: Callable[[int, int], tuple[int, int]], *, target: int = REGION_VERIFY
+) -> list[Region]:
+    """The regions, each with a tree verified on at least ``target`` random inputs in all.
+
+    A hazard map checks each value it reveals on a few inputs (``verify``, 1000 by default); once
+    the regions are known, a region whose values checked fewer than ``target`` in all has its
+    first and last values' revealed trees run again against the black box on the rest (split
+    between the two): ``check(value, count) -> (checked, differing)`` runs the tree revealed at
+    ``value`` on ``count`` more random inputs. A region where any of them differ becomes
+    ``no fixed tree`` (the data decide), with its counts. Regions with no tree (``not a binary
+    tree``, ``no fixed tree``) are left as they are.
+    """
+    out = []
+    for r in found:
+        need = target - r.checked
+        if need <= 0 or r.verdict not in ("tree", "wider accumulator"):
+            out.append(r)
+            continue
+        at = [r.first] if r.first == r.last else [r.first, r.last]
+        extra = differing = 0
+        for k, value in enumerate(at):
+            left = max(0, need - extra)
+            if left:
+                c, d = check(value, -(-left // (len(at) - k)))
+                extra, differing = extra + c, differing + d
+        verdict = r.verdict if differing == 0 else "no fixed tree"
+        out.append(
+            replace(r, verdict=verdict, checked=r.checked + extra, differing=r.differing + differing, extra=extra)
+        )
+    return out
 
 
 def hazard_map(
@@ -740,13 +795,15 @@ def hazard_map(
     verify: int = 1000,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    region_verify: int = REGION_VERIFY,
 ) -> list[Region]:
     """Reveal ``fn`` at every size of ``sizes`` (ascending) and group the sizes one explanation covers.
 
     A new region starts where the verdict, the accumulator or the plan family changes: where
     the library's tree changes with ``n`` (a determinism hazard: the same data, summed as part
-    of a longer or shorter vector, gives other bits). ``progress(done, len(sizes))`` after each
-    size (never printed here).
+    of a longer or shorter vector, gives other bits). Each size's tree is checked on ``verify``
+    random inputs, then each region's on ``region_verify`` in all (:func:`confirm_regions`: more
+    at its first and last sizes). ``progress(done, len(sizes))`` after each size (never printed here).
 
     >>> [(r.first, r.last, r.family) for r in hazard_map(lambda x: x.sum(), range(1, 11), verify=10)]
     [(1, 10, 'numpy')]
@@ -754,14 +811,28 @@ def hazard_map(
     ns = [int(n) for n in sizes]
     if not ns or ns != sorted(set(ns)):
         raise InvalidArgument(f"sizes must be distinct and ascending, got {list(sizes)[:8]}")
-    seen: list[tuple[int, str, str, Sequence[str], int]] = []
+    seen: list[Seen] = []
+    plans: dict[int, Revelation] = {}
     for n in ns:
         found = revelation(fn, n, format=format, verify=verify, seed=seed)
         fams = match_family(found.plan) if found.plan is not None else []
-        seen.append((n, found.verdict, found.accumulate, fams or [""], found.calls))
+        seen.append((n, found.verdict, found.accumulate, fams or [""], found.calls, found.checked, found.differing))
+        plans[n] = found
         if progress is not None:
             progress(len(seen), len(ns))
-    return regions(seen)
+    return confirm_regions(
+        regions(seen), lambda n, count: _check_more(fn, plans[n], count, [seed, 1 + ns.index(n)]), target=region_verify
+    )
+
+
+def _check_more(fn: Callable[[Any], Any], found: Revelation, count: int, stream: list[int]) -> tuple[int, int]:
+    """(checked, differing): ``found``'s plan against ``fn`` on ``count`` more random inputs (drawn from a
+    stream of their own: the seed and the place of the value swept, not the inputs the value was first checked on)."""
+    assert found.plan is not None  # (confirm_regions checks regions with a tree only)
+    rng = np.random.default_rng(stream)
+    f, a = get_format(found.format), get_format(found.accumulate)
+    checked, differing, _ = _verify(fn, found.plan, f, a, count, rng)
+    return checked, differing
 
 
 def knob_map(
@@ -773,6 +844,7 @@ def knob_map(
     verify: int = 1000,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    region_verify: int = REGION_VERIFY,
 ) -> list[Region]:
     """Reveal ``fn_at(v)`` at one size ``n`` for every value ``v`` (ascending) of a knob that leaves the
     summands alone (threads, a matmul's batch rows) and group the values one tree covers.
@@ -780,7 +852,9 @@ def knob_map(
     At one ``n`` two values share a region only when their trees are the same up to commutativity:
     its family's name when the project has one, else ``tree 1``, ``tree 2``, ... numbered as first
     seen (a tree no family names). A new region is a determinism hazard: the same summands give
-    other bits when only the knob changed. ``progress(done, len(values))`` after each value.
+    other bits when only the knob changed. Each value is checked on ``verify`` random inputs, each
+    region on ``region_verify`` in all (:func:`confirm_regions`). ``progress(done, len(values))``
+    after each value.
 
     >>> def box(batch):  # a left fold for one row, pairwise for more
     ...     return (lambda x: np.cumsum(x)[-1]) if batch == 1 else (lambda x: x.sum())
@@ -791,25 +865,32 @@ def knob_map(
     if not vs or vs != sorted(set(vs)):
         raise InvalidArgument(f"the values swept must be distinct and ascending, got {list(values)[:8]}")
     trees: dict[tuple[bytes, bytes], str] = {}
-    seen: list[tuple[int, str, str, Sequence[str], int]] = []
+    seen: list[Seen] = []
+    plans: dict[int, Revelation] = {}
     for v in vs:
         found = revelation(fn_at(v), n, format=format, verify=verify, seed=seed)
         labels: list[str] = [""]
         if found.plan is not None:
             labels = match_family(found.plan) or [trees.setdefault(_key(found.plan), f"tree {len(trees) + 1}")]
-        seen.append((v, found.verdict, found.accumulate, labels, found.calls))
+        seen.append((v, found.verdict, found.accumulate, labels, found.calls, found.checked, found.differing))
+        plans[v] = found
         if progress is not None:
             progress(len(seen), len(vs))
-    return regions(seen)
+    return confirm_regions(
+        regions(seen),
+        lambda v, count: _check_more(fn_at(v), plans[v], count, [seed, 1 + vs.index(v)]),
+        target=region_verify,
+    )
 
 
-def regions(seen: Sequence[tuple[int, str, str, Sequence[str], int]]) -> list[Region]:
-    """Sizes (ascending) with their (size, verdict, accumulator, families, calls) grouped into regions:
-    from each size on, the family that covers the longest run of one verdict and accumulator."""
+def regions(seen: Sequence[Seen]) -> list[Region]:
+    """Sizes (ascending) with what each showed (:data:`Seen`) grouped into regions: from each size on, the
+    family that covers the longest run of one verdict and accumulator (the run's calls, inputs checked and
+    differing added up)."""
     out: list[Region] = []
     i = 0
     while i < len(seen):  # greedy: the family that covers the longest run from here
-        _, verdict, acc, fams, _ = seen[i]
+        _, verdict, acc, fams, *_ = seen[i]
         best, end = fams[0], i + 1
         for fam in fams:
             j = i + 1
@@ -818,6 +899,7 @@ def regions(seen: Sequence[tuple[int, str, str, Sequence[str], int]]) -> list[Re
             if j > end:
                 best, end = fam, j
         run = seen[i:end]
-        out.append(Region(run[0][0], run[-1][0], verdict, acc, best, len(run), sum(r[4] for r in run)))
+        calls, checked, differing = (sum(r[4] for r in run), sum(r[5] for r in run), sum(r[6] for r in run))
+        out.append(Region(run[0][0], run[-1][0], verdict, acc, best, len(run), calls, checked, differing))
         i = end
     return out

@@ -41,8 +41,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fpreduce.analysis.reveal import (
+    REGION_VERIFY,
     WIDER,
     Region,
+    Seen,
     Verdict,
     _differ,
     _key,
@@ -51,6 +53,7 @@ from fpreduce.analysis.reveal import (
     _Refused,
     assemble,
     canonical,
+    confirm_regions,
     fused_check,
     fused_note,
     match_family,
@@ -478,6 +481,8 @@ def collective_revelation(
     for what, v in (("ranks", ranks), ("elements", elements), ("verify", verify)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise InvalidArgument(f"{what} must be a positive integer, got {v!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InvalidArgument(f"seed must be an integer >= 0, got {seed!r}")
     rng = np.random.default_rng(seed)
     shape = (int(ranks), int(elements))
     first, exact = _attempt(fn, shape, f, get_format(accumulate or f), int(verify), rng, progress)
@@ -587,25 +592,44 @@ def hazard_map(
     verify: int = 1000,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    region_verify: int = REGION_VERIFY,
 ) -> list[Region]:
     """Reveal the all-reduce ``fn`` at every element count of ``sizes`` (ascending) and group the counts
     one explanation covers: where the library's trees change with the message size (a size-dependent
     fallback or algorithm choice: the same data, sent in a longer or shorter message, gives other bits).
 
     ``fn`` takes (ranks, E) arrays of any E of ``sizes``. A region's family is a collective plan of the
-    project whose per-element trees are those revealed at every size of the region.
+    project whose per-element trees are those revealed at every size of the region. Each count's plan is
+    checked on ``verify`` random elements (whole calls), each region's on ``region_verify`` in all
+    (:func:`~fpreduce.analysis.reveal.confirm_regions`: more at its first and last counts).
     ``progress(done, len(sizes))`` after each element count (never printed here).
     """
     es = [int(e) for e in sizes]
     if not es or es != sorted(set(es)) or es[0] < 1:
         raise InvalidArgument(f"sizes must be distinct, ascending and positive, got {list(sizes)[:8]}")
-    seen: list[tuple[int, str, str, Sequence[str], int]] = []
+    seen: list[Seen] = []
+    plans: dict[int, CollectiveRevelation] = {}
     for e in es:
         found = collective_revelation(fn, ranks, e, format=format, verify=verify, seed=seed)
-        seen.append((e, found.verdict, found.accumulate, _labels(found), found.calls))
+        seen.append((e, found.verdict, found.accumulate, _labels(found), found.calls, found.checked, found.differing))
+        plans[e] = found
         if progress is not None:
             progress(len(seen), len(es))
-    return regions(seen)
+    return confirm_regions(
+        regions(seen), lambda e, count: _check_more(fn, plans[e], count, [seed, 1 + es.index(e)]), target=region_verify
+    )
+
+
+def _check_more(
+    fn: Callable[[Any], Any], found: CollectiveRevelation, count: int, stream: list[int]
+) -> tuple[int, int]:
+    """(elements checked, differing): ``found``'s plan against ``fn`` on at least ``count`` more random elements
+    (whole calls, from a stream of their own: the seed and the place of the value swept)."""
+    assert found.plan is not None  # (confirm_regions checks regions with a tree only)
+    f, a = get_format(found.format), get_format(found.accumulate)
+    shape = (found.ranks, found.elements)
+    checked, differing, _, _ = _verify(fn, found.plan, f, a, shape, count, np.random.default_rng(stream))
+    return checked, differing
 
 
 def ranks_map(
@@ -617,6 +641,7 @@ def ranks_map(
     verify: int = 1000,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    region_verify: int = REGION_VERIFY,
 ) -> list[Region]:
     """Reveal an all-reduce of ``elements`` elements on every number of ranks N of ``ranks`` (ascending)
     and group the N one explanation covers: where the library changes its algorithm with the world size
@@ -625,8 +650,10 @@ def ranks_map(
     ``open_at(N)`` is a context manager that gives the all-reduce of N ranks (a live group, launched
     once per N: :class:`fpreduce.backends.live.LiveAllReduce`). A region's family is a collective plan
     of the project that explains every N of the region (Open MPI's own choice, ``ompi:default``, only
-    where no named algorithm does: it explains every N by construction and would hide the switch).
-    ``progress(done, len(ranks))`` after each N.
+    where no named algorithm does: it explains every N by construction and would hide the switch). Each N's
+    plan is checked on ``verify`` random elements, each region's on ``region_verify`` in all
+    (:func:`~fpreduce.analysis.reveal.confirm_regions`: a group opened again at its first and last N when
+    they checked fewer). ``progress(done, len(ranks))`` after each N.
 
     >>> import fpreduce as fr
     >>> from contextlib import nullcontext
@@ -639,14 +666,21 @@ def ranks_map(
     ns = [int(n) for n in ranks]
     if not ns or ns != sorted(set(ns)) or ns[0] < 1:
         raise InvalidArgument(f"ranks must be distinct, ascending and positive, got {list(ranks)[:8]}")
-    seen: list[tuple[int, str, str, Sequence[str], int]] = []
+    seen: list[Seen] = []
+    plans: dict[int, CollectiveRevelation] = {}
     for n in ns:
         with open_at(n) as fn:
             found = collective_revelation(fn, n, elements, format=format, verify=verify, seed=seed)
-        seen.append((n, found.verdict, found.accumulate, _labels(found), found.calls))
+        seen.append((n, found.verdict, found.accumulate, _labels(found), found.calls, found.checked, found.differing))
+        plans[n] = found
         if progress is not None:
             progress(len(seen), len(ns))
-    return regions(seen)
+
+    def check(n: int, count: int) -> tuple[int, int]:
+        with open_at(n) as fn:
+            return _check_more(fn, plans[n], count, [seed, 1 + ns.index(n)])
+
+    return confirm_regions(regions(seen), check, target=region_verify)
 
 
 def _labels(found: CollectiveRevelation) -> list[str]:

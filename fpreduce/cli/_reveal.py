@@ -431,21 +431,31 @@ def _bar(unit: str = "size", desc: str = "reveal --sweep") -> Callable[[int, int
 
 def _print_regions(args: argparse.Namespace, regions: Any, verify: int, what: str, at: int | None = None) -> int:
     """The hazard map over ``what`` (n, elements, threads, batch, ranks; ``at``: the n or elements each value
-    was revealed at) as a table (or JSON), and its report."""
+    was revealed at) as a table (or JSON), and its report: per region, the random inputs its trees were verified
+    on in all and how many differed."""
+    from fpreduce.analysis.reveal import REGION_VERIFY
+
     size = "" if at is None else f" at {at} {({'ranks': 'elements', 'elements': 'ranks'}).get(what, 'summands')}"
     _report(args, regions=regions, swept=what + size)
     if args.json:
-        doc = {"target": args.target, "format": args.format, "verify": verify, "sizes": what, "at": at}
-        print(jsonfile.dumps({**doc, "regions": [asdict(r) for r in regions]}))
+        doc = {"target": args.target, "format": args.format, "verify": verify, "region_verify": REGION_VERIFY}
+        print(jsonfile.dumps({**doc, "sizes": what, "at": at, "regions": [asdict(r) for r in regions]}))
         return 0
-    each = f"each verified on {verify} {'elements' if what in ('elements', 'ranks') else 'inputs'}"
+    kind = "elements" if what in ("elements", "ranks") else "inputs"
     swept = args.sweep.partition("=")[2] or args.sweep
-    print(f"{args.target}, {args.format}, {what} = {swept}{size}: {len(regions)} region(s), {each}")
+    print(f"{args.target}, {args.format}, {what} = {swept}{size}: {len(regions)} region(s)")
     body = [
-        [str(r.first) if r.first == r.last else f"{r.first}..{r.last}", r.verdict, r.accumulate, r.family or "-"]
+        [
+            str(r.first) if r.first == r.last else f"{r.first}..{r.last}",
+            r.verdict,
+            r.accumulate,
+            r.family or "-",
+            str(r.checked),
+            str(r.differing),
+        ]
         for r in regions
     ]
-    print(table([what, "verdict", "accumulate", "plan family"], body, align="llll"))
+    print(table([what, "verdict", "accumulate", "plan family", "verified", "differing"], body, align="llllrr"))
     if what in ("threads", "batch", "stride"):
         print(f"a region: consecutive {what} values with one tree ('tree k': a tree no plan family names)")
     else:
@@ -453,7 +463,32 @@ def _print_regions(args: argparse.Namespace, regions: Any, verify: int, what: st
             f"a region: consecutive {what} with one verdict, accumulator and family ('-': an explicit tree per "
             f"{what}, or none)"
         )
+    print(_verified_note(regions, verify, what, kind))
     return 0
+
+
+def _verified_note(regions: Any, verify: int, what: str, kind: str) -> str:
+    """What 'verified' counts: each value's own check, then the regions topped up at their first and last values
+    (how many, and the least and most any region with a tree got, from the regions' own counts)."""
+    from fpreduce.analysis.reveal import REGION_VERIFY
+
+    topped = [r for r in regions if r.extra]
+    more = (
+        f"then {len(topped)} region(s) on {sum(r.extra for r in topped)} more at their first and last {what}"
+        if topped
+        else "no region topped up"
+    )
+    trees = [r.checked for r in regions if r.verdict in ("tree", "wider accumulator")]
+    span = (
+        f"{min(trees)}" if trees and min(trees) == max(trees) else f"{min(trees, default=0)}..{max(trees, default=0)}"
+    )
+    each = f"the {len(trees)} region(s) with a tree: {span} each (target {REGION_VERIFY})" if trees else "no tree"
+    bad = sum(r.differing for r in regions)
+    return (
+        f"verified: the revealed trees run by fpreduce against the target on random {kind} (normal, heavy-tailed, "
+        f"cancelling): {verify} at each value of {what}, {more}; {each}; "
+        + (f"{bad} differing" if bad else "0 differing in any bit")
+    )
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -488,7 +523,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     )
     r.add_argument("--method", default="fast", help="fast (pivots, default) or basic (all n(n-1)/2 pairs)")
     r.add_argument(
-        "--verify", type=int, default=None, help="random inputs to verify on (default 10000; 1000 per n with --sweep)"
+        "--verify",
+        type=int,
+        default=None,
+        help="random inputs to verify on (default 10000; with --sweep 1000 at each value, then each region "
+        "topped up at its first and last values to >= 10000 in all)",
     )
     r.add_argument("--seed", type=int, default=0, help="seed of the pivots and the random inputs (default 0)")
     r.add_argument("--json", action="store_true", help="print one JSON object and nothing else")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
-from fpreduce.analysis.reveal import Region, Revelation, match_family, tree_text
+from fpreduce.analysis.reveal import REGION_VERIFY, Region, Revelation, match_family, tree_text
 from fpreduce.analysis.reveal_collective import CollectiveRevelation
 from fpreduce.report._figure import COLORS, new_figure
 
@@ -34,6 +34,7 @@ __all__ = [
     "chunks_figure",
     "hazard_figure",
     "region_row",
+    "regions_note",
     "summary_row",
     "tree_figure",
     "write_reveal_report",
@@ -45,7 +46,7 @@ Found = Union[Revelation, CollectiveRevelation]
 HEADER = ("target", "n or N x E", "calls", "seconds", "verified", "differing", "verdict", "family")
 _SHOWN = 2000  # characters of an explicit tree's text shown in the report
 
-REGION_HEADER = ("values", "verdict", "accumulate", "plan family", "revealed", "calls")
+REGION_HEADER = ("values", "verdict", "accumulate", "plan family", "revealed", "calls", "verified", "differing")
 
 
 def summary_row(target: str, found: Found) -> list[object]:
@@ -61,9 +62,28 @@ def summary_row(target: str, found: Found) -> list[object]:
 
 
 def region_row(region: Region) -> list[object]:
-    """The hazard map's table row of one region (values swept, verdict, accumulator, family, reveals, calls)."""
+    """The hazard map's table row of one region (values swept, verdict, accumulator, family, reveals, calls, random
+    inputs verified in all and of them differing)."""
     span = str(region.first) if region.first == region.last else f"{region.first}..{region.last}"
-    return [span, region.verdict, region.accumulate, region.family or "-", region.sizes, region.calls]
+    row: list[object] = [span, region.verdict, region.accumulate, region.family or "-", region.sizes, region.calls]
+    return [*row, region.checked, region.differing]
+
+
+def regions_note(regions: Sequence[Region], swept: str) -> str:
+    """What a hazard map's 'verified' column counts (from the regions' own numbers)."""
+    extra = [r for r in regions if r.extra]
+    more = (
+        f"; {len(extra)} region(s) then had their first and last values' trees run on {sum(r.extra for r in extra)} "
+        f"more random inputs, so that each region with a tree is verified on at least {REGION_VERIFY:,} in all"
+        if extra
+        else ""
+    )
+    bad = sum(r.differing for r in regions)
+    return (
+        f"'verified': random inputs (a collective's: elements) on which each region's revealed trees were run "
+        f"against the target: every value of {swept} on its own few{more}. Differing in all: {bad}"
+        + (" (a region whose trees differ on the data is 'no fixed tree')." if bad else ".")
+    )
 
 
 def _depths(found: CollectiveRevelation) -> tuple[Any, Any]:
@@ -196,6 +216,7 @@ def write_reveal_report(
         for t, regions in sweeps:
             doc.heading(f"{t}: the hazard map over {swept}", size=12)
             doc.table(REGION_HEADER, [region_row(r) for r in regions])
+            doc.text(regions_note(regions, swept))
         for t, f in found:
             _explain(doc, t, f)
         figures = [
