@@ -139,12 +139,15 @@ def test_distributed_under_an_uncontained_mpirun_warns_with_the_mca_settings(mon
         distributed.DistributedRun(None, Comm())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("n", [10000, 10**9])
-def test_scale_workers_is_capped_up_front_with_its_own_key(tmp_path, capsys, n):
-    (tmp_path / "s.toml").write_text(f"[scale]\nworkers = [{n}]\n")
-    one_line_error(capsys, ["scale", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o")], "scale.workers", "4096")
-    with pytest.raises(InvalidArgument, match="workers: at most 4096"):
-        scaling([n], ["ring"], compute=0.1, nbytes=1 << 20)
+def test_scale_workers_is_capped_up_front_with_its_own_key(tmp_path, capsys):
+    """10^4 and 10^9 workers answer from closed forms (tests/test_scaling.py); beyond 2^30 is refused."""
+    (tmp_path / "s.toml").write_text(f"[scale]\nworkers = [{(1 << 30) + 1}]\n")
+    argv = ["scale", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o")]
+    one_line_error(capsys, argv, "scale.workers", str(1 << 30))
+    with pytest.raises(InvalidArgument, match=f"workers: at most {1 << 30}"):
+        scaling([(1 << 30) + 1], ["ring"], compute=0.1, nbytes=1 << 20)
+    rows = scaling([10000, 10**9], ["ring"], compute=0.1, nbytes=1 << 20)
+    assert [r.workers for r in rows] == [10000, 10**9]
 
 
 @pytest.mark.parametrize(("cmd", "keys"), [("scale", "scale.workers"), ("price", "price.workers")])

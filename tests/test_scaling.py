@@ -8,10 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import fpreduce as fr
+from fpreduce.analysis import scaling as sc
 from fpreduce.analysis.scaling import format_table, rows_as_dicts, scaling
 from fpreduce.core.timing import Profile
 from fpreduce.run.scale import load_scale_config
@@ -187,9 +188,126 @@ def test_scale_prints_algbw_and_busbw_over_message_sizes(tmp_path: Path, monkeyp
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["plan", "N", "bytes"]
     assert "algbw GB/s  busbw GB/s" in lines[0]
-    assert {line.split()[2] for line in lines[2:]} == {"1M", "16M"}
+    assert {line.split()[2] for line in lines[2:-1]} == {"1M", "16M"}
+    assert {line.split()[-1] for line in lines[2:-1]} == {"closed"}  # the default plans all have closed forms
+    assert lines[-1] == f"comm: closed form for {len(lines) - 3} of {len(lines) - 3} points " + (
+        "(the event timeline equals it at N <= 64 on every family, tested)"
+    )
     assert not list(tmp_path.iterdir())
     assert main(["scale", "--bytes", "1Q", "--print-only"]) == 2
     assert capsys.readouterr().err == "fpreduce: error: --bytes: '1Q' is not a size such as 1M, 256K, 1G or 4096\n"
     assert main(["scale", "--bytes", "4K,64K", "--no-report", "--out", "s"]) == 0  # scale.json only, as price
     assert sorted(p.name for p in (tmp_path / "s").iterdir() if not p.name.startswith(".")) == ["scale.json"]
+
+
+# bounded work (issue 26): closed forms where the timeline would grow with N^2, the timeline's messages capped
+
+_TEXTS = ["sequential", "reverse", "pairwise", "kary:3", "blocked:4", "numpy", "ring", "ring:gloo", "ring:ompi"]
+_TEXTS += ["rd", "rabenseifner", "linear", "atomic", "hier:{g}", "tree:nccl:{g}"]
+
+
+def _real_end(text: str, n: int, nbytes: float, pr: Profile) -> float:
+    from fpreduce.core import timing
+    from fpreduce.plans import parse
+
+    return timing.timeline(parse(text, n), n, nbytes, pr).end
+
+
+@example("tree:nccl:{g}", 24, 8, 1, 1e6, 1e-6)  # the timeline: no closed form
+@example("rd", 24, 8, 1, 1e6, 1e-6)  # the timeline: uneven steps over nodes
+@example("rabenseifner", sc.TESTED_N, 8, 2, 1e6, 1e-6)  # closed: steps of the same kind
+@example("hier:{g}", 48, 3, 1, 1e6, 1e-6)
+@given(
+    st.sampled_from(_TEXTS),
+    st.integers(1, sc.TESTED_N),
+    st.sampled_from([1, 2, 3, 4, 8]),
+    st.integers(1, 4),
+    st.floats(0, 1e9),
+    st.floats(1e-7, 1e-5),
+)
+def test_scale_takes_the_closed_form_only_where_it_is_the_timeline(
+    text: str, n: int, g: int, nics: int, nbytes: float, alpha: float
+) -> None:
+    """Every family on N <= TESTED_N: a point marked closed never runs the timeline and equals the real
+    plan's timeline; a point marked timeline simulates exactly ``events`` messages."""
+    from unittest import mock
+
+    from fpreduce.core import timing
+
+    text = text.format(g=g)
+    pr = replace(NODE, alpha=alpha, gamma=1e-11, gpus_per_node=g, nics_per_node=nics)
+    s = sc.shape(text, n)
+    if s is None:
+        return
+    real = _real_end(text, n, nbytes, pr)
+    if sc.model(s, pr) == sc.CLOSED:
+        with mock.patch.object(timing, "timeline", side_effect=AssertionError("closed form expected")):
+            got = sc.scaling([n], [text], compute=1.0, nbytes=nbytes, profile=pr)[0]
+    else:
+        got = sc.scaling([n], [text], compute=1.0, nbytes=nbytes, profile=pr)[0]
+        from fpreduce.plans import parse
+
+        assert sc.events(s) == len(timing.timeline(parse(text, n), n, nbytes, pr).messages)
+    assert got.model == sc.model(s, pr)
+    assert math.isclose(got.comm_s, real, rel_tol=1e-12, abs_tol=1e-18), (got.comm_s, real)
+
+
+@pytest.mark.parametrize("text", [*_TEXTS[:-2], "hier:1", "hier:3", "hier:8", "tree:nccl:2", "tree:nccl:6"])
+def test_shape_passes_and_fails_as_the_plan_built_on_n(text: str) -> None:
+    """The plan is never built on N: its shape must accept exactly the N the builders accept, with their name."""
+    from fpreduce.base.errors import InvalidArgument
+    from fpreduce.plans import parse
+
+    for n in range(1, 37):
+        s = sc.shape(text, n)
+        try:
+            name = parse(text, n).name
+        except InvalidArgument:
+            assert s is None, (text, n)
+        else:
+            assert s == sc.PlanShape(name, n), (text, n)
+
+
+@pytest.mark.parametrize("text", ["hier:0", "kary:1", "tree:nccl:x", "ring:foo", "blocked:0", "hier:"])
+def test_bad_parameters_have_no_shape(text: str) -> None:
+    assert all(sc.shape(text, n) is None for n in (1, 6, 1 << 20))
+
+
+def test_a_million_workers_answer_from_closed_forms() -> None:
+    """N = 2^20, 2^30 and 10^9 (beyond the old cap of 4096 and its 75 s): every point a closed form, in ms."""
+    plans = ["ring", "hier:8", "rd", "rabenseifner", "linear", "pairwise"]
+    rows = sc.scaling([1, 1 << 20, 1 << 30], plans, compute=0.4, nbytes=1e8, profile=NODE)
+    assert {r.model for r in rows} == {sc.CLOSED}
+    big = {r.plan: r for r in rows if r.workers == 1 << 20}
+    assert set(big) == set(plans)
+    # the ring's steps cross the NIC (one flow per node): 2 (N-1) (alpha + n/N beta), an independent formula
+    n = 1 << 20
+    assert math.isclose(big["ring"].comm_s, 2 * (n - 1) * (5e-6 + 1e8 / n / 12.5e9))
+    assert math.isclose(big["linear"].comm_s, 2 * (7 * (1e-6 + 1e8 / 150e9) + (n - 8) * (5e-6 + 1e8 / 12.5e9)))
+    assert "closed form for 17 of 17 points" in sc.model_note(rows)  # hier:8 has no N = 1
+    odd = sc.scaling([10**9], ["ring", "hier:8", "linear"], compute=0.4, nbytes=1e8, profile=NODE)
+    assert [r.model for r in odd] == [sc.CLOSED] * 3
+
+
+def test_a_timeline_too_long_is_refused_up_front_naming_the_key(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The cap counts the timeline's messages before any point runs (here lowered to 1000 to stay cheap)."""
+    from fpreduce.base.errors import InvalidArgument
+    from fpreduce.cli import main
+
+    monkeypatch.setattr(sc, "MAX_EVENTS", 1000)
+    with pytest.raises(InvalidArgument, match=r"workers: tree:nccl:8 on 256 workers has no closed form"):
+        sc.scaling([8, 256], ["ring", "tree:nccl:8"], compute=0.4, nbytes=1e8, profile=NODE)
+    rows = sc.scaling([8, 248], ["tree:nccl:8", "ring"], compute=0.4, nbytes=1e8, profile=NODE)  # 988 messages
+    assert [r.model for r in rows] == [sc.TIMELINE, sc.TIMELINE, sc.CLOSED, sc.CLOSED]
+    assert sc.model_note(rows) == (
+        "comm: closed form for 2 of 4 points (the event timeline equals it at N <= 64 on every family, tested); "
+        "event timeline (no closed form) for tree:nccl:8"
+    )
+    assert sc.scaling([1 << 20], ["ring"], compute=0.4, nbytes=1e8, profile=NODE)[0].model == sc.CLOSED
+    (tmp_path / "s.toml").write_text('[scale]\nworkers = [600]\nplans = ["ring", "tree:nccl:8"]\n')
+    assert main(["scale", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fpreduce: error: "), err
+    assert "s.toml: scale.workers: tree:nccl:8 on 600 workers has no closed form" in err, err
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists()

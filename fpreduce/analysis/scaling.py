@@ -12,6 +12,16 @@ nodes, and its ``2 (N-1)/N n beta`` no longer shrinks as N grows while the compu
 per node: the flows that leave a node at once share its NICs, :mod:`fpreduce.core.timing`).
 Each row carries the bus bandwidth the plan's links allow beside the one it reaches.
 
+Bounded work: a point never builds its plan on N workers (a ring's or Rabenseifner's plan
+grows with N^2: 4096 workers took 4.5 s and 0.45 GB, 75 s and 1.6 GB). The time model reads
+only the plan's name and N, so each point takes :func:`~fpreduce.core.timing.cost` its
+closed form, O(log N) whatever N, and says so (``model``: ``closed form``). The points
+without one (``tree:nccl:G``; ``rd`` and Rabenseifner over nodes of several workers where the
+steps are not uniform) run the event timeline (``model``: ``timeline``), whose messages are
+counted up front and capped at :data:`MAX_EVENTS`. tests/test_scaling.py proves the closed
+form equal to the timeline over every family on the sizes where both run (N <= 64) and
+which model a point takes.
+
 >>> from fpreduce.core.timing import Profile
 >>> pr = Profile(alpha=5e-6, beta=1 / 12.5e9, gamma=0.0, alpha_intra=1e-6, beta_intra=1 / 150e9, gpus_per_node=8)
 >>> rows = scaling([1, 8, 16], ["ring"], compute=0.4, nbytes=1e8, profile=pr)
@@ -21,23 +31,42 @@ Each row carries the bus bandwidth the plan's links allow beside the one it reac
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.core.timing import Profile, bus_bandwidth, busbw_bound, cost
 from fpreduce.plans import FAMILIES, parse
 
+if TYPE_CHECKING:
+    from fpreduce.plans import AnyPlan
+
 __all__ = [
     "ScaleConfig",
     "ScaleRow",
+    "check_work",
     "format_table",
+    "model_note",
     "rows_as_dicts",
     "scaling",
     "size_text",
 ]
+
+
+CLOSED = "closed form"
+TIMELINE = "timeline"
+#: the most workers a point may have: the closed forms cost O(log N) for any N; beyond 2^30 is no cluster
+MAX_WORKERS = 1 << 30
+#: the most messages one point's event timeline may simulate (2^20: ~3 s and ~0.2 GB here)
+MAX_EVENTS = 1 << 20
+#: the largest G of ``hier:G`` and ``tree:nccl:G``: the plan of one node of G is built to check the name
+MAX_NODE = 4096
+_NODE_FAMILIES = ("hier", "tree")
+#: the largest N at which tests/test_scaling.py checks every closed form against the event timeline
+TESTED_N = 64
 
 
 @dataclass(frozen=True)
@@ -69,18 +98,84 @@ class ScaleRow:
     busbw: float
     busbw_bound: float = math.inf  # absent from studies written before the bound
     nbytes: float = math.nan  # the message's bytes; absent from studies written before message-size sweeps
+    model: str = CLOSED  # how comm_s was found: CLOSED or TIMELINE (absent from studies before issue 26)
 
 
-def _supported(plan: str, n: int) -> bool:
+@dataclass(frozen=True)
+class PlanShape:
+    """What :mod:`fpreduce.core.timing` reads of a plan: its name and N (not its trees: they grow with N^2)."""
+
+    name: str
+    n: int
+
+
+def _node_param(plan: str) -> int | None:
+    """G of ``hier:G`` / ``tree:nccl:G``; None for the other families or a G that is not an integer."""
+    if plan.split(":")[0] not in _NODE_FAMILIES:
+        return None
     try:
-        parse(plan, n)
+        return int(plan.rsplit(":", 1)[1])
+    except (ValueError, IndexError):
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _name_on(plan: str, m: int) -> str | None:
+    try:
+        return parse(plan, m).name
     except InvalidArgument:
-        return False
-    return True
+        return None
 
 
-#: the most workers a scaling curve simulates: the collectives' event timelines grow with N^2
-MAX_WORKERS = 4096
+def shape(plan: str, n: int) -> PlanShape | None:
+    """``plan`` on ``n`` workers as the time model reads it, without building it on ``n``; None where it cannot run.
+
+    The builders' one rule that depends on N is that G divides N (``hier:G``, ``tree:nccl:G``):
+    the plan built on ``gcd(N, G)`` workers (on one worker for the other families) passes or
+    fails exactly as on N, with the same name. tests/test_scaling.py checks it against
+    :func:`fpreduce.plans.parse` on N itself.
+    """
+    g = _node_param(plan)
+    m = math.gcd(n, g) if g is not None and g >= 1 else 1
+    name = _name_on(plan, m)
+    return None if name is None else PlanShape(name, n)
+
+
+def model(s: PlanShape, profile: Profile | None = None) -> str:
+    """:data:`CLOSED` where :func:`~fpreduce.core.timing.cost` has a closed form for the point, else
+    :data:`TIMELINE`."""
+    pr = profile or Profile()
+    n, g = s.n, pr.node_size(s.name)
+    if n == 1:
+        return CLOSED
+    if s.name.startswith("tree:nccl"):
+        return TIMELINE
+    if s.name.split(":")[0] in ("rd", "rabenseifner") and not (g == 1 or n <= g):
+        uniform = n & (n - 1) == 0 and g & (g - 1) == 0 and n % g == 0
+        return CLOSED if uniform else TIMELINE
+    return CLOSED
+
+
+def events(s: PlanShape) -> int:
+    """The messages :func:`~fpreduce.core.timing.timeline` simulates for the point (0 for one worker)."""
+    n = s.n
+    P = 1 << (n.bit_length() - 1)
+    L = P.bit_length() - 1
+    fam = s.name.split(":")[0]
+    if n == 1:
+        return 0
+    if s.name.startswith("tree:nccl"):
+        return 4 * (n - 1)  # two trees, each edge up and down
+    if fam == "rd":
+        return P * L + 2 * (n - P)
+    if fam == "rabenseifner":
+        return 2 * P * L + 2 * (n - P)
+    if fam == "ring":
+        return 2 * (n - 1) * n
+    if fam == "hier":
+        g = int(s.name.split(":")[1])
+        return 2 * (g - 1) * n + (events(PlanShape("rd", n // g)) * g if n // g > 1 else 0)
+    return 2 * (n - 1)  # a server: gathers and broadcasts
 
 
 def scaling(
@@ -116,31 +211,63 @@ def scaling(
     if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in workers):
         raise InvalidArgument(f"workers must be integers >= 1, got {list(workers)!r}")
     if max(workers, default=1) > MAX_WORKERS:
-        raise InvalidArgument(f"workers: at most {MAX_WORKERS} (simulation grows with N^2), got {max(workers)}")
+        raise InvalidArgument(f"workers: at most {MAX_WORKERS} (2^30), got {max(workers)}")
     for p in plans:
         if not isinstance(p, str) or p.strip().startswith("("):
             raise InvalidArgument(f"scale plans are plan names such as 'ring' or 'hier:8', got {p!r}")
         family = p.split(":")[0]
         if family not in FAMILIES:
             raise unknown_name("plan", p, FAMILIES)
-    points = [(size, plan, n) for size in sizes for plan in plans for n in sorted(set(workers))]
+        if (_node_param(p) or 0) > MAX_NODE:
+            raise InvalidArgument(f"plan {p!r}: G at most {MAX_NODE} (a node's plan is built to check it: G^2 work)")
+    points = _points(sizes, plans, sorted(set(workers)), profile)
     out = []
-    for i, (size, plan, n) in enumerate(points, 1):
-        if _supported(plan, n):
-            out.append(_row(plan, n, size, compute, profile))
+    for i, (size, p, s) in enumerate(points, 1):
+        if s is not None:
+            out.append(_row(p, s, size, compute, profile))
         if progress is not None:
             progress(i, len(points))
     return out
 
 
-def _row(plan: str, n: int, size: float, compute: float, profile: Profile | None) -> ScaleRow:
-    """The point of ``plan`` on ``n`` workers for a message of ``size`` bytes."""
+def check_work(workers: Sequence[int], plans: Sequence[str], profile: Profile | None = None) -> None:
+    """Refuse, before any point runs, a point whose event timeline would simulate over :data:`MAX_EVENTS` messages.
+
+    Raises:
+        InvalidArgument: naming the plan, N, the messages and what to do instead.
+    """
+    for s in (shape(p, n) for p in plans for n in sorted(set(workers))):
+        if s is not None and model(s, profile) == TIMELINE and events(s) > MAX_EVENTS:
+            raise InvalidArgument(
+                f"{s.name} on {s.n} workers has no closed form here and its event timeline would simulate "
+                f"{events(s):,} messages (at most {MAX_EVENTS:,} a point); ask for fewer workers "
+                "or a plan with a closed form (ring, hier:G, the server folds; rd and rabenseifner on powers of 2)"
+            )
+
+
+def _points(
+    sizes: Sequence[float], plans: Sequence[str], workers: Sequence[int], profile: Profile | None
+) -> list[tuple[float, str, PlanShape | None]]:
+    """Every (size, plan on N) point, None where the plan cannot run on N; the timelines' work checked first."""
+    try:
+        check_work(workers, plans, profile)
+    except InvalidArgument as e:
+        raise InvalidArgument(f"workers: {e}") from None
+    shapes = [(p, shape(p, n)) for p in plans for n in workers]
+    return [(size, p, s) for size in sizes for p, s in shapes]
+
+
+def _row(text: str, s: PlanShape, size: float, compute: float, profile: Profile | None) -> ScaleRow:
+    """The point of plan ``text`` on N workers (``s``) for a message of ``size`` bytes."""
+    plan = cast("AnyPlan", s)  # the time model reads only .name and .n (tests/test_scaling.py)
+    n = s.n
     comm = cost(plan, n, size, profile)
     step = compute / n + comm
     alg, bus = bus_bandwidth(size, comm, n)
     speed = compute / step
     bound = busbw_bound(plan, n, profile)
-    return ScaleRow(plan, n, compute / n, comm, step, speed, speed / n, alg, bus, bound, float(size))
+    how = model(s, profile)
+    return ScaleRow(text, n, compute / n, comm, step, speed, speed / n, alg, bus, bound, float(size), how)
 
 
 @dataclass(frozen=True)
@@ -170,15 +297,27 @@ def format_table(rows: Sequence[ScaleRow]) -> str:
     from fpreduce.base.texttable import table
 
     head = ["plan", "N", "bytes", "compute ms", "comm ms", "step ms", "speed-up", "effic."]
-    head += ["algbw GB/s", "busbw GB/s", "bound"]
+    head += ["algbw GB/s", "busbw GB/s", "bound", "model"]  # model: closed (form) or timeline
     body = []
     for r in rows:
         alg, bus, bound = ("-" if math.isinf(v) else f"{v / 1e9:.1f}" for v in (r.algbw, r.busbw, r.busbw_bound))
         body.append(
             [r.plan, r.workers, size_text(r.nbytes), f"{r.compute_s * 1e3:.2f}", f"{r.comm_s * 1e3:.2f}"]
-            + [f"{r.step_s * 1e3:.2f}", f"{r.speedup:.2f}", f"{r.efficiency:.0%}", alg, bus, bound]
+            + [f"{r.step_s * 1e3:.2f}", f"{r.speedup:.2f}", f"{r.efficiency:.0%}", alg, bus, bound, r.model.split()[0]]
         )
     return table(head, body, align="l")
+
+
+def model_note(rows: Sequence[ScaleRow]) -> str:
+    """One line: how many points' comm times are closed forms, what backs them, and which ran the timeline."""
+    closed = sum(r.model == CLOSED for r in rows)
+    timed = sorted({r.plan for r in rows if r.model == TIMELINE})
+    s = f"comm: closed form for {closed} of {len(rows)} points"
+    if closed:
+        s += f" (the event timeline equals it at N <= {TESTED_N} on every family, tested)"
+    if timed:
+        s += f"; event timeline (no closed form) for {', '.join(timed)}"
+    return s
 
 
 def size_text(n: float) -> str:

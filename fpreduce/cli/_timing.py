@@ -22,7 +22,7 @@ def _int(text: str, option: str) -> int:
 def _cmd_scale(args: argparse.Namespace) -> int:
     from dataclasses import asdict, replace
 
-    from fpreduce.analysis.scaling import ScaleConfig, format_table, rows_as_dicts, scaling
+    from fpreduce.analysis.scaling import ScaleConfig, format_table, model_note, rows_as_dicts, scaling
     from fpreduce.run import rundir
     from fpreduce.run.scale import load_scale_config
 
@@ -47,7 +47,7 @@ def _cmd_scale(args: argparse.Namespace) -> int:
             from fpreduce.report.scaling import write_scale_report
 
             files += write_scale_report(out)
-        print(jsonfile.dumps(doc) if args.json else format_table(rows))
+        print(jsonfile.dumps(doc) if args.json else format_table(rows) + "\n" + model_note(rows))
         if files and not args.json:
             print("wrote " + ", ".join(str(f) for f in files if f.suffix != ".pdf" or f.name == "report.pdf"))
     return 0

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fpreduce.analysis.scaling import ScaleRow, format_table, size_text
+from fpreduce.analysis.scaling import ScaleRow, format_table, model_note, size_text
 from fpreduce.report._figure import legend, new_figure, save_figures, series_style
 from fpreduce.report.pdf import Doc, draw_png, render
 from fpreduce.run import rundir
@@ -201,6 +201,7 @@ def write_scale_report(study_dir: str | Path) -> list[Path]:
             "its NICs; Patarasuk & Yuan 2009)."
         )
         d.text(format_table(rows), mono=True, size=7)
+        d.text(model_note(rows) + " (model: how each point's comm time was found).")
         d.figure_page(
             draw_png(png),
             "Left: speed-up against N (dashed: ideal). Right: the all-reduce's time per step against the compute "

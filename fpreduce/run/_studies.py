@@ -88,6 +88,7 @@ _SCALE_ROW = {
     "busbw": _Key("float", 0.0, nonfinite=True, null=True),
     "busbw_bound": _Key("float", 0.0, nonfinite=True, null=True, required=False),  # (absent before the bound)
     "nbytes": _Key("float", 0.0, nonfinite=True, required=False),  # (absent before message-size sweeps; NaN then)
+    "model": _Key("str", required=False),  # "closed form" or "timeline" (absent before issue 26)
 }
 _PRICE_ROW = {
     "mode": _Key("str"),
