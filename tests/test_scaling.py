@@ -304,6 +304,8 @@ def test_a_timeline_too_long_is_refused_up_front_naming_the_key(tmp_path: Path, 
         "event timeline (no closed form) for tree:nccl:8"
     )
     assert sc.scaling([1 << 20], ["ring"], compute=0.4, nbytes=1e8, profile=NODE)[0].model == sc.CLOSED
+    with pytest.raises(InvalidArgument, match=r"plan 'hier:1024': G \(workers per node\) at most 512"):
+        sc.scaling([1024], ["hier:1024"], compute=0.4, nbytes=1e8)  # checked before its plan of 1024 is built
     (tmp_path / "s.toml").write_text('[scale]\nworkers = [600]\nplans = ["ring", "tree:nccl:8"]\n')
     assert main(["scale", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
