@@ -194,7 +194,7 @@ def _foreign_cases() -> dict[str, Callable[[Path], tuple[list[str], Path]]]:
         return lambda d: (MAKERS[cmd]("n", str(d)), d / "report.pdf")
 
     cases = {cmd: dir_case(cmd) for cmd in MAKERS}
-    cases["calibrate"] = lambda d: (["calibrate", "--sizes", "1,4,16", "--out", str(d / "c.toml")], d / "c.toml")
+    cases["calibrate"] = lambda d: (["calibrate", "--sizes", "1,4,16", "-o", str(d / "c.toml")], d / "c.toml")
     return cases
 
 
@@ -213,7 +213,7 @@ def test_a_file_no_fpreduce_command_wrote_is_never_replaced(
         argv, planted = ["report", str(ws / "run"), "-o", str(d / "r.pdf")], d / "r.pdf"
     else:
         argv, planted = FOREIGN_CASES[cmd](d)
-    if force and cmd in MAKERS:  # (report -o and calibrate --out have no --force: they never replace foreign files)
+    if force and cmd in MAKERS:  # (report -o and calibrate -o have no --force: they never replace foreign files)
         argv = [*argv, "--force"]
     planted.write_bytes(FOREIGN)
     before = files(ws)
@@ -224,7 +224,7 @@ def test_a_file_no_fpreduce_command_wrote_is_never_replaced(
 @pytest.mark.parametrize(
     "argv",
     [
-        ["calibrate", "--sizes", "1,4,16", "--out", "{missing}/c.toml"],
+        ["calibrate", "--sizes", "1,4,16", "-o", "{missing}/c.toml"],
         ["report", "{run}", "-o", "{missing}/r.pdf"],
     ],
     ids=["calibrate", "report"],

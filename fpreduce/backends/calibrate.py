@@ -109,7 +109,7 @@ _HEADER = "# fpreduce calibrate"
 
 
 def is_calibration(path: Path) -> bool:
-    """Whether ``path`` is a profile written by ``fpreduce calibrate`` (one ``calibrate --out`` may replace)."""
+    """Whether ``path`` is a profile written by ``fpreduce calibrate`` (one ``calibrate -o`` may replace)."""
     try:
         with open(path, "rb") as f:
             return f.read(len(_HEADER)) == _HEADER.encode()

@@ -90,7 +90,7 @@ HELP: dict[str, tuple[str, list[str]]] = {
     "calibrate": (
         "Time Open MPI's allreduce algorithms over message sizes and fit the cost model's alpha, beta and gamma; "
         "the [cluster] profile that scale and price read.",
-        ["fpreduce calibrate --np 4 --out cluster.toml"],
+        ["fpreduce calibrate --np 4 -o cluster.toml"],
     ),
     "reveal": (
         "Find the summation tree a black box uses (numpy.sum, numpy.dot, torch.sum, a matmul, your "

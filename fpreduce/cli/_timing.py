@@ -81,7 +81,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.reps < 1:
         raise InvalidArgument(f"--reps must be >= 1, got {args.reps}")
     if args.out:  # before the minutes of timing
-        file_target(args.out, "calibration", "--out", is_calibration, "cluster.toml")
+        file_target(args.out, "calibration", "-o", is_calibration, "cluster.toml")
     from fpreduce.cli._progress import Bar
 
     bar = Bar("timing", desc="calibrate")
@@ -97,7 +97,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"fpreduce: warning: {w}", file=sys.stderr)
     text = cal.to_toml()
     if args.out:
-        atomic_write(file_target(args.out, "calibration", "--out", is_calibration, "cluster.toml"), text)
+        atomic_write(file_target(args.out, "calibration", "-o", is_calibration, "cluster.toml"), text)
         print(f"wrote {args.out}")
     else:
         print(text, end="")
@@ -180,9 +180,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     ca.add_argument("--sizes", default=None, help="comma-separated element counts (default 1, 4, ..., 4^11)")
     ca.add_argument("--reps", type=int, default=5, help="timed repetitions per size (median)")
     ca.add_argument(
-        "--out",
+        "-o",
+        dest="out",
+        metavar="FILE.toml",
         default=None,
-        help="write the [cluster] profile here (TOML; its directory must exist; replaces only an earlier calibration)",
+        help="write the [cluster] profile to this file (its directory must exist; replaces only an earlier "
+        "calibration); one file, as report -o: --out names a directory in every command",
     )
     ca.add_argument("-q", "--quiet", action="store_true", help=_QUIET)
     ca.set_defaults(func=_cmd_calibrate)

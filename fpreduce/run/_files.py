@@ -200,7 +200,7 @@ def held(d: Path) -> bool:
 
 
 def file_target(path: str | Path, what: str, option: str, ours: Callable[[Path], bool], example: str) -> Path:
-    """``path`` as a Path, if a command may write its one ``what`` file there (``report -o``, ``calibrate --out``).
+    """``path`` as a Path, if a command may write its one ``what`` file there (``report -o``, ``calibrate -o``).
 
     Its directory must exist (a file output never creates directories) and the file be new
     or an earlier fpreduce ``what`` (``ours(path)``), which it replaces.
