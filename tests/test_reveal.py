@@ -320,13 +320,15 @@ def test_knob_map_splits_where_the_tree_changes_at_one_n():
 def test_cli_sweeps_over_threads_and_batch(capsys):
     import json
 
-    assert main(["reveal", "torch.sum", "--n", "24", "--sweep", "threads=1,2", "--verify", "12", "--json", "-q"]) == 0
+    few = ["--verify", "12", "--region-verify", "100", "-q"]  # (each region: 2 x 12, then 38 at each end)
+    assert main(["reveal", "torch.sum", "--n", "24", "--sweep", "threads=1,2", *few, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert (doc["sizes"], doc["at"], [r["sizes"] for r in doc["regions"]]) == ("threads", 24, [2])  # one grain
-    assert main(["reveal", "numpy.matmul", "--n", "16", "--sweep", "batch=1:2", "--verify", "12", "-q"]) == 0
+    assert (doc["region_verify"], [(r["checked"], r["extra"]) for r in doc["regions"]]) == (100, [(100, 76)])
+    assert main(["reveal", "numpy.matmul", "--n", "16", "--sweep", "batch=1:2", *few]) == 0
     out = capsys.readouterr().out
     assert "batch = 1:2 at 16 summands" in out
-    assert main(["reveal", "numpy.sum", "--n", "100", "--sweep", "stride=1,3", "--verify", "12", "--json", "-q"]) == 0
+    assert main(["reveal", "numpy.sum", "--n", "100", "--sweep", "stride=1,3", *few, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)  # numpy sums a strided vector along the same tree
     assert [(r["first"], r["last"], r["family"]) for r in doc["regions"]] == [(1, 3, "numpy")]
     for argv, error in (
@@ -340,6 +342,9 @@ def test_cli_sweeps_over_threads_and_batch(capsys):
         (["gloo", "--np", "3", "--sweep", "ranks=2:4"], "leave out --np"),
         (["mpi", "--sweep", "ranks=1:4"], "in 2..64"),
         (["gloo", "--sweep", "1:4"], "takes --np K"),
+        (["numpy.sum", "--n", "8", "--region-verify", "50"], "--region-verify is a number >= 0 of inputs for --sweep"),
+        (["numpy.sum", "--sweep", "1:4", "--region-verify", "-1"], "got -1"),
+        (["numpy.sum", "--n", "8", "--seed", "-1"], "seed must be an integer >= 0"),
     ):
         assert main(["reveal", *argv]) == 2
         err = capsys.readouterr().err

@@ -247,9 +247,9 @@ def test_ranks_map_names_the_algorithm_open_mpi_picks_at_each_world_size():
         (2, 3, "tree", "ring:ompi"),
         (4, 6, "tree", "rd"),
     ]
-    # each N one call of 1024 elements; then each region's first and last N opened again (4 + 4, 4 + 3 calls)
-    assert [(r.checked, r.differing, r.extra) for r in regions] == [(10240, 0, 8192), (10240, 0, 7168)]
-    assert opened == [2, 3, 4, 5, 6, 2, 3, 4, 6]
+    # every N on 10^4 elements (10 calls of 1024) while its group is open: no group opened twice
+    assert [(r.checked, r.differing, r.extra) for r in regions] == [(20480, 0, 0), (30720, 0, 0)]
+    assert opened == [2, 3, 4, 5, 6]
     with pytest.raises(fr.InvalidArgument, match="ascending"):
         rc.ranks_map(open_at, [4, 2], 16)
 
@@ -276,13 +276,13 @@ def test_cli_sweeps_over_ranks_one_group_each(monkeypatch, capsys):
 
     monkeypatch.setattr(live, "LiveAllReduce", Group)
     argv = ["reveal", "gloo", "--sweep", "ranks=2:4", "--n", "64", "--format", "bf16", "--verify", "64", "--json"]
+    argv += ["--region-verify", "128"]
     assert main([*argv, "-q"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [o[1] for o in opened] == [2, 3, 4, 2, 4]  # a group per N, then the region's first and last again
-    assert {(o[0], o[2], o[3]) for o in opened} == {("gloo", None, "bf16")}
-    assert (doc["sizes"], doc["at"], doc["region_verify"]) == ("ranks", 64, 10_000)
+    assert opened == [("gloo", 2, None, "bf16"), ("gloo", 3, None, "bf16"), ("gloo", 4, None, "bf16")]
+    assert (doc["sizes"], doc["at"], doc["region_verify"]) == ("ranks", 64, 128)
     assert [(r["first"], r["last"], r["family"]) for r in doc["regions"]] == [(2, 4, "ring:gloo")]  # (cut alike)
-    assert [(r["checked"], r["differing"], r["extra"]) for r in doc["regions"]] == [(10_048, 0, 9856)]
+    assert [(r["checked"], r["differing"], r["extra"]) for r in doc["regions"]] == [(384, 0, 0)]  # 128 at each N
 
 
 def test_a_gloo_ring_of_two_byte_elements_is_reused_by_its_expression():

@@ -651,36 +651,31 @@ def ranks_map(
     once per N: :class:`fpreduce.backends.live.LiveAllReduce`). A region's family is a collective plan
     of the project that explains every N of the region (Open MPI's own choice, ``ompi:default``, only
     where no named algorithm does: it explains every N by construction and would hide the switch). Each N's
-    plan is checked on ``verify`` random elements, each region's on ``region_verify`` in all
-    (:func:`~fpreduce.analysis.reveal.confirm_regions`: a group opened again at its first and last N when
-    they checked fewer). ``progress(done, len(ranks))`` after each N.
+    plan is checked on ``max(verify, region_verify)`` random elements while its group is open (starting a
+    group costs seconds, a call milliseconds: opening one again to top a region up cost more than checking
+    every N on the region's whole target), so every region has at least ``region_verify``.
+    ``progress(done, len(ranks))`` after each N.
 
     >>> import fpreduce as fr
     >>> from contextlib import nullcontext
     >>> def open_at(n):  # a library that rings up to 4 ranks and doubles recursively beyond
     ...     plan = fr.plans.parse("ring:gloo" if n <= 4 else "rd", n)
     ...     return nullcontext(lambda X: fr.reduce(X, plan))
-    >>> [(r.first, r.last, r.family) for r in ranks_map(open_at, range(3, 7), 36, verify=36)]
+    >>> [(r.first, r.last, r.family) for r in ranks_map(open_at, range(3, 7), 36, verify=36, region_verify=36)]
     [(3, 4, 'ring:gloo'), (5, 6, 'rd')]
     """
     ns = [int(n) for n in ranks]
     if not ns or ns != sorted(set(ns)) or ns[0] < 1:
         raise InvalidArgument(f"ranks must be distinct, ascending and positive, got {list(ranks)[:8]}")
     seen: list[Seen] = []
-    plans: dict[int, CollectiveRevelation] = {}
+    each = max(verify, region_verify)
     for n in ns:
         with open_at(n) as fn:
-            found = collective_revelation(fn, n, elements, format=format, verify=verify, seed=seed)
+            found = collective_revelation(fn, n, elements, format=format, verify=each, seed=seed)
         seen.append((n, found.verdict, found.accumulate, _labels(found), found.calls, found.checked, found.differing))
-        plans[n] = found
         if progress is not None:
             progress(len(seen), len(ns))
-
-    def check(n: int, count: int) -> tuple[int, int]:
-        with open_at(n) as fn:
-            return _check_more(fn, plans[n], count, [seed, 1 + ns.index(n)])
-
-    return confirm_regions(regions(seen), check, target=region_verify)
+    return regions(seen)
 
 
 def _labels(found: CollectiveRevelation) -> list[str]:

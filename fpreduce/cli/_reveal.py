@@ -229,20 +229,36 @@ def _collective_sweep(args: argparse.Namespace, backend: str, algorithm: str) ->
             return LiveAllReduce(backend, ranks, algorithm=algorithm or None, dtype=args.format)
 
         regions = ranks_map(
-            open_at, values, elements, format=args.format, verify=verify, seed=args.seed, progress=_bar("rank count")
+            open_at,
+            values,
+            elements,
+            format=args.format,
+            verify=verify,
+            seed=args.seed,
+            progress=_bar("rank count"),
+            region_verify=args.region_verify,
         )
-        return _print_regions(args, regions, verify, "ranks", at=elements)
+        return _print_regions(args, regions, max(verify, args.region_verify), "ranks", at=elements)
     if args.np is None:
         raise InvalidArgument(f"reveal {args.target} --sweep {args.sweep} takes --np K (ranks)")
     if args.n is not None:
         raise InvalidArgument("reveal takes --n E or --sweep FIRST:LAST[:STEP], one of them")
     with LiveAllReduce(backend, args.np, algorithm=algorithm or None, dtype=args.format) as fn:
-        regions = hazard_map(fn, args.np, values, format=args.format, verify=verify, seed=args.seed, progress=_bar())
+        regions = hazard_map(
+            fn,
+            args.np,
+            values,
+            format=args.format,
+            verify=verify,
+            seed=args.seed,
+            progress=_bar(),
+            region_verify=args.region_verify,
+        )
     return _print_regions(args, regions, verify, "elements", at=args.np)
 
 
 def _cmd_reveal(args: argparse.Namespace) -> int:
-    from fpreduce.analysis.reveal import match_family, revelation, tree_text
+    from fpreduce.analysis.reveal import REGION_VERIFY, match_family, revelation, tree_text
     from fpreduce.core.formats import format_name
 
     args.format = format_name(args.format)  # as people write it (torch.bfloat16, ...): its name in every line
@@ -251,6 +267,9 @@ def _cmd_reveal(args: argparse.Namespace) -> int:
         from fpreduce.run.rundir import check_report_target
 
         check_report_target(args.report)  # before any probe
+    if args.region_verify is not None and (args.sweep is None or args.region_verify < 0):
+        raise InvalidArgument(f"--region-verify is a number >= 0 of inputs for --sweep, got {args.region_verify}")
+    args.region_verify = REGION_VERIFY if args.region_verify is None else args.region_verify
     if args.target == "gloo" or args.target.partition(":")[0] == "mpi":
         return _collective(args)
     if args.np is not None:
@@ -345,14 +364,29 @@ def _sweep(fn: Callable[[Any], Any], args: argparse.Namespace) -> int:
     if axis == "n":
         if args.n is not None:
             raise InvalidArgument("reveal takes --n N or --sweep FIRST:LAST[:STEP], one of them")
-        regions = hazard_map(fn, values, format=args.format, verify=verify, seed=args.seed, progress=_bar())
+        regions = hazard_map(
+            fn,
+            values,
+            format=args.format,
+            verify=verify,
+            seed=args.seed,
+            progress=_bar(),
+            region_verify=args.region_verify,
+        )
         return _print_regions(args, regions, verify, "n")
     if args.n is None:
         raise InvalidArgument(f"--sweep {axis}=... reveals one size at every value: it takes --n N")
     fn_at = _knob(args.target, axis, args.batch)
     with _torch_threads_kept(axis):
         regions = knob_map(
-            fn_at, values, args.n, format=args.format, verify=verify, seed=args.seed, progress=_bar(f"{axis} value")
+            fn_at,
+            values,
+            args.n,
+            format=args.format,
+            verify=verify,
+            seed=args.seed,
+            progress=_bar(f"{axis} value"),
+            region_verify=args.region_verify,
         )
     return _print_regions(args, regions, verify, axis, at=args.n)
 
@@ -433,12 +467,10 @@ def _print_regions(args: argparse.Namespace, regions: Any, verify: int, what: st
     """The hazard map over ``what`` (n, elements, threads, batch, ranks; ``at``: the n or elements each value
     was revealed at) as a table (or JSON), and its report: per region, the random inputs its trees were verified
     on in all and how many differed."""
-    from fpreduce.analysis.reveal import REGION_VERIFY
-
     size = "" if at is None else f" at {at} {({'ranks': 'elements', 'elements': 'ranks'}).get(what, 'summands')}"
     _report(args, regions=regions, swept=what + size)
     if args.json:
-        doc = {"target": args.target, "format": args.format, "verify": verify, "region_verify": REGION_VERIFY}
+        doc = {"target": args.target, "format": args.format, "verify": verify, "region_verify": args.region_verify}
         print(jsonfile.dumps({**doc, "sizes": what, "at": at, "regions": [asdict(r) for r in regions]}))
         return 0
     kind = "elements" if what in ("elements", "ranks") else "inputs"
@@ -463,15 +495,13 @@ def _print_regions(args: argparse.Namespace, regions: Any, verify: int, what: st
             f"a region: consecutive {what} with one verdict, accumulator and family ('-': an explicit tree per "
             f"{what}, or none)"
         )
-    print(_verified_note(regions, verify, what, kind))
+    print(_verified_note(regions, verify, what, kind, args.region_verify))
     return 0
 
 
-def _verified_note(regions: Any, verify: int, what: str, kind: str) -> str:
+def _verified_note(regions: Any, verify: int, what: str, kind: str, target: int) -> str:
     """What 'verified' counts: each value's own check, then the regions topped up at their first and last values
     (how many, and the least and most any region with a tree got, from the regions' own counts)."""
-    from fpreduce.analysis.reveal import REGION_VERIFY
-
     topped = [r for r in regions if r.extra]
     more = (
         f"then {len(topped)} region(s) on {sum(r.extra for r in topped)} more at their first and last {what}"
@@ -482,7 +512,7 @@ def _verified_note(regions: Any, verify: int, what: str, kind: str) -> str:
     span = (
         f"{min(trees)}" if trees and min(trees) == max(trees) else f"{min(trees, default=0)}..{max(trees, default=0)}"
     )
-    each = f"the {len(trees)} region(s) with a tree: {span} each (target {REGION_VERIFY})" if trees else "no tree"
+    each = f"the {len(trees)} region(s) with a tree: {span} each (target {target})" if trees else "no tree"
     bad = sum(r.differing for r in regions)
     return (
         f"verified: the revealed trees run by fpreduce against the target on random {kind} (normal, heavy-tailed, "
@@ -528,6 +558,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         default=None,
         help="random inputs to verify on (default 10000; with --sweep 1000 at each value, then each region "
         "topped up at its first and last values to >= 10000 in all)",
+    )
+    r.add_argument(
+        "--region-verify",
+        type=int,
+        default=None,
+        metavar="K",
+        help="with --sweep: random inputs each region's trees are verified on in all, its values' own --verify "
+        "first, then its first and last values on the rest (ranks=...: every N on K while its group is open; "
+        "default 10000)",
     )
     r.add_argument("--seed", type=int, default=0, help="seed of the pivots and the random inputs (default 0)")
     r.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
