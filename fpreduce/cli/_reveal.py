@@ -516,7 +516,7 @@ def _verified_note(regions: Any, verify: int, what: str, kind: str, target: int)
     bad = sum(r.differing for r in regions)
     return (
         f"verified: the revealed trees run by fpreduce against the target on random {kind} (normal, heavy-tailed, "
-        f"cancelling): {verify} at each value of {what}, {more}; {each}; "
+        f"cancelling): >= {verify} at each value of {what}, {more}; {each}; "
         + (f"{bad} differing" if bad else "0 differing in any bit")
     )
 
