@@ -187,7 +187,7 @@ def test_cli_reveals_open_mpi_forced_ring(capsys):
 
 def test_reveal_report_pdf(tmp_path, capsys):
     from fpreduce.cli import main
-    from fpreduce.report.reveal import summary_row, write_reveal_report
+    from fpreduce.report.reveal import region_row, regions_note, summary_row, write_reveal_report
     from fpreduce.run.rundir import is_report
 
     ring = fr.plans.parse("ring:ompi", 4)
@@ -205,6 +205,9 @@ def test_reveal_report_pdf(tmp_path, capsys):
     ]
     assert summary_row("numpy.sum", one)[1:3] == ["40", one.calls]
     regions = fr.analysis.reveal.hazard_map(np.sum, range(1, 12), verify=5)
+    assert [region_row(r)[-2:] for r in regions] == [[10_000, 0]]  # 11 x 5, then 9945 at n = 1 and 11
+    assert "1 region(s) then had their first and last values' trees run on 9945 more" in regions_note(regions, "n")
+    assert "Differing in all: 0." in regions_note(regions, "n")
     out = write_reveal_report(tmp_path / "r.pdf", [("ring", coll), ("numpy.sum", one)], sweeps=[("numpy.sum", regions)])
     assert is_report(out)
     assert main(["reveal", "numpy.sum", "--n", "9", "--verify", "20", "--report", str(tmp_path / "no" / "r.pdf")]) == 2

@@ -81,7 +81,7 @@ def regions_note(regions: Sequence[Region], swept: str) -> str:
     bad = sum(r.differing for r in regions)
     return (
         f"'verified': random inputs (a collective's: elements) on which each region's revealed trees were run "
-        f"against the target: every value of {swept} on its own few{more}. Differing in all: {bad}"
+        f"against the target: every value of {swept} checked on its own{more}. Differing in all: {bad}"
         + (" (a region whose trees differ on the data is 'no fixed tree')." if bad else ".")
     )
 
