@@ -69,6 +69,12 @@ def tensor_values(t: Any, message: str) -> np.ndarray:
     if name in _TORCH_NUMPY:
         return np.asarray(c.resolve_conj().resolve_neg().numpy())
     if name not in _TORCH_BITS:
+        if t.is_floating_point():  # floats, but none of fpreduce's formats (float8_e4m3fnuz, float8_e8m0fnu, ...)
+            theirs = ", ".join(f"torch.{n}" for n in (*_TORCH_NUMPY, *_TORCH_BITS))
+            raise InvalidArgument(
+                f"torch.{name} tensors hold floats of no fpreduce format (tensors of {theirs} do); "
+                "convert with .float() (exact for every narrower float)"
+            )
         raise InvalidArgument(message.format(dtype=f"torch.{name} (a tensor)"))
     try:
         import ml_dtypes
