@@ -58,7 +58,7 @@ def test_real_calibration_runs_and_its_profile_loads(tmp_path, capsys, monkeypat
     monkeypatch.setattr(_progress, "clock", lambda: next(ticks))
     out = tmp_path / "profile.toml"
     args = ["calibrate", "--np", "2", "--algorithms", "ring,recursive_doubling,basic_linear"]
-    assert main([*args, "--sizes", "1,1024,65536", "--reps", "2", "--out", str(out)]) == 0
+    assert main([*args, "--sizes", "1,1024,65536", "--reps", "2", "-o", str(out)]) == 0
     printed, err = (text.splitlines() for text in capsys.readouterr())
     lines = [line for line in err if line.startswith("fpreduce calibrate: ")]
     assert lines[-1].startswith("fpreduce calibrate: 9/9 timings (100%), ")
