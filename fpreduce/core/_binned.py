@@ -370,6 +370,7 @@ def sums_compiled(
     """
     if _KERNEL is None or not jit.enabled() or A.dtype not in (np.float32, np.float64):
         return None
+    A = np.ascontiguousarray(A)  # a transposed or strided array copied once: the kernel compiles for 'C' rows only
     cols = A.shape[1]
     hi, e, special = np.empty(cols), np.empty(cols), np.empty(cols, dtype=np.int8)
     _compile_helpers()

@@ -288,6 +288,7 @@ def fused_fold(
         inputs, or a sum past Veltkamp's range): the caller recomputes the block.
     """
     init = plan.shuffled()
+    A = np.ascontiguousarray(A)  # a transposed or strided array copied once: the kernels compile for 'C' rows only
     bad = _kernel.run(
         A,
         A.view(np.uint32),
