@@ -46,6 +46,9 @@ GROUPS = {
         fr.dot(X[0], X[1], accumulate="bf16"),
         fr.exact_sum(X),
         fr.exact_sum(X64),
+        fr.exact_sum(np.ones((1 << 14, 2), dtype=np.float32)),  # tall float32 columns: the buckets, no scan
+        fr.reduce(np.ones((300, 64), dtype=np.float32), "atomic", accumulate="bf16", seed=1),  # 2-byte orders
+        fr.reduce(X64[:, :64], "sequential", input="fp64", accumulate="fp64", algorithm="kahan"),
         run_default(),
     ],
     "modes": lambda: every_mode(),
@@ -104,6 +107,9 @@ def run_default() -> None:
     arms = [
         {"name": n, "order": o, "input": "bf16", "accumulate": "bf16"}
         for n, o in (("A", "fixed:sequential"), ("B", "arrival"))
+    ] + [  # fp64 results: the metrics kernels' float64 signatures, against float32 ones
+        {"name": "C", "order": "fixed:sequential", "input": "fp64", "accumulate": "fp64", "compare_to": "A"},
+        {"name": "D", "order": "arrival", "input": "fp64", "accumulate": "fp64", "compare_to": "C"},
     ]
     cfg = {"experiment": {"name": "warm", "steps": 1, "workers": 4}, "source": {"elements": 64}, "arms": arms}
     with tempfile.TemporaryDirectory() as d:
