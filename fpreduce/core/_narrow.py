@@ -138,7 +138,7 @@ def widen(x):  # type: ignore[no-untyped-def]
     if isinstance(x, np.int16):
         return fp16_value(x)
     if isinstance(x, np.uint8):
-        return fp16_value(np.int16(np.uint16(x) << np.uint16(8)))
+        return e5m2_value(x)
     if isinstance(x, np.int8):
         return e4m3_value(x)
     return x
@@ -154,6 +154,11 @@ def fp16_value(w):  # type: ignore[no-untyped-def]
     h = np.uint32(np.uint16(w))
     v = u2f((h & np.uint32(0x7FFF)) << np.uint32(13)) * np.float32(2.0**112)
     return u2f(f2u(v) | ((h & np.uint32(0x8000)) << np.uint32(16)))
+
+
+def e5m2_value(w):  # type: ignore[no-untyped-def]
+    """The float32 value of an fp8_e5m2 word: the high byte of an fp16 word (:func:`widen`)."""
+    return fp16_value(np.int16(np.uint16(w) << np.uint16(8)))
 
 
 def e4m3_value(w):  # type: ignore[no-untyped-def]
@@ -540,7 +545,7 @@ def describe(kind: int, mode: int) -> str:
 
 
 _NAMES = (
-    *("bf16_value", "fp16_value", "e4m3_value"),
+    *("bf16_value", "fp16_value", "e5m2_value", "e4m3_value"),
     *("fp16_flags", "grid_flags", "add_narrow", "hw_top", "add_hw", "_row5", "_row_kind", "left_rows", "left_segs"),
     *("_row_fp32", "_row_near", "_row_fp16", "_row_k5"),
     *("row_input", "first_row", "scale_back"),
@@ -584,7 +589,8 @@ def compile_all() -> None:
 def _words_typed(g: dict[str, Any], overload: Any, nt: Any) -> None:
     """:func:`widen`, :func:`mark` and :func:`check16` compiled by their arguments' types (inlined: a float32 row's
     loop is the one it was before words existed)."""
-    bf16, fp16, e4m3, flags = g["bf16_value"], g["fp16_value"], g["e4m3_value"], g["fp16_flags"]
+    bf16, fp16, e5m2, e4m3 = g["bf16_value"], g["fp16_value"], g["e5m2_value"], g["e4m3_value"]
+    flags = g["fp16_flags"]
 
     def widen_of(x):  # type: ignore[no-untyped-def]
         if x == nt.uint16:
@@ -592,7 +598,7 @@ def _words_typed(g: dict[str, Any], overload: Any, nt: Any) -> None:
         if x == nt.int16:
             return lambda x: fp16(x)
         if x == nt.uint8:
-            return lambda x: fp16(np.int16(np.uint16(x) << np.uint16(8)))
+            return lambda x: e5m2(x)
         if x == nt.int8:
             return lambda x: e4m3(x)
         return lambda x: x

@@ -240,6 +240,7 @@ class ExactSum:
         return out.reshape(self.shape)
 
 
+@own_flags
 def exact_sum(X: ArrayLike, axis: int = 0) -> ExactSum:
     """Exact sums of a float array along ``axis`` (columns for ``axis=0``).
 
@@ -260,7 +261,7 @@ def exact_sum(X: ArrayLike, axis: int = 0) -> ExactSum:
     a, out_shape, sigbits = _check_input(X, axis)
     if a.dtype == np.float32 and a.shape[0] >= _TALL and _buckets is not None and jit.enabled():
         return _exact_general(a, out_shape, sigbits)  # one compiled pass answers every column: no scan first
-    return exact_sum_counting_zeros(X, axis)[0]
+    return _scanned(a, out_shape, sigbits)[0]
 
 
 #: Columns of at least this many float32 terms go straight to the buckets in :func:`exact_sum` (a column's limbs
@@ -287,7 +288,13 @@ def exact_sum_scan(X: ArrayLike, axis: int = 0) -> tuple[ExactSum, int | None, N
     (the backward error's scale; numpy's ``np.abs(X).sum(axis, dtype=np.float64)`` gives the same
     bits for two or more columns, and sums a single column pairwise) from the same compiled pass;
     None for both on the numpy path."""
-    a, out_shape, sigbits = _check_input(X, axis)
+    return _scanned(*_check_input(X, axis))
+
+
+def _scanned(
+    a: NDArray[np.floating], out_shape: tuple[int, ...], sigbits: int
+) -> tuple[ExactSum, int | None, NDArray[np.float64] | None]:
+    """:func:`exact_sum_scan` of an input :func:`_check_input` made (2-D, the summed axis first)."""
     n, c = a.shape
     zeros = absum = None
     if n and c:
