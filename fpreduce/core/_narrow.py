@@ -63,7 +63,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fpreduce.base import jit
+from fpreduce.base import counter, jit
 from fpreduce.base.threads import run as threads_run
 from fpreduce.base.threads import split
 from fpreduce.core import _hwround as hw
@@ -75,6 +75,7 @@ _ABS32 = 0x7FFFFFFF
 _QNAN = 0x7FC00000
 _INF = 0x7F800000
 _BLOCK = 1 << 14  # columns per block of a stochastic fold: the block's element seeds stay in L1/L2
+_STRETCH = 512  # columns per stretch of a stochastic row (:func:`_row_sr`; a multiple of 8)
 
 
 # ``_tall._load``'s ``low`` for fp16 inputs checked here: the bits of :func:`fp16_flags`, and the sign bit, which
@@ -112,7 +113,8 @@ def u2f(b):  # type: ignore[no-untyped-def]
 
 #: 2- and 1-byte formats whose rows the left folds read as their words (never widened to a float32 copy): the
 #: integer view each travels as (its type picks the widening: :func:`widen`), and the magnitude word from which on
-#: a word is Inf or NaN (the fold then refuses the rows: the caller loads them, NaNs made canonical, and folds again)
+#: a word is Inf or NaN (the fold then refuses the rows: the caller loads them, NaNs made canonical, and folds again;
+#: bf16's are found in the sums, :func:`mark`)
 WORDS: dict[str, tuple[np.dtype[Any], int]] = {
     "bf16": (np.dtype(np.uint16), 0x7F80),
     "fp16": (np.dtype(np.int16), 0x7C00),
@@ -170,9 +172,16 @@ def e4m3_value(w):  # type: ignore[no-untyped-def]
 
 def mark(seen, b):  # type: ignore[no-untyped-def]
     """A row's input check, element ``b`` added to ``seen``: the OR of float32 patterns (uint32: ``_tall``'s check
-    of the input format's low bits), or the largest magnitude of 2- or 1-byte words (:data:`WORDS`: Inf or NaN)."""
+    of the input format's low bits), or the largest magnitude of fp16 and fp8 words (:data:`WORDS`: Inf or NaN).
+
+    bf16 words are not marked: a bf16 word widens to float32's own Inf or NaN (its high half), and no sum leaves
+    Inf or NaN, so :func:`outcome` looks at the sums instead, once per column, not once per word (on 64 rows of
+    2**20 words, the mark cost 25-40% of the fold). An fp16 or fp8 word widens by moving its fields: an Inf or NaN
+    word would be a finite float32, so it is marked."""
     if isinstance(b, np.uint32):
         return seen | b
+    if isinstance(b, np.uint16):
+        return seen
     if isinstance(b, np.uint8 | np.int8):
         return max(seen, np.uint32(np.uint8(b)) & np.uint32(0x7F))
     return max(seen, np.uint32(np.uint16(b)) & np.uint32(0x7FFF))
@@ -244,6 +253,29 @@ def add_narrow(a, b, mode, L, step, d, u):  # type: ignore[no-untyped-def]
     return u2f(r), sb & np.uint32(_ABS32)
 
 
+def sr_exact(a, b, s, L, dsh, limit, top):  # type: ignore[no-untyped-def]
+    """(``a + b`` rounded stochastically, True) when their float32 sum ``s`` is exact and at most ``limit``, else
+    (anything, False): :func:`add_narrow`'s mode 4, bit for bit, with no float64 (16 lanes per AVX-512 register).
+
+    ``top`` is the high 32 bits of the addition's draw, whose top 53 bits are the law's
+    ``u`` times 2**53. An exact sum's discarded part ``(s - sl) / gap`` is the low ``d``
+    bits of its pattern over 2**d, so the law ``u < (s - sl) / gap`` is ``U < low bits``
+    for ``U`` the top ``d`` bits of ``u`` (``top >> 1 >> dsh``, ``dsh = 31 - d``: no
+    shift by 32 when d = 0); below zero the fraction counts from the neighbour toward
+    zero, and ``U ^ L`` (the top bits of ``1 - u``'s complement) takes its place. The
+    step away from zero is then the carry of ``pattern + L - U`` out of the low bits
+    (patterns count values across binades). An exact zero sum is float32's +0, as
+    :func:`add_narrow` gives; an inexact sum, one beyond ``limit`` (it may round past
+    the top), Inf and NaN are the caller's, by :func:`add_narrow`.
+    """
+    sb = f2u(s)
+    neg = np.uint32(f2i(s) >> np.int32(31))  # all ones below zero
+    U = (top >> np.uint32(1)) >> dsh
+    r = (sb + (L - (U ^ (neg & L)))) & ~L
+    good = (s - a == b) & (s - b == a) & ((sb & np.uint32(_ABS32)) <= limit)
+    return u2f(r), good
+
+
 def hw_top(grid, scale):  # type: ignore[no-untyped-def]
     """(the scaled largest finite value's pattern, the overflow pattern: Inf, or NaN without Inf) for :func:`add_hw`."""
     return f2u(np.float32(grid.maxf) * np.float32(scale)), np.uint32(_INF if grid.has_inf else _QNAN)
@@ -275,7 +307,7 @@ def add_hw(a, b, mode, L, top, big, clamp):  # type: ignore[no-untyped-def]
     return u2f(((r & np.uint32(_SIGN)) | (big if away else top)) if over else r)
 
 
-def _row5(o, x, xb, scale, mode, L, step, d, z, t, grid, c16):  # type: ignore[no-untyped-def]
+def _row5(o, x, xb, scale, mode, L, step, d, limit, z, t, grid, c16):  # type: ignore[no-untyped-def]
     """o[j] <- o[j] + x[j] * scale by :func:`add_narrow` in ``mode`` (rows; 5..7: :func:`add_hw` in
     mode - 4, the hardware's mode set); (the OR of x's bits, or with ``c16`` (modes 5..7 of a scaled
     format) of :func:`fp16_flags` of x: fp16 inputs checked as read; max |s|)."""
@@ -296,17 +328,81 @@ def _row5(o, x, xb, scale, mode, L, step, d, z, t, grid, c16):  # type: ignore[n
             o[j] = add_hw(o[j], widen(x[j]), mode - 4, L, L, L, False)
             seen = mark(seen, xb[j])
     elif mode == 4:
-        for j in range(o.size):
-            v, mag = add_narrow(o[j], widen(x[j]) * scale, 4, L, step, d, kr.uniform(z[j], t))
-            o[j] = v
-            seen = mark(seen, xb[j])
-            big = max(big, mag)
+        return _row_sr(o, x, xb, scale, L, step, d, limit, z, t)
     else:
         for j in range(o.size):
             v, mag = add_narrow(o[j], widen(x[j]) * scale, mode, L, step, d, 0.0)
             o[j] = v
             seen = mark(seen, xb[j])
             big = max(big, mag)
+    return seen, big
+
+
+def _sr_lanes(o, x, xb, scale, L, dsh, limit, z, t, ok):  # type: ignore[no-untyped-def]
+    """o[j] <- o[j] + x[j] * scale rounded stochastically (addition ``t``, seeds ``z``) where :func:`sr_exact`
+    answers, ``ok[j]`` whether it did: (how many it did not, the OR of x's check). Branch free: it vectorizes."""
+    miss = 0
+    seen = np.uint32(0)
+    for j in range(o.size):
+        a = o[j]
+        b = widen(x[j]) * scale
+        r, good = sr_exact(a, b, a + b, L, dsh, limit, np.uint32(counter.draw(z[j], t) >> np.uint64(32)))
+        o[j] = r if good else a
+        ok[j] = np.uint8(good)
+        miss += 0 if good else 1
+        seen = mark(seen, xb[j])
+    return miss, seen
+
+
+def _sr_rest(o, x, scale, L, step, d, z, t, ok, miss):  # type: ignore[no-untyped-def]
+    """The sums :func:`_sr_lanes` left (``ok[j]`` 0) by :func:`add_narrow`: max |s|'s pattern of those.
+
+    A few are found by scanning ``ok`` eight at a time; many (inexact sums everywhere: float32
+    inputs) take every lane's :func:`add_narrow`, kept where ``ok`` is 0 (a vector loop)."""
+    big = np.uint32(0)
+    if 8 * miss > o.size:
+        for j in range(o.size):
+            v, mag = add_narrow(o[j], widen(x[j]) * scale, 4, L, step, d, kr.uniform(z[j], t))
+            keep = ok[j] != 0
+            o[j] = o[j] if keep else v
+            big = max(big, np.uint32(0) if keep else mag)
+        return big
+    words = ok.view(np.uint64)
+    for w in range(words.size):
+        if words[w] != np.uint64(0x0101010101010101):
+            for j in range(8 * w, 8 * w + 8):
+                if ok[j] == 0:
+                    v, mag = add_narrow(o[j], widen(x[j]) * scale, 4, L, step, d, kr.uniform(z[j], t))
+                    o[j] = v
+                    big = max(big, mag)
+    return big
+
+
+def _row_sr(o, x, xb, scale, L, step, d, limit, z, t):  # type: ignore[no-untyped-def]
+    """Mode 4 (:func:`_row5`): the row in stretches of :data:`_STRETCH` columns, each by :func:`_sr_lanes` and the
+    sums it leaves by :func:`_sr_rest`; after a stretch of mostly inexact sums (float32 inputs), the rest of the
+    row by :func:`add_narrow` alone. (The OR of x's check, max |s|'s pattern of the sums add_narrow gave.)"""
+    seen = np.uint32(0)
+    big = np.uint32(0)
+    dsh = np.uint32(31 - d)
+    ok = np.ones(_STRETCH, dtype=np.uint8)
+    n = o.size
+    lo = 0
+    while lo + _STRETCH <= n:
+        hi = lo + _STRETCH
+        miss, bits = _sr_lanes(o[lo:hi], x[lo:hi], xb[lo:hi], scale, L, dsh, limit, z[lo:hi], t, ok)
+        seen |= bits
+        if miss:
+            big = max(big, _sr_rest(o[lo:hi], x[lo:hi], scale, L, step, d, z[lo:hi], t, ok, miss))
+        lo = hi
+        if 4 * miss > _STRETCH:
+            break
+    o, x, xb, z = o[lo:], x[lo:], xb[lo:], z[lo:]  # a short tail, or the rest of a row of inexact sums
+    for j in range(o.size):
+        v, mag = add_narrow(o[j], widen(x[j]) * scale, 4, L, step, d, kr.uniform(z[j], t))
+        o[j] = v
+        seen = mark(seen, xb[j])
+        big = max(big, mag)
     return seen, big
 
 
@@ -375,7 +471,7 @@ def _row_fp16(o, x, xb, grid):  # type: ignore[no-untyped-def]
 def _row_k5(o, x, xb, grid, lanes, mode, z, t):  # type: ignore[no-untyped-def]
     """Kind 5: :func:`_row5` in ``mode`` with the :class:`Lanes` unpacked."""
     L, step, d, c16 = lanes.L, lanes.step, np.int64(lanes.d), lanes.fp16_check
-    return _row5(o, x, xb, np.float32(lanes.scale), mode, L, step, d, z, t, grid, c16)
+    return _row5(o, x, xb, np.float32(lanes.scale), mode, L, step, d, lanes.limit, z, t, grid, c16)
 
 
 def left_rows(X, Xb, perm, out, kind, mode, grid, lanes, key, e0, c0):  # type: ignore[no-untyped-def]
@@ -546,7 +642,8 @@ def describe(kind: int, mode: int) -> str:
 
 _NAMES = (
     *("bf16_value", "fp16_value", "e5m2_value", "e4m3_value"),
-    *("fp16_flags", "grid_flags", "add_narrow", "hw_top", "add_hw", "_row5", "_row_kind", "left_rows", "left_segs"),
+    *("fp16_flags", "grid_flags", "add_narrow", "sr_exact", "hw_top", "add_hw", "_row5", "_row_kind", "left_rows"),
+    *("left_segs", "_sr_lanes", "_sr_rest", "_row_sr"),
     *("_row_fp32", "_row_near", "_row_fp16", "_row_k5"),
     *("row_input", "first_row", "scale_back"),
     *("_rows5_m", "rows5"),
@@ -606,6 +703,8 @@ def _words_typed(g: dict[str, Any], overload: Any, nt: Any) -> None:
     def mark_of(seen, b):  # type: ignore[no-untyped-def]
         if b == nt.uint32:
             return lambda seen, b: seen | b
+        if b == nt.uint16:
+            return lambda seen, b: seen
         if b in (nt.uint8, nt.int8):
             return lambda seen, b: max(seen, np.uint32(np.uint8(b)) & np.uint32(0x7F))
         return lambda seen, b: max(seen, np.uint32(np.uint16(b)) & np.uint32(0x7FFF))
@@ -692,7 +791,8 @@ def outcome(
     """(out, done) of a left fold of X's rows from its threads' (input check, max |s|): :func:`fold_left`'s."""
     seen, big = functools.reduce(lambda a, b: (a[0] | b[0], max(a[1], b[1])), got)
     if X.dtype.itemsize <= 2:
-        if seen >= _WORD_TOPS[X.dtype]:
+        sums_finite = X.dtype != np.uint16 or bool(np.isfinite(out.min()) and np.isfinite(out.max()))  # (bf16: mark)
+        if seen >= _WORD_TOPS[X.dtype] or not sums_finite:
             return None, True  # an Inf or NaN input: the caller loads the rows (NaNs canonical) and folds again
         low = 0
     return answer(out, seen, big, kind, lns, low)
