@@ -108,6 +108,20 @@ def test_inf_and_nan_words_take_the_float32_path(fmt: str) -> None:
         assert got[9] == np.inf
 
 
+def test_bf16_words_whose_sum_overflows_are_summed_again() -> None:
+    """bf16 words are checked in their sums (no Inf or NaN word marked as read): finite words whose sum overflows
+    give the same bits as the float32 copy's fold, in every mode, with and without stochastic rounding."""
+    X = data("bf16", 4, 700, seed=2)
+    top = float(np.finfo(DTYPES["bf16"]).max)
+    X[:, 5], X[:, 600] = top, -top  # (600: a column in the stochastic fold's second stretch)
+    for acc, mode in (("fp32", "nearest_even"), ("bf16", "nearest_even"), ("bf16", "up"), ("bf16", "stochastic")):
+        kw = {"accumulate": acc, "rounding": mode, "seed": 1}
+        ref = fr.reduce(X.astype(np.float32), "sequential", input="bf16", threads=1, **kw)
+        got = fr.reduce(X, "sequential", threads=2, **kw)
+        assert np.array_equal(bits(got), bits(ref)), (acc, mode)
+        assert np.isinf(got[5]) or got[5] == top, (acc, mode)
+
+
 def test_torch_bf16_tensors_are_read_as_words() -> None:
     torch = pytest.importorskip("torch")
     X = data("bf16", 4, 3000)

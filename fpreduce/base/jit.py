@@ -106,11 +106,29 @@ def numba() -> Any:
             import llvmlite.binding as llb
 
             llb.set_option("fpreduce", "-x86-cmov-converter=false")
+            _wide_vectors(config, llb)
         _listen(nb)
         _TUNED.append(True)
         for fn in _JITABLE:
             _register(fn)
     return nb
+
+
+def _wide_vectors(config: Any, llb: Any) -> None:
+    """On a processor with AVX-512, let LLVM vectorize with 512-bit registers (numba's ``CPU_FEATURES``: the host's
+    features less ``prefer-256-bit``, a tuning LLVM sets for Intel server processors), unless the user set them.
+
+    The kernels' loops then run 16 float32 or 8 int64 lanes per instruction instead of 8 or 4 (the counter
+    generator's 64-bit products among them). Measured on 64 x 2^20 bf16 words (Xeon, Emerald Rapids, one thread):
+    the nearest-even wide fold 2.5x -> 1.5x torch.sum's time, stochastic rounding 1.25 -> 0.79 ns per addition.
+    Vector width changes how many lanes an instruction computes, never a lane's value: no kernel uses fast-math,
+    so the bits are the same. Set before numba's first compile (its code generator reads it then), else ignored.
+    """
+    if config.CPU_FEATURES is not None:
+        return
+    features = llb.get_host_cpu_features()
+    if features.get("avx512f") and features.get("avx512dq"):
+        config.CPU_FEATURES = features.flatten() + ",-prefer-256-bit"
 
 
 def cache_dir() -> str:
