@@ -1,7 +1,7 @@
 """Compile numba's kernel families into the on-disk cache before the tests (CI runs groups in parallel).
 
 A fresh machine has no cache: each family costs 20-70 s of CPU to compile, in every test
-process that needs it first. ``python .ci/warm.py GROUP`` compiles one group's kernels by
+process that needs it first. ``python .ci/warm.py GROUP...`` compiles the groups' kernels, one group after another, by
 calling ``fr.reduce`` on small arrays of the shapes and dtypes the tests use, into
 ``fpreduce.base.jit.cache_dir()`` (``$NUMBA_CACHE_DIR``, else the user's cache directory),
 where the tests read them.
@@ -117,4 +117,5 @@ def run_default() -> None:
 
 
 if __name__ == "__main__":
-    GROUPS[sys.argv[1]]()
+    for group in sys.argv[1:]:  # one after another: a later group loads what an earlier one compiled
+        GROUPS[group]()

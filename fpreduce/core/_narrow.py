@@ -371,9 +371,9 @@ def _sr_rest(o, x, scale, L, step, d, z, t, ok, miss):  # type: ignore[no-untype
             big = max(big, np.uint32(0) if keep else mag)
         return big
     words = ok.view(np.uint64)
-    for w in range(words.size):
+    for w in range((o.size + 7) // 8):  # (a short stretch: the rest of ``ok`` is an earlier stretch's)
         if words[w] != np.uint64(0x0101010101010101):
-            for j in range(8 * w, 8 * w + 8):
+            for j in range(8 * w, min(8 * w + 8, o.size)):
                 if ok[j] == 0:
                     v, mag = add_narrow(o[j], widen(x[j]) * scale, 4, L, step, d, kr.uniform(z[j], t))
                     o[j] = v
@@ -382,25 +382,27 @@ def _sr_rest(o, x, scale, L, step, d, z, t, ok, miss):  # type: ignore[no-untype
 
 
 def _row_sr(o, x, xb, scale, L, step, d, limit, z, t):  # type: ignore[no-untyped-def]
-    """Mode 4 (:func:`_row5`): the row in stretches of :data:`_STRETCH` columns, each by :func:`_sr_lanes` and the
-    sums it leaves by :func:`_sr_rest`; after a stretch of mostly inexact sums (float32 inputs), the rest of the
-    row by :func:`add_narrow` alone. (The OR of x's check, max |s|'s pattern of the sums add_narrow gave.)"""
+    """Mode 4 (:func:`_row5`): the row in stretches of :data:`_STRETCH` columns (the last one shorter), each by
+    :func:`_sr_lanes` and the sums it leaves by :func:`_sr_rest`; after a stretch of mostly inexact sums (float32
+    inputs), the rest of the row by :func:`add_narrow` alone. (The OR of x's check, max |s|'s pattern of the sums
+    add_narrow gave.)"""
     seen = np.uint32(0)
     big = np.uint32(0)
     dsh = np.uint32(31 - d)
     ok = np.ones(_STRETCH, dtype=np.uint8)
     n = o.size
     lo = 0
-    while lo + _STRETCH <= n:
-        hi = lo + _STRETCH
+    while lo < n:
+        hi = min(lo + _STRETCH, n)
         miss, bits = _sr_lanes(o[lo:hi], x[lo:hi], xb[lo:hi], scale, L, dsh, limit, z[lo:hi], t, ok)
         seen |= bits
         if miss:
             big = max(big, _sr_rest(o[lo:hi], x[lo:hi], scale, L, step, d, z[lo:hi], t, ok, miss))
+        many = 4 * miss > hi - lo
         lo = hi
-        if 4 * miss > _STRETCH:
+        if many:
             break
-    o, x, xb, z = o[lo:], x[lo:], xb[lo:], z[lo:]  # a short tail, or the rest of a row of inexact sums
+    o, x, xb, z = o[lo:], x[lo:], xb[lo:], z[lo:]  # the rest of a row of inexact sums
     for j in range(o.size):
         v, mag = add_narrow(o[j], widen(x[j]) * scale, 4, L, step, d, kr.uniform(z[j], t))
         o[j] = v
