@@ -265,7 +265,7 @@ def sr_exact(a, b, s, L, dsh, limit, top):  # type: ignore[no-untyped-def]
     bits of its pattern over 2**d, so the law ``u < (s - sl) / gap`` is ``U < low bits``
     for ``U`` the top ``d`` bits of ``u`` (``top >> 1 >> dsh``, ``dsh = 31 - d``: no
     shift by 32 when d = 0); below zero the fraction counts from the neighbour toward
-    zero, and ``U ^ L`` (the top bits of ``1 - u``'s complement) takes its place. The
+    zero, and ``U ^ L`` (the top ``d`` bits of ``2**53 - 1 - u * 2**53``) takes its place. The
     step away from zero is then the carry of ``pattern + L - U`` out of the low bits
     (patterns count values across binades). An exact zero sum is float32's +0, as
     :func:`add_narrow` gives; an inexact sum, one beyond ``limit`` (it may round past
