@@ -32,6 +32,7 @@ from enum import Enum
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fpreduce.base import jit
 from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.base.fpflags import own_flags
@@ -213,11 +214,17 @@ def _nearest_from_float32(x: NDArray[np.float32], f: Format) -> NDArray[np.float
     """Round-to-nearest-even of float32 onto a format with fp32's exponent range.
 
     The integer trick of ``_nearest32_inplace``, from ``x`` straight into a new
-    array, in cache-sized blocks. NaNs are kept as a quiet NaN.
+    array, in cache-sized blocks. NaNs are kept as a quiet NaN. With numba, an array of
+    4096 elements or more is rounded by ``_nearest32_bits`` in one compiled pass (the same
+    bits; 64 x 2**16 float32 to bf16 took 11 ms in numpy's passes, the runner's input
+    rounding).
     """
     src = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty(src.shape, dtype=np.float32)
     xb, ob = src.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32)
+    if jit.enabled() and _NEAREST32 is not None and xb.size >= _COMPILED_FROM:
+        _NEAREST32(xb, ob, np.uint32(24 - f.precision))
+        return out
     block = 1 << 15
     tmp = np.empty(min(xb.size, block), dtype=np.uint32)
     drop = 24 - f.precision
@@ -234,6 +241,22 @@ def _nearest_from_float32(x: NDArray[np.float32], f: Format) -> NDArray[np.float
             nan = np.isnan(blk)
             out.reshape(-1)[lo : lo + block][nan] = np.float32(np.nan)
     return out
+
+
+def _nearest32_bits(xb, ob, drop):  # type: ignore[no-untyped-def]
+    """``_nearest_from_float32`` compiled, one pass: ob[i] <- the pattern ``xb[i]`` rounded to nearest even at bit
+    ``drop`` (the same integer steps), a NaN the quiet NaN 0x7FC00000 (numpy's ``np.float32(np.nan)``)."""
+    one = np.uint32(1)
+    half = (one << (drop - one)) - one
+    keep = ~((one << drop) - one)
+    for i in range(xb.size):
+        b = xb[i]
+        r = (b + ((b >> drop) & one) + half) & keep
+        ob[i] = np.uint32(0x7FC00000) if (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else r
+
+
+_NEAREST32 = jit.jit(_nearest32_bits, "rounding float32 to bf16/tf32")
+_COMPILED_FROM = 1 << 12  # elements: fewer take numpy's passes (no first compile for a small array)
 
 
 def _nearest32_inplace(acc: NDArray[np.float32], f: Format, tmp: NDArray[np.uint32]) -> None:
