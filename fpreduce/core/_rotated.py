@@ -88,7 +88,7 @@ def left_rot(X, Xb, B, offs, los, his, out, kind, mode, grid, lanes):  # type: i
                 if act == 1:
                     seen |= _narrow.first_row(o, x, xb, sc, c16)
                 elif act == 2:
-                    bits, mag = _narrow._row_of(o, x, xb, kind, grid, lanes, mode, z, 0)
+                    bits, mag = _narrow._row_of(o, (x,), (xb,), kind, grid, lanes, mode, z, 0)
                     seen, big = seen | bits, max(big, mag)
                 s = e
     hw.end(hwm)
@@ -111,7 +111,7 @@ def fold_rot(
     compile_all()
     lns = _narrow.row_params(kind, grid, low)
     out = np.empty(X.shape[1], dtype=np.float32)
-    fold = _rot_kernel(int(kind), _narrow.row_mode(kind, grid))
+    fold = _rot_kernel(int(kind), _narrow.row_mode(kind, grid, lns))
     Xb = X if X.dtype.itemsize <= 2 else X.view(np.uint32)
     B, offs = rot
     parts = [(X, Xb, B, offs[s], lo, hi, out, grid, lns) for s, lo, hi in _narrow.pieces(*cols, threads)]
