@@ -109,6 +109,36 @@ def test_wide_left_fold_equals_numpy_and_reference(acc, mode, specials):
 
 
 @needs_jit
+@pytest.mark.parametrize("acc", ["fp32", "bf16", "fp16", "fp8_e4m3"])
+@pytest.mark.parametrize("mode", ["nearest_even", *DIRECTED])
+def test_folds_by_column_blocks_and_row_groups(acc, mode):
+    """Wide folds (stochastic ones apart) add four rows at a time in one pass over a block of 2**13 columns: for
+    every count of rows (groups of four, the rows after them, none) and across block edges (two whole blocks and a
+    short one) the bits are numpy's twin's and, on columns at the edges, the Fraction reference's; the rows stored
+    as their own words (ml_dtypes) give the same bits."""
+    import ml_dtypes
+
+    f = get_format(acc)
+    inp = acc if f.precision < 11 else "bf16"
+    fi = get_format(inp)
+    m = 2 * 8192 + 37
+    cols = np.r_[0:16, 8184:8200, 2 * 8192 - 8 : m]
+    kw = {"input": inp, "accumulate": acc, "rounding": mode}
+    for n in (2, 4, 5, 9):
+        x = np.stack([values(inp, m, 20 + r) for r in range(n)])
+        lim = min(fi.max_finite / 64, 2.0**100)  # no sum nears the top, nor Veltkamp's range (bf16): no exact rerun
+        X = fr.round_to(np.where(abs(x) > lim, x * (lim / fi.max_finite), x), fi).astype(np.float32)
+        with fr.trace_routes() as ran:
+            got = fr.reduce(X, "sequential", **kw)
+        assert ran == [fr.Route.WIDE_LEFT], (n, ran)
+        with jit.disabled():
+            assert same(got, fr.reduce(X, "sequential", **kw)), n
+        assert same(got[cols], fr.reduce_reference(X[:, cols], "sequential", **kw)), n
+        words = X.astype({"bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp16": np.float16}[inp])
+        assert same(fr.reduce(words, "sequential", accumulate=acc, rounding=mode), got), n
+
+
+@needs_jit
 @pytest.mark.parametrize("acc", ["fp32", "bf16", "fp16", "tf32"])
 def test_overflow_and_the_top_binade(acc):
     """Sums near and beyond the largest finite value (handed to the exact path): Inf, max finite, by mode."""

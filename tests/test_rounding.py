@@ -218,4 +218,9 @@ def test_compiled_float32_to_bf16_and_tf32_is_numpys_rounding_bit_for_bit():
         with jit.disabled():
             want = fr.round_to(x, fmt)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), fmt
+        for t in (2, 3):  # split over threads (odd spans too): the same bits
+            cut = fr.round_to(x[:, :127], fmt, threads=t)
+            assert np.array_equal(cut.view(np.uint32), want[:, :127].view(np.uint32)), (fmt, t)
     assert fr.round_to(x, "bf16").reshape(-1)[6] == np.float32(1.0)  # a tie to even
+    with pytest.raises(fr.InvalidArgument, match="threads"):
+        fr.round_to(x, "bf16", threads=0)

@@ -122,6 +122,37 @@ def test_bf16_words_whose_sum_overflows_are_summed_again() -> None:
         assert np.isinf(got[5]) or got[5] == top, (acc, mode)
 
 
+@pytest.mark.parametrize("fmt", ["fp16", "fp8_e5m2"])
+def test_words_checks_join_by_their_largest_magnitude(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A word's check is its magnitude (Inf and NaN words are the largest): rows whose largest magnitudes are 1.5
+    and 2.5 (words 0x3E00 and 0x4100 in fp16: their OR 0x7F00 is beyond Inf's 0x7C00) are folded once, as their
+    words, on any number of threads; an Inf word is found and the rows folded again from their float32 values."""
+    from fpreduce.core import _narrow
+
+    calls: list[np.dtype] = []
+    fold = _narrow.fold_left
+
+    def spy(X: np.ndarray, *args: object, **kw: object) -> object:
+        calls.append(X.dtype)
+        return fold(X, *args, **kw)
+
+    monkeypatch.setattr(_narrow, "fold_left", spy)
+    X = np.zeros((3, 5000), dtype=DTYPES[fmt])
+    X[0], X[1], X[2] = 1.5, 2.5, 0.25
+    for t in (1, 2, 3):
+        calls.clear()
+        got = fr.reduce(X, "sequential", accumulate=fmt, threads=t)
+        assert np.all(got == (4.25 if fmt == "fp16" else 4.0)), t
+        assert len(calls) == 1, t
+        assert calls[0].itemsize <= 2, t
+    X[1, 4000] = np.inf
+    calls.clear()
+    got = fr.reduce(X, "sequential", accumulate=fmt, threads=2)
+    assert np.isinf(got[4000])
+    assert np.all(np.delete(got, 4000) == got[0])
+    assert len(calls) == 2, calls
+
+
 def test_torch_bf16_tensors_are_read_as_words() -> None:
     torch = pytest.importorskip("torch")
     X = data("bf16", 4, 3000)

@@ -179,9 +179,9 @@ def mark(seen, b):  # type: ignore[no-untyped-def]
     of the input format's low bits), or the largest magnitude of fp16 and fp8 words (:data:`WORDS`: Inf or NaN).
 
     bf16 words are not marked: a bf16 word widens to float32's own Inf or NaN (its high half), and no sum leaves
-    Inf or NaN, so :func:`outcome` looks at the sums instead, once per column, not once per word (on 64 rows of
-    2**20 words, the mark cost 25-40% of the fold). An fp16 or fp8 word widens by moving its fields: an Inf or NaN
-    word would be a finite float32, so it is marked."""
+    Inf or NaN, so the folds look at the sums instead (:func:`mark_sums`), once per column, not once per word (on
+    64 rows of 2**20 words, the mark cost 25-40% of the fold). An fp16 or fp8 word widens by moving its fields: an
+    Inf or NaN word would be a finite float32, so it is marked. Checks are joined by :func:`join`."""
     if isinstance(b, np.uint32):
         return seen | b
     if isinstance(b, np.uint16):
@@ -196,6 +196,25 @@ def check16(seen, x, b):  # type: ignore[no-untyped-def]
     if isinstance(x, np.float32):
         return seen | fp16_flags(x)
     return mark(seen, b)
+
+
+def join(seen, bits, w):  # type: ignore[no-untyped-def]
+    """Two input checks of rows like ``w`` (a row of ``Xb``) joined: the OR of float32 patterns (uint32), the larger
+    of words' magnitudes (:func:`mark`: an OR of two magnitudes may reach Inf's word where neither does)."""
+    return seen | bits if w.dtype == np.uint32 else max(seen, bits)
+
+
+def mark_sums(seen, o, w):  # type: ignore[no-untyped-def]
+    """bf16 words (``w`` a uint16 row): ``seen`` joined with the largest magnitude among the sums ``o`` as a bf16
+    word's (the high half of its pattern: Inf or NaN from 0x7F80 on, as :func:`mark` says of inputs); ``seen`` for
+    other rows. A bf16 word widens to float32's own Inf or NaN, and no sum leaves them: the sums say it, once per
+    column (a block's, in L1) rather than once per word."""
+    if w.dtype != np.uint16:
+        return seen
+    top = np.uint32(0)
+    for j in range(o.size):
+        top = max(top, f2u(o[j]) & np.uint32(_ABS32))
+    return max(seen, top >> np.uint32(16))
 
 
 class Lanes(NamedTuple):
@@ -563,23 +582,25 @@ def left_rows(X, Xb, perm, out, kind, mode, grid, lanes, key, e0, c0):  # type: 
         hi = min(lo + width, m)
         a, b = c0 + lo, c0 + hi  # rows are sliced X[r][a:b] (contiguous: the loops vectorize), never X[:, a:b]
         o = out[lo:hi]
-        seen |= first_row(o, X[perm[0]][a:b], Xb[perm[0]][a:b], sc, c16)
-        k = 1
+        w = Xb[perm[0]][a:b]
+        seen = join(seen, first_row(o, X[perm[0]][a:b], w, sc, c16), w)
+        g = 1  # the rows of perm[1:] added in groups of four, then one at a time
         if kind == 5 and mode == 4:  # (constants in a kernel of :func:`_segs_kernel`: one branch is compiled)
             for j in range(hi - lo):
                 z[j] = kr.element_seed(key, e0 + lo + j)
         else:
-            while k + 4 <= n:
-                r0, r1, r2, r3 = perm[k], perm[k + 1], perm[k + 2], perm[k + 3]
+            while g + 4 <= n:
+                r0, r1, r2, r3 = perm[g], perm[g + 1], perm[g + 2], perm[g + 3]
                 xs = (X[r0][a:b], X[r1][a:b], X[r2][a:b], X[r3][a:b])
                 xbs = (Xb[r0][a:b], Xb[r1][a:b], Xb[r2][a:b], Xb[r3][a:b])
-                bits, mag = _row_of(o, xs, xbs, kind, grid, lanes, mode, z, k - 1)
-                seen, big = seen | bits, max(big, mag)
-                k += 4
-        for k in range(k, n):
+                bits, mag = _row_of(o, xs, xbs, kind, grid, lanes, mode, z, g - 1)
+                seen, big = join(seen, bits, w), max(big, mag)
+                g += 4
+        for k in range(g, n):
             r = perm[k]
             bits, mag = _row_of(o, (X[r][a:b],), (Xb[r][a:b],), kind, grid, lanes, mode, z[: hi - lo], k - 1)
-            seen, big = seen | bits, max(big, mag)
+            seen, big = join(seen, bits, w), max(big, mag)
+        seen = mark_sums(seen, o, w)
     scale_back(out, sc, lanes.scale)
     return seen, big
 
@@ -691,7 +712,7 @@ def left_segs(X, Xb, perms, segs, los, his, out, kind, mode, grid, lanes, key, e
     for i in range(los.size):
         a, b = los[i], his[i]
         bits, mag = left_rows(X, Xb, perms[segs[i]], out[a:b], kind, mode, grid, lanes, key, e0 + a, a)
-        seen, big = seen | bits, max(big, mag)
+        seen, big = join(seen, bits, Xb[0]), max(big, mag)
     hw.end(hwm)
     return seen, big
 
@@ -765,8 +786,8 @@ def compile_all() -> None:
 
 
 def _words_typed(g: dict[str, Any], overload: Any, nt: Any) -> None:
-    """:func:`widen`, :func:`mark` and :func:`check16` compiled by their arguments' types (inlined: a float32 row's
-    loop is the one it was before words existed)."""
+    """:func:`widen`, :func:`mark`, :func:`check16`, :func:`join` and :func:`mark_sums` compiled by their
+    arguments' types (inlined: a float32 row's loop is the one it was before words existed)."""
     bf16, fp16, e5m2, e4m3 = g["bf16_value"], g["fp16_value"], g["e5m2_value"], g["e4m3_value"]
     flags = g["fp16_flags"]
 
@@ -795,9 +816,29 @@ def _words_typed(g: dict[str, Any], overload: Any, nt: Any) -> None:
             return lambda seen, x, b: seen | flags(x)
         return lambda seen, x, b: mark(seen, b)
 
+    def join_of(seen, bits, w):  # type: ignore[no-untyped-def]
+        if w.dtype == nt.uint32:
+            return lambda seen, bits, w: seen | bits
+        return lambda seen, bits, w: max(seen, bits)
+
+    def mark_sums_of(seen, o, w):  # type: ignore[no-untyped-def]
+        if w.dtype != nt.uint16:
+            return lambda seen, o, w: seen
+        f2u = g["f2u"]
+
+        def top_word(seen, o, w):  # type: ignore[no-untyped-def]
+            top = np.uint32(0)
+            for j in range(o.size):
+                top = max(top, f2u(o[j]) & np.uint32(_ABS32))
+            return max(seen, top >> np.uint32(16))
+
+        return top_word
+
     overload(widen, inline="always")(widen_of)
     overload(mark, inline="always")(mark_of)
     overload(check16, inline="always")(check16_of)
+    overload(join, inline="always")(join_of)
+    overload(mark_sums, inline="always")(mark_sums_of)
 
 
 def _pick_row(o, xs, xbs, kind, grid, lanes, mode, z, t):  # type: ignore[no-untyped-def]
@@ -885,10 +926,10 @@ def outcome(
     X: np.ndarray, out: np.ndarray, got: list[tuple[int, int]], kind: int, lns: Lanes, low: int
 ) -> tuple[np.ndarray | None, bool]:
     """(out, done) of a left fold of X's rows from its threads' (input check, max |s|): :func:`fold_left`'s."""
-    seen, big = functools.reduce(lambda a, b: (a[0] | b[0], max(a[1], b[1])), got)
+    w = X[:0] if X.dtype.itemsize <= 2 else X[:0].view(np.uint32)
+    seen, big = functools.reduce(lambda a, b: (join(a[0], b[0], w), max(a[1], b[1])), got)
     if X.dtype.itemsize <= 2:
-        sums_finite = X.dtype != np.uint16 or bool(np.isfinite(out.min()) and np.isfinite(out.max()))  # (bf16: mark)
-        if seen >= _WORD_TOPS[X.dtype] or not sums_finite:
+        if seen >= _WORD_TOPS[X.dtype]:  # (bf16: a sum, :func:`mark_sums`)
             return None, True  # an Inf or NaN input: the caller loads the rows (NaNs canonical) and folds again
         low = 0
     return answer(out, seen, big, kind, lns, low)

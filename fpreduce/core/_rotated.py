@@ -86,12 +86,13 @@ def left_rot(X, Xb, B, offs, los, his, out, kind, mode, grid, lanes):  # type: i
                 lo, hi = los[s], his[e - 1]
                 x, xb, o = X[r][lo:hi], Xb[r][lo:hi], out[lo:hi]
                 if act == 1:
-                    seen |= _narrow.first_row(o, x, xb, sc, c16)
+                    seen = _narrow.join(seen, _narrow.first_row(o, x, xb, sc, c16), xb)
                 elif act == 2:
                     bits, mag = _narrow._row_of(o, (x,), (xb,), kind, grid, lanes, mode, z, 0)
-                    seen, big = seen | bits, max(big, mag)
+                    seen, big = _narrow.join(seen, bits, xb), max(big, mag)
                 s = e
     hw.end(hwm)
+    seen = _narrow.mark_sums(seen, out[los[0] : his[-1]], Xb[0][los[0] : his[-1]])
     _narrow.scale_back(out[los[0] : his[-1]], sc, lanes.scale)  # (this call's columns: a thread's own)
     return seen, big
 

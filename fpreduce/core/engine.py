@@ -282,7 +282,11 @@ def _finish(res: np.ndarray, after: bool, n: int, fo: Format, ar: _Arith, counte
             else _scale(res, ("after", float(n)), fa, m, rng)
         )
     if fo is not fa:
-        res = _srload.output(res, fo, int(ar.sr_key()), offset) if counter else round_to(res, fo, m, rng)
+        res = (
+            _srload.output(res, fo, int(ar.sr_key()), offset)
+            if counter
+            else round_to(res, fo, m, rng, threads=ar.threads)
+        )
     return np.asarray(res, dtype=fo.value_dtype)
 
 

@@ -36,6 +36,9 @@ from fpreduce.base import jit
 from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.base.fpflags import own_flags
+from fpreduce.base.threads import check as check_threads
+from fpreduce.base.threads import resolve, split
+from fpreduce.base.threads import run as threads_run
 from fpreduce.core.formats import Format, get_format
 
 __all__ = ["MODES", "Mode", "get_mode", "overflow_value", "quantum_bits", "round_to"]
@@ -119,6 +122,8 @@ def round_to(
     fmt: str | Format,
     mode: str | Mode = "nearest_even",
     rng: np.random.Generator | int | None = None,
+    *,
+    threads: int | None = 1,
 ) -> NDArray[np.floating]:
     """Round values onto ``fmt`` once, correctly, in ``mode``.
 
@@ -127,6 +132,8 @@ def round_to(
         fmt: format name or Format.
         mode: rounding mode name.
         rng: numpy Generator or seed, required for ``stochastic``.
+        threads: the threads of the compiled pass of float32 to bf16 or tf32 to nearest (None: every core, one
+            per million elements at most); the same bits for any number.
 
     Returns:
         float32 array (float64 for fp64) of values representable in ``fmt``.
@@ -147,7 +154,7 @@ def round_to(
             raise InvalidArgument("stochastic rounding needs rng= (a numpy Generator or a seed)")
         rng = np.random.default_rng(rng)
     if a0.ndim == 0:  # a scalar gives a 0-d array (np.ascontiguousarray below would add a dimension)
-        return round_to(a0.reshape(1), f, m, rng).reshape(())
+        return round_to(a0.reshape(1), f, m, rng, threads=threads).reshape(())
     if f.precision == 53:
         return np.array(a0, dtype=np.float64)
     if a0.dtype == np.float32 and f.precision >= 24:
@@ -157,7 +164,7 @@ def round_to(
             return a0.astype(np.float32)
     if m is Mode.NEAREST_EVEN and a0.dtype == np.float32:
         if f.emin == -126:
-            return _nearest_from_float32(np.ascontiguousarray(a0), f)
+            return _nearest_from_float32(np.ascontiguousarray(a0), f, check_threads(threads))
         if f.name == "fp16":  # IEEE conversion from float32 rounds once (tested vs Fraction)
             with np.errstate(over="ignore"):
                 return a0.astype(np.float16).astype(np.float32)
@@ -210,20 +217,24 @@ def _round_chunk(a, f: Format, m: Mode, rng, qb, sb, u):  # type: ignore[no-unty
     return out
 
 
-def _nearest_from_float32(x: NDArray[np.float32], f: Format) -> NDArray[np.float32]:
+def _nearest_from_float32(x: NDArray[np.float32], f: Format, threads: int | None = 1) -> NDArray[np.float32]:
     """Round-to-nearest-even of float32 onto a format with fp32's exponent range.
 
     The integer trick of ``_nearest32_inplace``, from ``x`` straight into a new
     array, in cache-sized blocks. NaNs are kept as a quiet NaN. With numba, an array of
     4096 elements or more is rounded by ``_nearest32_bits`` in one compiled pass (the same
     bits; 64 x 2**16 float32 to bf16 took 11 ms in numpy's passes, the runner's input
-    rounding).
+    rounding), split over ``threads`` (:func:`fpreduce.base.threads.resolve`).
     """
     src = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty(src.shape, dtype=np.float32)
     xb, ob = src.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32)
     if jit.enabled() and _NEAREST32 is not None and xb.size >= _COMPILED_FROM:
-        _NEAREST32(xb, ob, np.uint32(24 - f.precision))
+        d32 = np.uint32(24 - f.precision)
+        spans = split(xb.size, resolve(threads, xb.size), align=1024)
+        if len(spans) > 1:
+            _NEAREST32(xb[:0], ob[:0], d32)  # (compiled here, once, before the threads call it)
+        threads_run(_NEAREST32, [(xb[a:b], ob[a:b], d32) for a, b in spans])
         return out
     block = 1 << 15
     tmp = np.empty(min(xb.size, block), dtype=np.uint32)
