@@ -200,6 +200,29 @@ def test_accumulate_wide_round_once_beats_narrow_accumulator():
     assert wide[0] == 1.5
 
 
+def test_wide_output_rounding_is_round_to_of_the_sums():
+    """Sums of 8192 columns rounded once to bf16 or tf32 (the reduction's own array, rounded in place, on one and
+    two threads) are ``round_to`` of the fp32 sums, a tie, NaN and an overflow to Inf among them; the inputs stay
+    as they were, a single row's too (its sum is the row itself)."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((5, 8192)).astype(np.float32)
+    X[:, :3] = 0.0
+    X[:2, 0] = [1.0, 2.0**-8]  # 1 + 2**-8: a bf16 tie, to even (1.0)
+    X[3, 1], X[0, 2] = np.nan, 3.4e38  # (3.4e38 is beyond bf16's largest finite and its half step: Inf)
+    before = X.copy()
+    for t in (1, 2):
+        for rows in (X, X[:1]):
+            acc = fr.reduce(rows, "sequential", accumulate="fp32", threads=t)
+            for fmt in ("bf16", "tf32"):
+                got = fr.reduce(rows, "sequential", accumulate="fp32", output=fmt, threads=t)
+                assert np.array_equal(got.view(np.uint32), fr.round_to(acc, fmt).view(np.uint32)), (t, fmt)
+    assert np.array_equal(X.view(np.uint32), before.view(np.uint32))
+    got = fr.reduce(X, "sequential", accumulate="fp32", output="bf16")
+    assert got[0] == 1.0
+    assert np.isnan(got[1])
+    assert got[2] == np.inf
+
+
 @pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16", "fp64"])
 def test_ddp_scaling_is_torchs_float32_multiply(fmt):
     """average="ddp" scales each input as ``grad * (1. / N)`` does in torch: the factor rounded to float32

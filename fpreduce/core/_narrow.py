@@ -38,9 +38,10 @@ partial sum in register between them, four rows streaming side by side. One core
 memory faster from four streams than from one: on 64 x 2**20 bf16 words (Emerald Rapids),
 a flat pass over all the words takes 0.86-1.08x ``torch.sum(T, 0)``, the fold a row at a
 time 1.37x, four at a time in blocks 0.6x (numba loops alone). Stochastic folds go by
-blocks of 2**14 columns (the element seeds of a block computed once), a row at a time. Rows of bf16, fp16 and fp8 arrays are read as their 2- or 1-byte
-words (:data:`WORDS`; :func:`widen` gives each word's float32 value exactly, in
-register): half the bytes of a float32 copy, and no copy made. :func:`fold_left` splits
+blocks of 2**14 columns (the element seeds of a block computed once), a row at a time.
+Rows of bf16, fp16 and fp8 arrays are read as their 2- or 1-byte words (:data:`WORDS`;
+:func:`widen` gives each word's float32 value exactly, in register): half the bytes of a
+float32 copy, and no copy made. :func:`fold_left` splits
 the columns over threads (:mod:`fpreduce.base.threads`): a column's fold is its own, and a
 stochastic draw is keyed by element and addition, so any split gives the same bits.
 

@@ -38,7 +38,7 @@ from fpreduce.core._tall import fold_plan
 from fpreduce.core.arith import _Arith, _Loader, _scale
 from fpreduce.core.formats import Format, as_native, get_format, input_format
 from fpreduce.core.options import Algorithm, Average, Result, get_algorithm, get_average, get_result
-from fpreduce.core.rounding import Mode, get_mode, round_to
+from fpreduce.core.rounding import Mode, get_mode, round_in_place, round_to
 from fpreduce.core.routes import Case, Decision, decide, left_segments, note
 from fpreduce.core.routes import Route as R
 from fpreduce.plans import (
@@ -208,7 +208,8 @@ def reduce(
         out = _order_free(A, load, fa, m, rng, dec)
     else:
         out = _fold_blocks(p, A, load, ar, alg, int(offset), total, dec)
-    y = _finish(np.asarray(out, dtype=fa.value_dtype), avg == "after", n, fo, ar, counter, int(offset))
+    own = isinstance(out, np.ndarray) and out.flags.owndata and not np.may_share_memory(out, A)  # (a fresh array)
+    y = _finish(np.asarray(out, dtype=fa.value_dtype), avg == "after", n, fo, ar, counter, int(offset), own)
     return as_native(y, fo, X) if res == "native" else y  # type: ignore[no-any-return]
 
 
@@ -269,10 +270,13 @@ def case_of(
     return case
 
 
-def _finish(res: np.ndarray, after: bool, n: int, fo: Format, ar: _Arith, counter: bool, offset: int) -> np.ndarray:
+def _finish(
+    res: np.ndarray, after: bool, n: int, fo: Format, ar: _Arith, counter: bool, offset: int, own: bool = False
+) -> np.ndarray:
     """The sums divided by n (``after``: one IEEE division in the accumulator format), then in the output format.
 
-    ``counter``: stochastic roundings drawn by element (:mod:`fpreduce.core._srload`).
+    ``counter``: stochastic roundings drawn by element (:mod:`fpreduce.core._srload`); ``own``: ``res`` is the
+    reduction's own fresh array (rounded in place where it can be: :func:`fpreduce.core.rounding.round_in_place`).
     """
     fa, m, rng = ar.fa, ar.mode, ar.rng
     if after:
@@ -281,7 +285,7 @@ def _finish(res: np.ndarray, after: bool, n: int, fo: Format, ar: _Arith, counte
             if counter
             else _scale(res, ("after", float(n)), fa, m, rng)
         )
-    if fo is not fa:
+    if fo is not fa and (counter or not (own and not after and round_in_place(res, fo, m, ar.threads))):
         res = (
             _srload.output(res, fo, int(ar.sr_key()), offset)
             if counter
