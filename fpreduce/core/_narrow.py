@@ -396,7 +396,7 @@ def _row_sr_each(o, xs, xbs, scale, L, step, d, limit, z, t):  # type: ignore[no
     big = np.uint32(0)
     for q in range(len(xs)):
         bits, mag = _row_sr(o, xs[q], xbs[q], scale, L, step, d, limit, z, t + q)
-        seen, big = seen | bits, max(big, mag)
+        seen, big = join(seen, bits, xbs[q]), max(big, mag)
     return seen, big
 
 
