@@ -139,6 +139,32 @@ def test_folds_by_column_blocks_and_row_groups(acc, mode):
 
 
 @needs_jit
+@pytest.mark.parametrize("mode", DIRECTED)
+def test_fp16_rows_are_checked_as_read(mode, monkeypatch):
+    """float32 rows declared fp16 and folded into fp16 in a directed mode are checked as fp16 values as they are
+    read: fp16 values, negatives among them, are folded once; a value that is not one (more bits, beyond the top,
+    below the least subnormal) makes the caller round the rows to fp16 and fold again (the reference's bits)."""
+    calls = []
+    fold = _narrow.fold_left
+
+    def spy(X, *args, **kw):
+        calls.append(X.dtype)
+        return fold(X, *args, **kw)
+
+    monkeypatch.setattr(_narrow, "fold_left", spy)
+    X = fr.round_to(np.random.default_rng(4).standard_normal((9, 3000)), "fp16").astype(np.float32)
+    kw = {"input": "fp16", "accumulate": "fp16", "rounding": mode}
+    got = fr.reduce(X, "sequential", **kw)
+    assert len(calls) == 1
+    assert same(got[:40], fr.reduce_reference(X[:, :40], "sequential", **kw))
+    X[3, 100], X[5, 2000], X[7, 2999] = 1 + 2.0**-12, 1e6, 2.0**-26
+    calls.clear()
+    got = fr.reduce(X, "sequential", **kw)
+    assert len(calls) == 2
+    assert same(got, fr.reduce(fr.round_to(X, "fp16").astype(np.float32), "sequential", **kw))
+
+
+@needs_jit
 @pytest.mark.parametrize("acc", ["fp32", "bf16", "fp16", "tf32"])
 def test_overflow_and_the_top_binade(acc):
     """Sums near and beyond the largest finite value (handed to the exact path): Inf, max finite, by mode."""

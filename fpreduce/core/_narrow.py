@@ -363,21 +363,10 @@ def _row_hw(o, xs, xbs, hm, L):  # type: ignore[no-untyped-def]
     return seen, np.uint32(0)
 
 
-def _row_hw_scaled(o, xs, xbs, scale, hm, L, grid):  # type: ignore[no-untyped-def]
-    """Modes 8..10: :func:`_row_hw` for a scaled format (clamped at its top)."""
-    top, over = hw_top(grid, scale)
-    seen = np.uint32(0)
-    for j in range(o.size):
-        a = o[j]
-        for q in range(len(xs)):
-            a = add_hw(a, widen(xs[q][j]) * scale, hm, L, top, over, True)
-            seen = mark(seen, xbs[q][j])
-        o[j] = a
-    return seen, np.uint32(0)
-
-
-def _row_hw_fp16(o, xs, xbs, scale, hm, L, grid):  # type: ignore[no-untyped-def]
-    """Modes 11..13: :func:`_row_hw_scaled` with fp16 inputs checked as read (the OR of :func:`fp16_flags`)."""
+def _row_hw_scaled(o, xs, xbs, scale, hm, L, grid, c16):  # type: ignore[no-untyped-def]
+    """Modes 8..13: :func:`_row_hw` for a scaled format (clamped at its top); with ``c16`` (modes 11..13, a
+    constant where compiled: the other check folds away) fp16 inputs checked as read (the OR of
+    :func:`fp16_flags`)."""
     top, over = hw_top(grid, scale)
     seen = np.uint32(0)
     for j in range(o.size):
@@ -385,7 +374,7 @@ def _row_hw_fp16(o, xs, xbs, scale, hm, L, grid):  # type: ignore[no-untyped-def
         for q in range(len(xs)):
             x = xs[q][j]
             a = add_hw(a, widen(x) * scale, hm, L, top, over, True)
-            seen = check16(seen, x, xbs[q][j])
+            seen = check16(seen, x, xbs[q][j]) if c16 else mark(seen, xbs[q][j])
         o[j] = a
     return seen, np.uint32(0)
 
@@ -552,10 +541,8 @@ def _row_k5(o, xs, xbs, grid, lanes, mode, z, t):  # type: ignore[no-untyped-def
     """Kind 5 in the row loops' ``mode`` (:func:`row_mode`) with the :class:`Lanes` unpacked: the loop of the
     mode's own function (each a loop of its own: :func:`_pick_row` compiles one of them)."""
     sc, L = np.float32(lanes.scale), lanes.L
-    if mode > 10:
-        return _row_hw_fp16(o, xs, xbs, sc, mode - 10, L, grid)
     if mode > 7:
-        return _row_hw_scaled(o, xs, xbs, sc, mode - 7, L, grid)
+        return _row_hw_scaled(o, xs, xbs, sc, (mode - 5) % 3 + 1, L, grid, mode > 10)
     if mode > 4:
         return _row_hw(o, xs, xbs, mode - 4, L)
     if mode == 4:
@@ -751,7 +738,7 @@ _NAMES = (
     *("fp16_flags", "grid_flags", "add_narrow", "sr_exact", "hw_top", "add_hw", "_row_kind", "left_rows"),
     *("left_segs", "_sr_lanes", "_sr_rest", "_row_sr"),
     *("_row_fp32", "_row_near", "_row_fp16", "_row_k5"),
-    *("_row_soft", "_row_hw", "_row_hw_scaled", "_row_hw_fp16", "_row_sr_each"),
+    *("_row_soft", "_row_hw", "_row_hw_scaled", "_row_sr_each"),
     *("row_input", "first_row", "scale_back"),
     *("_rows5_m", "rows5"),
 )
@@ -857,12 +844,13 @@ def _pick_row(o, xs, xbs, kind, grid, lanes, mode, z, t):  # type: ignore[no-unt
             return lambda o, xs, xbs, kind, grid, lanes, mode, z, t: row(o, xs, xbs)
         return lambda o, xs, xbs, kind, grid, lanes, mode, z, t: row(o, xs, xbs, grid)
     if k == 5 and m is not None and m > 4:  # (under the hardware's mode: every sum answered)
-        hw_row = g[("_row_hw", "_row_hw_scaled", "_row_hw_fp16")[(m - 5) // 3]]
-        h = (m - 5) % 3 + 1
+        h, c16 = (m - 5) % 3 + 1, m > 10
         if m < 8:
+            hw_row = g["_row_hw"]
             return lambda o, xs, xbs, kind, grid, lanes, mode, z, t: hw_row(o, xs, xbs, h, lanes.L)
-        return lambda o, xs, xbs, kind, grid, lanes, mode, z, t: hw_row(
-            o, xs, xbs, np.float32(lanes.scale), h, lanes.L, grid
+        scaled_row = g["_row_hw_scaled"]
+        return lambda o, xs, xbs, kind, grid, lanes, mode, z, t: scaled_row(
+            o, xs, xbs, np.float32(lanes.scale), h, lanes.L, grid, c16
         )
     if k == 5 and m == 4:
         sr = g["_row_sr_each"]
