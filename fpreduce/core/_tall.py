@@ -116,8 +116,8 @@ def _veltkamp(s, sigma):  # type: ignore[no-untyped-def]
 
 def _add_rows(D, A, B, kind, grid, z, t, sa, sb):  # type: ignore[no-untyped-def]
     """D[j] <- A[j] + B[j] rounded, j < D.size (rows; ``kind`` and ``grid``: see the module; kind 5: A[j] * sa
-    + B[j] * sb, a row of X read scaled onto the format's scaled grid, exactly). A kernel compiled for one kind
-    calls :func:`_add_of`, which compiles that kind's loops; this is its plain form and its fallback."""
+    + B[j] * sb, a row of X read scaled onto the format's scaled grid, exactly). A kernel compiled for one kind and
+    mode calls :func:`_add_of`, which compiles that one loop; this is its plain form and its fallback."""
     if kind == 0:
         _rows_k0(D, A, B)
     elif kind == 1:
@@ -130,28 +130,42 @@ def _add_rows(D, A, B, kind, grid, z, t, sa, sb):  # type: ignore[no-untyped-def
         kr.rows_any(D, A, B, grid, z, t)
 
 
-def _add_of(D, A, B, kind, grid, z, t, sa, sb):  # type: ignore[no-untyped-def]
-    """:func:`_add_rows`; compiled (:func:`_compile_helpers`), a constant ``kind`` picks its own loops
-    (:func:`_pick_add`): numba does not prune the other kinds' loops of an inlined callee by a constant."""
+def _add_of(D, A, B, kind, grid, z, t, sa, sb, mode):  # type: ignore[no-untyped-def]
+    """:func:`_add_rows`; compiled (:func:`_compile_helpers`), a constant ``kind`` and ``mode`` (:func:`_fold_mode`)
+    pick their one loop (:func:`_pick_add`): numba does not prune the other kinds' and modes' loops of an inlined
+    callee by a constant, so a kernel of every loop took 32 s of CPU to compile."""
     _add_rows(D, A, B, kind, grid, z, t, sa, sb)
 
 
-def _pick_add(D, A, B, kind, grid, z, t, sa, sb):  # type: ignore[no-untyped-def]
-    """:func:`_add_of`'s implementation for numba's argument types: the loops of a literal kind (kinds 3 and 5:
-    one per mode, each a constant in its own), else every kind's."""
+def _pick_add(D, A, B, kind, grid, z, t, sa, sb, mode):  # type: ignore[no-untyped-def]
+    """:func:`_add_of`'s implementation for numba's argument types: the one loop of a literal kind and mode."""
     g = globals()
-    k = getattr(kind, "literal_value", None)
+    k, m = getattr(kind, "literal_value", None), getattr(mode, "literal_value", None)
     if k in (0, 1, 2):
         row = g[("_rows_k0", "_rows_k1", "_rows_k2")[k]]
         if k == 0:
-            return lambda D, A, B, kind, grid, z, t, sa, sb: row(D, A, B)
-        return lambda D, A, B, kind, grid, z, t, sa, sb: row(D, A, B, grid)
-    if k == 5:
-        return lambda D, A, B, kind, grid, z, t, sa, sb: _narrow.rows5(D, A, B, grid, z, t, sa, sb)
-    if k in (3, 4):
-        return lambda D, A, B, kind, grid, z, t, sa, sb: kr.rows_any(D, A, B, grid, z, t)
+            return lambda D, A, B, kind, grid, z, t, sa, sb, mode: row(D, A, B)
+        return lambda D, A, B, kind, grid, z, t, sa, sb, mode: row(D, A, B, grid)
+    if k == 5 and m is not None:
+        return lambda D, A, B, kind, grid, z, t, sa, sb, mode: _narrow.rows5_at(D, A, B, grid, z, t, sa, sb, m)
+    if k in (3, 4) and m is not None:
+        from numba import types as nt
+
+        if D.dtype == nt.float64:  # (fp64: one loop, its mode a variable)
+            return lambda D, A, B, kind, grid, z, t, sa, sb, mode: kr.rows_wide(D, A, B, grid, z, t)
+        return lambda D, A, B, kind, grid, z, t, sa, sb, mode: kr.mode_rows(D, A, B, grid, z, t, m)
     add = g["_add_rows"]
-    return lambda D, A, B, kind, grid, z, t, sa, sb: add(D, A, B, kind, grid, z, t, sa, sb)
+    return lambda D, A, B, kind, grid, z, t, sa, sb, mode: add(D, A, B, kind, grid, z, t, sa, sb)
+
+
+def _fold_mode(kind: int, grid: Any) -> int:
+    """The mode a fold kernel of ``kind`` is compiled for (plain Python: it picks the kernel, :func:`_fold_of`):
+    kind 5's rows' (``_narrow.rows5_mode``), kinds 3 and 4's (``kr.rows_mode``), 0 for the others."""
+    if kind == Kind.LANES:
+        return _narrow.rows5_mode(grid)
+    if kind in (Kind.BITS, Kind.STEP64):
+        return kr.rows_mode(grid)
+    return 0
 
 
 def _rows_k0(D, A, B):  # type: ignore[no-untyped-def]
@@ -287,10 +301,10 @@ def _left_columns(X, perm, ops, root, out, kind, grid, key, e0):  # type: ignore
     hw.end(hwm)
 
 
-def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs, c0, c1):  # type: ignore[no-untyped-def]
+def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs, c0, c1, mode):  # type: ignore[no-untyped-def]
     """out[j] <- the fold of column j of X along ``ops`` (or a left fold in ``perm`` when ops is empty), for the
-    columns ``c0 <= j < c1`` (a thread's: each thread its own ``bufs``). Compiled per ``kind``
-    (:func:`_fold_of`: a constant, so :func:`_add_of` compiles its loops only).
+    columns ``c0 <= j < c1`` (a thread's: each thread its own ``bufs``). Compiled per ``kind`` and row ``mode``
+    (:func:`_fold_of`: constants, so :func:`_add_of` compiles their one loop).
 
     Kind 5 reads X's values times ``xs`` (fp16, fp8: the scaled format; 1 otherwise).
 
@@ -319,7 +333,7 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs, c0,
             for k in range(n):
                 if k > 0:
                     row = X[perm[k], lo : lo + w]
-                    _add_of(bufs[k % 2, :w], bufs[1 - k % 2, :w], row, kind, grid, z, k - 1, one, xs)
+                    _add_of(bufs[k % 2, :w], bufs[1 - k % 2, :w], row, kind, grid, z, k - 1, one, xs, mode)
                 if Xb.shape[0] > 0:
                     seen |= _or_row(Xb[perm[k], lo : lo + w])
             res = (n - 1) % 2
@@ -328,13 +342,21 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs, c0,
                 o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
                 d = phys[spare]
                 if a >= 0 and b >= 0:
-                    _add_of(bufs[d, :w], X[perm[a], lo : lo + w], X[perm[b], lo : lo + w], kind, grid, z, t, xs, xs)
+                    _add_of(
+                        bufs[d, :w], X[perm[a], lo : lo + w], X[perm[b], lo : lo + w], kind, grid, z, t, xs, xs, mode
+                    )
                 elif a >= 0:
-                    _add_of(bufs[d, :w], X[perm[a], lo : lo + w], bufs[phys[-1 - b], :w], kind, grid, z, t, xs, one)
+                    _add_of(
+                        bufs[d, :w], X[perm[a], lo : lo + w], bufs[phys[-1 - b], :w], kind, grid, z, t, xs, one, mode
+                    )
                 elif b >= 0:
-                    _add_of(bufs[d, :w], bufs[phys[-1 - a], :w], X[perm[b], lo : lo + w], kind, grid, z, t, one, xs)
+                    _add_of(
+                        bufs[d, :w], bufs[phys[-1 - a], :w], X[perm[b], lo : lo + w], kind, grid, z, t, one, xs, mode
+                    )
                 else:
-                    _add_of(bufs[d, :w], bufs[phys[-1 - a], :w], bufs[phys[-1 - b], :w], kind, grid, z, t, one, one)
+                    _add_of(
+                        bufs[d, :w], bufs[phys[-1 - a], :w], bufs[phys[-1 - b], :w], kind, grid, z, t, one, one, mode
+                    )
                 phys[spare], phys[-1 - o] = phys[-1 - o], d
             res = phys[-1 - root]
             for k in range(n if Xb.shape[0] > 0 else 0):
@@ -366,7 +388,7 @@ _HELPERS = (
     "_or_row",
 )
 _COMPILED = tuple(jit.jit(f) for f in (_left_columns, _any_bits, _all_in))
-_FOLDS: dict[int, Any] = {}
+_FOLDS: dict[tuple[int, int], Any] = {}
 
 
 def _kernels() -> tuple[Callable[..., Any], ...]:
@@ -375,19 +397,18 @@ def _kernels() -> tuple[Callable[..., Any], ...]:
     return tuple(k for k in _COMPILED if k is not None)
 
 
-def _fold_of(kind: int) -> Any:
-    """:func:`_fold_kernel` compiled for one ``kind`` (a closure constant): a first use compiles its own kind's
-    loops, not every kind's (a bf16 tree in mode up: 32 s of CPU for every kind, 14 s for its own; one
-    kernel per kind and mode compiled in 5 s, but the test suite reaches about thirty of those: CI's
-    compiles grew by 3.4 min of CPU)."""
-    if kind not in _FOLDS:
+def _fold_of(kind: int, mode: int) -> Any:
+    """:func:`_fold_kernel` compiled for one ``kind`` and row ``mode`` (:func:`_fold_mode`; closure constants): a
+    first use compiles its own loop, ~3 s, not every kind's and mode's (32 s of CPU for a bf16 tree in mode up)."""
+    if (kind, mode) not in _FOLDS:
         _compile_helpers()
 
         def fold_of(X, perm, ops, root, out, bufs, grid, key, e0, Xb, xs, c0, c1):  # type: ignore[no-untyped-def]
-            return _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs, c0, c1)
+            return _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs, c0, c1, mode)
 
-        _FOLDS[kind] = jit.kernel(fold_of, f"the compiled fold ({Kind(kind).name.lower()})", 3.0)
-    return _FOLDS[kind]
+        what = f"the compiled fold ({Kind(kind).name.lower()}" + (f", mode {mode})" if mode else ")")
+        _FOLDS[kind, mode] = jit.kernel(fold_of, what, 3.0)
+    return _FOLDS[kind, mode]
 
 
 def _compile_helpers() -> None:
@@ -510,7 +531,7 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: Kind, dec: routes.Decision,
                 X, xs = (X * xs, one) if k == Kind.BITS and xs != one else (X, xs)  # (the scalar path: X as it is)
                 parts = zip(bufs, spans, strict=True)
                 calls = [(X, perm, ops, base, out, b, grid, key, offset, Xb, xs, *c) for b, c in parts]
-                fold = _fold_of(int(k))
+                fold = _fold_of(int(k), _fold_mode(int(k), grid))
                 seen = functools.reduce(operator.or_, threads_run(fold, calls))
                 if seen & low:
                     return None
