@@ -264,22 +264,6 @@ def rows_round(D, A, B, grid, z, t):  # type: ignore[no-untyped-def]
         _rows_m(D, A, B, 0, c, 4, z, t)
 
 
-def mode_rows(D, A, B, grid, z, t, mode):  # type: ignore[no-untyped-def]
-    """:func:`rows_round` in one row mode (:func:`rows_mode`): 0..4 the mode of a format whose sums round on
-    float32 words (a constant where a kernel is compiled for it, inlined there: one loop), 5 fp32 and fp64 (the
-    mode a variable, as :func:`rows_round`'s)."""
-    how, c, m = _consts(grid)
-    if mode == 5:
-        _rows_m(D, A, B, how, c, m, z, t)
-    else:
-        _rows_m(D, A, B, 0, c, mode, z, t)
-
-
-def rows_mode(grid: Any) -> int:
-    """:func:`mode_rows`' mode for ``grid`` (plain Python: it picks a kernel)."""
-    return int(grid.mode) if grid.p <= 11 and grid.emin >= -126 else 5
-
-
 def _left_m(X, perm, j, how, c, mode, z1):  # type: ignore[no-untyped-def]
     ident = perm.size == 0  # rows in order
     s = np.float64(X[0 if ident else perm[0], j])
@@ -344,7 +328,6 @@ _NAMES = (
     "_consts",
     "_rows_m",
     "rows_round",
-    "mode_rows",
     "_left_m",
     "left_round",
     "rows_wide",

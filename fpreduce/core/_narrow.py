@@ -648,41 +648,29 @@ def rows5(D, A, B, grid, z, t, sa, sb):  # type: ignore[no-untyped-def]
     fp16 and fp8 of :func:`scaled`, whose X rows are read times their scale: ``sa``, ``sb`` exact powers of two).
 
     A sum the kernel does not answer (module docstring) gives NaN, which reaches the
-    fold's result: ``_tall`` folds again by the exact scalar path. One loop per mode
-    (:func:`rows5_at`). Stochastic: addition ``t``, element seeds ``z[j]``. With the
-    hardware's mode set by the caller (``grid.hw``, :mod:`._hwround`): :func:`add_hw`.
+    fold's result: ``_tall`` folds again by the exact scalar path. One loop per mode.
+    Stochastic: addition ``t``, element seeds ``z[j]``. With the hardware's mode set by the
+    caller (``grid.hw``, :mod:`._hwround`): :func:`add_hw`.
     """
-    mode = grid.mode + (4 if hw.code(5, grid) != 0 else 0)
-    if mode == 5:
-        rows5_at(D, A, B, grid, z, t, sa, sb, 5)
-    elif mode == 6:
-        rows5_at(D, A, B, grid, z, t, sa, sb, 6)
-    elif mode == 7:
-        rows5_at(D, A, B, grid, z, t, sa, sb, 7)
-    elif mode == 1:
-        rows5_at(D, A, B, grid, z, t, sa, sb, 1)
-    elif mode == 2:
-        rows5_at(D, A, B, grid, z, t, sa, sb, 2)
-    elif mode == 3:
-        rows5_at(D, A, B, grid, z, t, sa, sb, 3)
-    else:
-        rows5_at(D, A, B, grid, z, t, sa, sb, 4)
-
-
-def rows5_at(D, A, B, grid, z, t, sa, sb, mode):  # type: ignore[no-untyped-def]
-    """:func:`rows5` in the row mode ``mode`` (1..4; 5..7: :func:`add_hw` under the hardware's mode): a constant
-    where a kernel is compiled for it (``_tall``'s fold per kind and mode), so one loop is compiled."""
     d = 24 - grid.p
     step = np.uint32(1) << np.uint32(d)
     L = step - np.uint32(1)
+    mode = grid.mode + (4 if hw.code(5, grid) != 0 else 0)
     limit = f2u(np.float32(grid.maxf)) - step
-    _rows5_m(D, A, B, mode, L, step, d, limit, z, t, grid, sa, sb)
-
-
-def rows5_mode(grid: Grid) -> int:
-    """:func:`rows5`'s mode for ``grid`` (plain Python: it picks a kernel)."""
-    code = getattr(hw.code, "py_func", hw.code)
-    return grid.mode + (4 if code(5, grid) != 0 else 0)
+    if mode == 5:
+        _rows5_m(D, A, B, 5, L, step, d, limit, z, t, grid, sa, sb)
+    elif mode == 6:
+        _rows5_m(D, A, B, 6, L, step, d, limit, z, t, grid, sa, sb)
+    elif mode == 7:
+        _rows5_m(D, A, B, 7, L, step, d, limit, z, t, grid, sa, sb)
+    elif mode == 1:
+        _rows5_m(D, A, B, 1, L, step, d, limit, z, t, grid, sa, sb)
+    elif mode == 2:
+        _rows5_m(D, A, B, 2, L, step, d, limit, z, t, grid, sa, sb)
+    elif mode == 3:
+        _rows5_m(D, A, B, 3, L, step, d, limit, z, t, grid, sa, sb)
+    else:
+        _rows5_m(D, A, B, 4, L, step, d, limit, z, t, grid, sa, sb)
 
 
 def rows_kind(grid: Grid) -> bool:
@@ -752,7 +740,7 @@ _NAMES = (
     *("_row_fp32", "_row_near", "_row_fp16", "_row_k5"),
     *("_row_soft", "_row_hw", "_row_hw_scaled", "_row_sr_each"),
     *("row_input", "first_row", "scale_back"),
-    *("_rows5_m", "rows5", "rows5_at"),
+    *("_rows5_m", "rows5"),
 )
 _COMPILED: list[Any] = []
 _PLAIN = {name: globals()[name] for name in ("add_narrow", "f2u", "f2i", "u2f")}

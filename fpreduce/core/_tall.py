@@ -116,88 +116,35 @@ def _veltkamp(s, sigma):  # type: ignore[no-untyped-def]
 
 def _add_rows(D, A, B, kind, grid, z, t, sa, sb):  # type: ignore[no-untyped-def]
     """D[j] <- A[j] + B[j] rounded, j < D.size (rows; ``kind`` and ``grid``: see the module; kind 5: A[j] * sa
-    + B[j] * sb, a row of X read scaled onto the format's scaled grid, exactly). A kernel compiled for one kind and
-    mode calls :func:`_add_of`, which compiles that one loop; this is its plain form and its fallback."""
+    + B[j] * sb, a row of X read scaled onto the format's scaled grid, exactly)."""
+    w = D.size
     if kind == 0:
-        _rows_k0(D, A, B)
+        for j in range(w):
+            D[j] = A[j] + B[j]
     elif kind == 1:
-        _rows_k1(D, A, B, grid)
+        sigma = np.float32(grid.sigma)
+        for j in range(w):
+            s = np.float32(A[j]) + np.float32(B[j])
+            c = s * sigma
+            D[j] = c - (c - s)
     elif kind == 2:
-        _rows_k2(D, A, B, grid)
+        sigma = np.float32(grid.sigma)
+        tiny = np.float32(grid.tiny)
+        maxf = np.float32(grid.maxf)
+        big = np.float32(np.inf) if grid.has_inf else np.float32(np.nan)  # overflow: ±Inf, or ±NaN (fp8_e4m3)
+        for j in range(w):
+            s = np.float32(A[j]) + np.float32(B[j])
+            c = s * sigma
+            r = c - (c - s)
+            if abs(s) < tiny:
+                r = s
+            if not abs(r) <= maxf:
+                r = s if s != s else (-big if s < 0 else big)
+            D[j] = r
     elif kind == 5:  # bf16, tf32 in directed and stochastic modes: float32 bits
         _narrow.rows5(D, A, B, grid, z, t, sa, sb)
     else:
         kr.rows_any(D, A, B, grid, z, t)
-
-
-def _add_of(D, A, B, kind, grid, z, t, sa, sb, mode):  # type: ignore[no-untyped-def]
-    """:func:`_add_rows`; compiled (:func:`_compile_helpers`), a constant ``kind`` and ``mode`` (:func:`_fold_mode`)
-    pick their one loop (:func:`_pick_add`): numba does not prune the other kinds' and modes' loops of an inlined
-    callee by a constant, so a kernel of every loop took 32 s of CPU to compile."""
-    _add_rows(D, A, B, kind, grid, z, t, sa, sb)
-
-
-def _pick_add(D, A, B, kind, grid, z, t, sa, sb, mode):  # type: ignore[no-untyped-def]
-    """:func:`_add_of`'s implementation for numba's argument types: the one loop of a literal kind and mode."""
-    g = globals()
-    k, m = getattr(kind, "literal_value", None), getattr(mode, "literal_value", None)
-    if k in (0, 1, 2):
-        row = g[("_rows_k0", "_rows_k1", "_rows_k2")[k]]
-        if k == 0:
-            return lambda D, A, B, kind, grid, z, t, sa, sb, mode: row(D, A, B)
-        return lambda D, A, B, kind, grid, z, t, sa, sb, mode: row(D, A, B, grid)
-    if k == 5 and m is not None:
-        return lambda D, A, B, kind, grid, z, t, sa, sb, mode: _narrow.rows5_at(D, A, B, grid, z, t, sa, sb, m)
-    if k in (3, 4) and m is not None:
-        from numba import types as nt
-
-        if D.dtype == nt.float64:  # (fp64: one loop, its mode a variable)
-            return lambda D, A, B, kind, grid, z, t, sa, sb, mode: kr.rows_wide(D, A, B, grid, z, t)
-        return lambda D, A, B, kind, grid, z, t, sa, sb, mode: kr.mode_rows(D, A, B, grid, z, t, m)
-    add = g["_add_rows"]
-    return lambda D, A, B, kind, grid, z, t, sa, sb, mode: add(D, A, B, kind, grid, z, t, sa, sb)
-
-
-def _fold_mode(kind: int, grid: Any) -> int:
-    """The mode a fold kernel of ``kind`` is compiled for (plain Python: it picks the kernel, :func:`_fold_of`):
-    kind 5's rows' (``_narrow.rows5_mode``), kinds 3 and 4's (``kr.rows_mode``), 0 for the others."""
-    if kind == Kind.LANES:
-        return _narrow.rows5_mode(grid)
-    if kind in (Kind.BITS, Kind.STEP64):
-        return kr.rows_mode(grid)
-    return 0
-
-
-def _rows_k0(D, A, B):  # type: ignore[no-untyped-def]
-    """Kind 0: D <- A + B in X's dtype (or the hardware's mode)."""
-    for j in range(D.size):
-        D[j] = A[j] + B[j]
-
-
-def _rows_k1(D, A, B, grid):  # type: ignore[no-untyped-def]
-    """Kind 1: D <- A + B rounded to nearest even by Veltkamp's split."""
-    sigma = np.float32(grid.sigma)
-    for j in range(D.size):
-        s = np.float32(A[j]) + np.float32(B[j])
-        c = s * sigma
-        D[j] = c - (c - s)
-
-
-def _rows_k2(D, A, B, grid):  # type: ignore[no-untyped-def]
-    """Kind 2: :func:`_rows_k1` for fp16 and fp8 (subnormals exact, overflow by the format)."""
-    sigma = np.float32(grid.sigma)
-    tiny = np.float32(grid.tiny)
-    maxf = np.float32(grid.maxf)
-    big = np.float32(np.inf) if grid.has_inf else np.float32(np.nan)  # overflow: ±Inf, or ±NaN (fp8_e4m3)
-    for j in range(D.size):
-        s = np.float32(A[j]) + np.float32(B[j])
-        c = s * sigma
-        r = c - (c - s)
-        if abs(s) < tiny:
-            r = s
-        if not abs(r) <= maxf:
-            r = s if s != s else (-big if s < 0 else big)
-        D[j] = r
 
 
 def _add1(s, x, kind, grid, z1, t):  # type: ignore[no-untyped-def]
@@ -301,10 +248,9 @@ def _left_columns(X, perm, ops, root, out, kind, grid, key, e0):  # type: ignore
     hw.end(hwm)
 
 
-def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs, c0, c1, mode):  # type: ignore[no-untyped-def]
+def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs, c0, c1):  # type: ignore[no-untyped-def]
     """out[j] <- the fold of column j of X along ``ops`` (or a left fold in ``perm`` when ops is empty), for the
-    columns ``c0 <= j < c1`` (a thread's: each thread its own ``bufs``). Compiled per ``kind`` and row ``mode``
-    (:func:`_fold_of`: constants, so :func:`_add_of` compiles their one loop).
+    columns ``c0 <= j < c1`` (a thread's: each thread its own ``bufs``).
 
     Kind 5 reads X's values times ``xs`` (fp16, fp8: the scaled format; 1 otherwise).
 
@@ -333,7 +279,7 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs, c0,
             for k in range(n):
                 if k > 0:
                     row = X[perm[k], lo : lo + w]
-                    _add_of(bufs[k % 2, :w], bufs[1 - k % 2, :w], row, kind, grid, z, k - 1, one, xs, mode)
+                    _add_rows(bufs[k % 2, :w], bufs[1 - k % 2, :w], row, kind, grid, z, k - 1, one, xs)
                 if Xb.shape[0] > 0:
                     seen |= _or_row(Xb[perm[k], lo : lo + w])
             res = (n - 1) % 2
@@ -342,21 +288,13 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs, c0,
                 o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
                 d = phys[spare]
                 if a >= 0 and b >= 0:
-                    _add_of(
-                        bufs[d, :w], X[perm[a], lo : lo + w], X[perm[b], lo : lo + w], kind, grid, z, t, xs, xs, mode
-                    )
+                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], X[perm[b], lo : lo + w], kind, grid, z, t, xs, xs)
                 elif a >= 0:
-                    _add_of(
-                        bufs[d, :w], X[perm[a], lo : lo + w], bufs[phys[-1 - b], :w], kind, grid, z, t, xs, one, mode
-                    )
+                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], bufs[phys[-1 - b], :w], kind, grid, z, t, xs, one)
                 elif b >= 0:
-                    _add_of(
-                        bufs[d, :w], bufs[phys[-1 - a], :w], X[perm[b], lo : lo + w], kind, grid, z, t, one, xs, mode
-                    )
+                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], X[perm[b], lo : lo + w], kind, grid, z, t, one, xs)
                 else:
-                    _add_of(
-                        bufs[d, :w], bufs[phys[-1 - a], :w], bufs[phys[-1 - b], :w], kind, grid, z, t, one, one, mode
-                    )
+                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], bufs[phys[-1 - b], :w], kind, grid, z, t, one, one)
                 phys[spare], phys[-1 - o] = phys[-1 - o], d
             res = phys[-1 - root]
             for k in range(n if Xb.shape[0] > 0 else 0):
@@ -376,39 +314,20 @@ def _or_row(bits):  # type: ignore[no-untyped-def]
 
 _HELPERS = (
     "_veltkamp",
-    "_rows_k0",
-    "_rows_k1",
-    "_rows_k2",
     "_add_rows",
-    "_fold_kernel",
     "_add1",
     "_left_k0",
     "_left_k1",
     "_left_any",
     "_or_row",
 )
-_COMPILED = tuple(jit.jit(f) for f in (_left_columns, _any_bits, _all_in))
-_FOLDS: dict[tuple[int, int], Any] = {}
+_COMPILED = tuple(jit.jit(f) for f in (_fold_kernel, _left_columns, _any_bits, _all_in))
 
 
 def _kernels() -> tuple[Callable[..., Any], ...]:
-    """The compiled (fold by column, any low bit, all fp16), helpers compiled first."""
+    """The compiled (fold by row blocks, fold by column, any low bit, all fp16), helpers compiled first."""
     _compile_helpers()
     return tuple(k for k in _COMPILED if k is not None)
-
-
-def _fold_of(kind: int, mode: int) -> Any:
-    """:func:`_fold_kernel` compiled for one ``kind`` and row ``mode`` (:func:`_fold_mode`; closure constants): a
-    first use compiles its own loop, ~3 s, not every kind's and mode's (32 s of CPU for a bf16 tree in mode up)."""
-    if (kind, mode) not in _FOLDS:
-        _compile_helpers()
-
-        def fold_of(X, perm, ops, root, out, bufs, grid, key, e0, Xb, xs, c0, c1):  # type: ignore[no-untyped-def]
-            return _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs, c0, c1, mode)
-
-        what = f"the compiled fold ({Kind(kind).name.lower()}" + (f", mode {mode})" if mode else ")")
-        _FOLDS[kind, mode] = jit.kernel(fold_of, what, 3.0)
-    return _FOLDS[kind, mode]
 
 
 def _compile_helpers() -> None:
@@ -418,12 +337,8 @@ def _compile_helpers() -> None:
         return
     kr.compile_all()
     _narrow.compile_all()
-    # numba inlines the hot left folds (one call site each), the row loops and the fold; more would slow compiling
-    inline = {"_left_k0", "_left_k1", "_veltkamp", "_rows_k0", "_rows_k1", "_rows_k2", "_fold_kernel"}
-    jit.compile_names(g, _HELPERS, "the compiled fold", calls=set(_HELPERS) - inline)
-    from numba.extending import overload
-
-    overload(_add_of, prefer_literal=True)(_pick_add)
+    # numba inlines the hot left folds (one call site each); more would slow compiling
+    jit.compile_names(g, _HELPERS, "the compiled fold", calls=set(_HELPERS) - {"_left_k0", "_left_k1", "_veltkamp"})
 
 
 def decision(root: Tree | str | None, A: np.ndarray, load: _Loader, ar: _Arith) -> routes.Decision | None:
@@ -530,9 +445,8 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: Kind, dec: routes.Decision,
             else:
                 X, xs = (X * xs, one) if k == Kind.BITS and xs != one else (X, xs)  # (the scalar path: X as it is)
                 parts = zip(bufs, spans, strict=True)
-                calls = [(X, perm, ops, base, out, b, grid, key, offset, Xb, xs, *c) for b, c in parts]
-                fold = _fold_of(int(k), _fold_mode(int(k), grid))
-                seen = functools.reduce(operator.or_, threads_run(fold, calls))
+                calls = [(X, perm, ops, base, out, b, int(k), grid, key, offset, Xb, xs, *c) for b, c in parts]
+                seen = functools.reduce(operator.or_, threads_run(_kernels()[0], calls))
                 if seen & low:
                     return None
                 Xb = _NO_BITS
@@ -558,7 +472,7 @@ def _fold_left(X, perm, ops, base, out, kind, grid, key, offset):  # type: ignor
     ):
         _chain.kernels()[0](X, perm, out, kind, grid, key, offset)
     else:
-        _kernels()[0](X, perm, ops, base, out, kind, grid, key, offset)
+        _kernels()[1](X, perm, ops, base, out, kind, grid, key, offset)
 
 
 def _load(
@@ -581,20 +495,20 @@ def _load(
     if words:
         return A.view(_narrow.WORDS[fin.name][0]), 0
     narrow = fa.precision <= 24  # accumulator values are float32 values
-    compiled = jit.enabled() and _COMPILED[1] is not None
+    compiled = jit.enabled() and _COMPILED[2] is not None
     if compiled and A.dtype == np.float32 and narrow and load.fits and load.premul is None and A.flags.c_contiguous:
         if fin.precision >= 24:
             return A, 0
         low = np.uint32((1 << (24 - fin.precision)) - 1)
         if fin.emin == -126 and lazy:
             return A, int(low)
-        if fin.emin == -126 and not _kernels()[1](A.reshape(-1).view(np.uint32), low):
+        if fin.emin == -126 and not _kernels()[2](A.reshape(-1).view(np.uint32), low):
             return A, 0
         if fin.name == "fp16" and lazy16:
             return A, _narrow.FP16_CHECK
         if fin.emin > -126 and fin.max_finite <= np.finfo(np.float32).max:  # fp16, fp8: one compiled pass
             ln = _narrow.lanes(fin.precision, fin.emin, fin.max_finite)
-            if _kernels()[2](A.reshape(-1), np.float32(ln.scale), ln.L, np.float32(fin.max_finite)):
+            if _kernels()[3](A.reshape(-1), np.float32(ln.scale), ln.L, np.float32(fin.max_finite)):
                 return A, 0
     ldr = _Loader(A, fin, fa, ar.mode, ar.rng, np.dtype(np.float32 if narrow else np.float64))
     ldr.premul = load.premul
