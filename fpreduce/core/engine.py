@@ -285,12 +285,10 @@ def _finish(
             if counter
             else _scale(res, ("after", float(n)), fa, m, rng)
         )
-    if fo is not fa and (counter or not (own and not after and round_in_place(res, fo, m, ar.threads))):
-        res = (
-            _srload.output(res, fo, int(ar.sr_key()), offset)
-            if counter
-            else round_to(res, fo, m, rng, threads=ar.threads)
-        )
+    if fo is not fa and counter:
+        res = _srload.output(res, fo, int(ar.sr_key()), offset)
+    elif fo is not fa and not (own and not after and round_in_place(res, fo, m, ar.threads)):
+        res = round_to(res, fo, m, rng, threads=ar.threads)
     return np.asarray(res, dtype=fo.value_dtype)
 
 

@@ -229,9 +229,7 @@ def round_in_place(x: NDArray[np.floating], f: Format, mode: Mode, threads: int 
         or x.dtype != np.float32
         or not x.flags.c_contiguous
         or not x.flags.writeable
-        or x.size < _COMPILED_FROM
-        or not jit.enabled()
-        or _NEAREST32 is None
+        or not _compiled32(x.size)
     ):
         return False
     _nearest_from_float32(x, f, threads, out=x)
@@ -252,12 +250,13 @@ def _nearest_from_float32(
     src = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty(src.shape, dtype=np.float32) if out is None else out  # (``out`` may be ``x``: elementwise)
     xb, ob = src.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32)
-    if jit.enabled() and _NEAREST32 is not None and xb.size >= _COMPILED_FROM:
-        d32 = np.uint32(24 - f.precision)
+    if _compiled32(xb.size):
+        kernel, d32 = _NEAREST32, np.uint32(24 - f.precision)
+        assert kernel is not None  # (_compiled32)
         spans = split(xb.size, resolve(threads, xb.size), align=1024)
         if len(spans) > 1:
-            _NEAREST32(xb[:0], ob[:0], d32)  # (compiled here, once, before the threads call it)
-        threads_run(_NEAREST32, [(xb[a:b], ob[a:b], d32) for a, b in spans])
+            kernel(xb[:0], ob[:0], d32)  # (compiled here, once, before the threads call it)
+        threads_run(kernel, [(xb[a:b], ob[a:b], d32) for a, b in spans])
         return out
     block = 1 << 15
     tmp = np.empty(min(xb.size, block), dtype=np.uint32)
@@ -291,6 +290,11 @@ def _nearest32_bits(xb, ob, drop):  # type: ignore[no-untyped-def]
 
 _NEAREST32 = jit.jit(_nearest32_bits, "rounding float32 to bf16/tf32")
 _COMPILED_FROM = 1 << 12  # elements: fewer take numpy's passes (no first compile for a small array)
+
+
+def _compiled32(size: int) -> bool:
+    """Whether ``size`` elements are rounded to bf16/tf32 by the compiled pass (``_nearest32_bits``)."""
+    return jit.enabled() and _NEAREST32 is not None and size >= _COMPILED_FROM
 
 
 def _nearest32_inplace(acc: NDArray[np.float32], f: Format, tmp: NDArray[np.uint32]) -> None:
