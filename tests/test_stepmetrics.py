@@ -162,6 +162,38 @@ def test_kernels_equal_numpy_path(seed: int, n: int, out: str, ref: str, p_speci
     assert fast == slow
 
 
+@needs_kernels
+@pytest.mark.parametrize("out", FORMATS)
+@pytest.mark.parametrize("equal", [0.0, 0.4])
+def test_kernels_keep_whole_chunks_whole(monkeypatch: pytest.MonkeyPatch, out: str, equal: float) -> None:
+    """Every result and exact value finite and nonzero, and every result differing from the reference (or
+    some equal): the kernels' arrays are the numpy path's as they stand, and no element is moved to the
+    front, which only a chunk with elements left out needs."""
+    f = get_format(out)
+    rng = np.random.default_rng(len(out) + int(10 * equal))
+    n = 5000
+    hi = rng.choice([-1.0, 1.0], n) * rng.uniform(1, 2, n) * 2.0 ** rng.integers(max(f.emin, -1000) + 2, min(f.emax, 1000) - 2, n)
+    lo = hi * 2.0**-60 * rng.uniform(-1, 1, n)
+    cr = round_to(hi, out)
+    y = round_to(hi * (1 + rng.uniform(-1, 1, n) * 2.0 ** -rng.integers(2, 12, n)), out)
+    y = np.where(rng.random(n) < 0.3, cr, y).astype(cr.dtype)  # some results correctly rounded, most not
+    y64 = y.astype(np.float64)
+    up = np.nextafter(y64, np.inf) if out == "fp64" else round_to(y64 + np.abs(y64) * 2.0 ** (1 - f.precision), out)
+    yref = np.where(rng.random(n) < equal, y, up).astype(y.dtype)
+    assert np.isfinite(y).all() and np.isfinite(yref).all() and (hi != 0).all()
+    d = {"hi": hi, "lo": lo, "cr": cr, "y": y, "yref": yref, "absum": np.abs(hi) * 3}
+    moved = []
+    for name in ("_error_keep_compiled", "_compare_keep_compiled"):
+        keep = getattr(sm, name)
+        monkeypatch.setattr(sm, name, lambda *a, name=name, keep=keep: (moved.append(name), keep(*a))[1])
+    fast = _state(*_run(d, out, out, [slice(0, n)]))
+    assert moved == ([] if equal == 0 else ["_compare_keep_compiled"])
+    with numpy_path():
+        slow = _state(*_run(d, out, out, [slice(0, n)]))
+    assert fast == slow
+    assert fast[11] == (n if equal == 0 else int(np.count_nonzero(y != yref)))  # the differing count
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.integers(0, 2**32 - 1),

@@ -317,15 +317,18 @@ _ANNOUNCED: set[str] = set()
 _JITABLE: list[Callable[..., Any]] = []
 
 
-def jit(fn: Callable[..., Any], what: str | None = None, seconds: float = 0.0) -> Callable[..., Any] | None:
-    """``fn`` made by :func:`kernel` on its first call (numba imported then), or None without numba."""
+def jit(
+    fn: Callable[..., Any], what: str | None = None, seconds: float = 0.0, **options: Any
+) -> Callable[..., Any] | None:
+    """``fn`` made by :func:`kernel` (with numba's ``options``) on its first call (numba imported then), or None
+    without numba."""
     if not AVAILABLE:
         return None
     compiled: list[Callable[..., Any]] = []
 
     def call(*args: Any) -> Any:
         if not compiled:
-            compiled.append(kernel(fn, what, seconds))
+            compiled.append(kernel(fn, what, seconds, **options))
         return compiled[0](*args)
 
     call.__name__ = call.__qualname__ = fn.__name__
