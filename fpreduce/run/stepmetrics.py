@@ -331,7 +331,8 @@ class ErrorStats:
     ) -> None:
         """:meth:`add` by the kernels, then :meth:`_fold` over the arrays the numpy path builds (the same values
         in the same order: kept whole when every element qualifies, else moved to the front)."""
-        assert _error_pass_compiled is not None and _error_keep_compiled is not None
+        assert _error_pass_compiled is not None
+        assert _error_keep_compiled is not None
         n = y.size
         if self._scratch.shape[1] < n:
             self._scratch = np.empty((5, n), dtype=np.float64)
@@ -450,7 +451,8 @@ class CompareStats:
 
     def _add_compiled(self, y: np.ndarray, yref: np.ndarray, fmt: Format) -> None:
         """:meth:`add` by the kernels; the sums by numpy over the same arrays as the numpy path's."""
-        assert _compare_pass_compiled is not None and _compare_keep_compiled is not None
+        assert _compare_pass_compiled is not None
+        assert _compare_keep_compiled is not None
         n = y.size
         if self._scratch.shape[1] < n:
             self._scratch = np.empty((2, n), dtype=np.float64)

@@ -73,7 +73,8 @@ def main() -> None:
         text = CONFIG.format(elements=elements).replace(
             'kind = "synthetic"\nelements = ' + str(elements), f'kind = "file"\npath = "{rec}"'
         )
-        report("the same gradients recorded to step files", run_experiment(cf.from_dict(tomllib.loads(text)), d).summary)
+        recorded = run_experiment(cf.from_dict(tomllib.loads(text)), d).summary
+        report("the same gradients recorded to step files", recorded)
 
 
 def report(what: str, s: dict) -> None:  # type: ignore[type-arg]
