@@ -527,3 +527,35 @@ def test_the_scans_abs_sum_is_numpys_across_column_blocks(shape):
     assert np.array_equal(orb, np.bitwise_or.reduce(mag, axis=0))
     with jit.disabled():
         assert E.exact_sum_scan(X)[2] is None
+
+
+def test_the_scan_gives_the_same_bits_on_any_number_of_threads(monkeypatch):
+    """exact_sum_scan splits its columns over threads (one per million terms): for 1, 2 and 3 threads and an odd
+    width (spans of whole 1024-column blocks, then a short one), the sums, zero count, sum of |x| and the
+    proof's statistics are the same bits, and numpy's."""
+    import fpreduce.core.exact as E
+    from fpreduce.base import jit
+
+    if not jit.enabled():
+        pytest.skip("numba not installed: only the numpy path exists")
+    from fpreduce.core._exact_proof import _scan
+
+    rng = np.random.default_rng(7)
+    shape = (48, 3 * 2**15 + 37)  # 4.7 million terms: three threads when asked
+    X = (rng.standard_normal(shape) * np.exp2(rng.integers(-60, 60, shape))).astype(np.float32)
+    X[rng.random(shape) < 0.1] = 0.0
+    X[:, 5] = np.nan  # (a column the general path sums)
+    got = []
+    for t in ("1", "2", "3"):
+        monkeypatch.setenv("FPREDUCE_THREADS", t)
+        ex, zeros, absum = E.exact_sum_scan(X)
+        got.append((ex.hi.tobytes(), ex.lo.tobytes(), zeros, absum.tobytes(), *(a.tobytes() for a in _scan(X)[:3])))
+    assert got[0] == got[1] == got[2]
+    mag = X.view(np.uint32) & np.uint32(0x7FFFFFFF)
+    assert got[0][2] == np.count_nonzero(X == 0)
+    assert got[0][3] == np.abs(X).sum(axis=0, dtype=np.float64).tobytes()
+    assert got[0][4] == mag.max(axis=0).tobytes()
+    with jit.disabled():
+        slow = E.exact_sum(X)
+    assert got[0][0] == slow.hi.tobytes()
+    assert got[0][1] == slow.lo.tobytes()

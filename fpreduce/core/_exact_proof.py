@@ -14,13 +14,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from fpreduce.base import threads
 from fpreduce.base.jit import jit, jitable
 
 
-def _scan_kernel(u, x, sign_off, one, top, low, orb, s, ab):  # type: ignore[no-untyped-def]
-    """One pass over (n, c) bits ``u`` / values ``x``: per column max |bits|, min nonzero |bits| - 1
-    (wrapping: all-ones for an all-zero column), OR of |bits|, the float64 sum and the float64 sum of
-    |x| in row order; returns the number of zero terms.
+def _scan_kernel(u, x, c0, c1, sign_off, one, top, low, orb, s, ab):  # type: ignore[no-untyped-def]
+    """One pass over columns ``c0..c1-1`` of (n, c) bits ``u`` / values ``x``: per column max |bits|, min
+    nonzero |bits| - 1 (wrapping: all-ones for an all-zero column), OR of |bits|, the float64 sum and the
+    float64 sum of |x| in row order; returns the number of zero terms.
 
     Columns go in blocks of ``_SCAN_BLOCK`` (their five running values stay in L1; rows are
     sliced and indexed from 0, so the loops vectorize), four rows per pass (:func:`_scan_rows`: on 64 x 2**16
@@ -30,7 +31,7 @@ def _scan_kernel(u, x, sign_off, one, top, low, orb, s, ab):  # type: ignore[no-
     n, c = u.shape
     zeros = 0
     if c < 16:  # tall: a column at a time, no row slices (one per element would cost more than its work)
-        for j in range(c):
+        for j in range(c0, c1):
             v = u[0, j] & sign_off
             tp, lw, ob, ss, aa = v, v - one, v, np.float64(x[0, j]), abs(np.float64(x[0, j]))
             zeros += v == 0
@@ -42,8 +43,8 @@ def _scan_kernel(u, x, sign_off, one, top, low, orb, s, ab):  # type: ignore[no-
                 zeros += v == 0
             top[j], low[j], orb[j], s[j], ab[j] = tp, lw, ob, ss, aa
         return zeros
-    for lo in range(0, c, _SCAN_BLOCK):
-        hi = min(lo + _SCAN_BLOCK, c)
+    for lo in range(c0, c1, _SCAN_BLOCK):
+        hi = min(lo + _SCAN_BLOCK, c1)
         tp, lw, ob, ss, aa = top[lo:hi], low[lo:hi], orb[lo:hi], s[lo:hi], ab[lo:hi]
         ur, xr = u[0, lo:hi], x[0, lo:hi]
         for j in range(hi - lo):
@@ -93,7 +94,9 @@ def _scan(
     a: NDArray[np.floating],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, NDArray[np.float64], int, NDArray[np.float64]] | None:
     """(max |bits|, min nonzero |bits| (0: all zero), OR of |bits|, float64 row-order sum) per column,
-    the number of zero terms, and the float64 row-order sum of |x| per column."""
+    the number of zero terms, and the float64 row-order sum of |x| per column. Spans of columns go to
+    :mod:`fpreduce.base.threads` (every core, one per million terms at most): a column's values are its
+    own, so the bits are the same for any number of threads."""
     if _scan_compiled is None or a.dtype not in (np.float32, np.float64):
         return None
     a = np.ascontiguousarray(a)
@@ -101,9 +104,11 @@ def _scan(
     c = a.shape[1]
     top, low, orb = (np.empty(c, dtype=ut) for _ in range(3))
     s, ab = np.empty(c, dtype=np.float64), np.empty(c, dtype=np.float64)
-    zeros = _scan_compiled(
-        a.view(ut), a, ut(0x7FFFFFFFFFFFFFFF if ut is np.uint64 else 0x7FFFFFFF), ut(1), top, low, orb, s, ab
-    )
+    n = a.shape[0]
+    spans = threads.split(c, threads.resolve(None, n * c) if c >= 16 else 1, align=_SCAN_BLOCK)
+    sign_off = ut(0x7FFFFFFFFFFFFFFF if ut is np.uint64 else 0x7FFFFFFF)
+    args = [(a.view(ut), a, c0, c1, sign_off, ut(1), top, low, orb, s, ab) for c0, c1 in spans]
+    zeros = sum(threads.run(_scan_compiled, args))
     np.add(low, ut(1), out=low)  # min nonzero |bits|, 0 for an all-zero column
     return top, low, orb, s, int(zeros), ab
 
