@@ -86,3 +86,35 @@ def test_the_cache_follows_the_kernels_sources_and_nothing_else(tmp_path):
     edited = jit.source_digest(tmp_path)
     assert edited != first
     assert len(edited) == 16
+
+
+def test_threads_calling_a_lazy_kernel_first_make_it_once(monkeypatch):
+    """jit()'s kernel is made on its first call; threads making first calls at once (base.threads.run does) share
+    one kernel instead of each making its own."""
+    import threading
+    import time
+
+    made = []
+
+    def kernel(fn, what, seconds, **options):  # a slow maker: the threads overlap inside it
+        made.append(fn)
+        time.sleep(0.05)
+        return fn
+
+    monkeypatch.setattr(jit, "AVAILABLE", True)
+    monkeypatch.setattr(jit, "kernel", kernel)
+    twice = jit.jit(lambda x: 2 * x)
+    assert twice is not None
+    start, got = threading.Barrier(4), []
+
+    def first_call(x: int) -> None:
+        start.wait()
+        got.append(twice(x))
+
+    workers = [threading.Thread(target=first_call, args=(x,)) for x in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert sorted(got) == [0, 2, 4, 6]
+    assert len(made) == 1

@@ -321,14 +321,18 @@ def jit(
     fn: Callable[..., Any], what: str | None = None, seconds: float = 0.0, **options: Any
 ) -> Callable[..., Any] | None:
     """``fn`` made by :func:`kernel` (with numba's ``options``) on its first call (numba imported then), or None
-    without numba."""
+    without numba. Threads may make the first calls at once (:func:`fpreduce.base.threads.run`): one makes the
+    kernel, the others wait for it (numba then compiles each signature once, under its own lock)."""
     if not AVAILABLE:
         return None
     compiled: list[Callable[..., Any]] = []
+    lock = threading.Lock()
 
     def call(*args: Any) -> Any:
         if not compiled:
-            compiled.append(kernel(fn, what, seconds, **options))
+            with lock:
+                if not compiled:
+                    compiled.append(kernel(fn, what, seconds, **options))
         return compiled[0](*args)
 
     call.__name__ = call.__qualname__ = fn.__name__

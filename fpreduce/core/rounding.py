@@ -254,8 +254,6 @@ def _nearest_from_float32(
         kernel, d32 = _NEAREST32, np.uint32(24 - f.precision)
         assert kernel is not None  # (_compiled32)
         spans = split(xb.size, resolve(threads, xb.size), align=1024)
-        if len(spans) > 1:
-            kernel(xb[:0], ob[:0], d32)  # (compiled here, once, before the threads call it)
         threads_run(kernel, [(xb[a:b], ob[a:b], d32) for a, b in spans])
         return out
     block = 1 << 15

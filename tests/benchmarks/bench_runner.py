@@ -18,6 +18,7 @@ import tempfile
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +78,7 @@ def main() -> None:
         report("the same gradients recorded to step files", recorded)
 
 
-def report(what: str, s: dict) -> None:  # type: ignore[type-arg]
+def report(what: str, s: dict[str, Any]) -> None:
     wall, eng, src = s["wall_time_s"], s["engine_time_s"], s["source_time_s"]
     ex, met = s["exact_time_s"], s["metrics_time_s"]
     over = wall - eng - src
