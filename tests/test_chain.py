@@ -57,6 +57,28 @@ def test_long_chains_cross_signs_binades_and_inexact_sums(acc, mode):
 
 @needs_jit
 @pytest.mark.parametrize("acc", ACCS)
+@pytest.mark.parametrize("mode", MODES)
+def test_one_column_overflows_and_ties_at_the_top_as_the_reference(acc, mode):
+    """One column whose running sum climbs to the format's largest value and past it (by ties of its last
+    step, half a step, a step and more), then comes back down: each column alone, both signs."""
+    f = get_format(acc)
+    top, q = f.max_finite, 2.0 ** (f.emax - f.precision + 1)  # the largest value and its spacing
+    runs = [[top, q / 2], [top - q, q / 2], [top - q, q / 4, q / 4], [top / 2, top / 2, q / 2, -top]]
+    runs += [[top, q], [top / 2, top / 4, top / 4, top / 8, -top], [top - q, q / 2, -q, q / 2, 1.0]]
+    rng = np.random.default_rng(len(acc))
+    runs.append(list(top * rng.choice([1 / 8, 1 / 16, 3 / 16, 2.0**-f.precision, -1 / 4], 97)))
+    kw = {"input": _inp(acc), "accumulate": acc, "rounding": mode}
+    for run in runs:
+        for sign in (1.0, -1.0):
+            X = fr.round_to(sign * np.array(run)[:, None], _inp(acc)).astype(
+                np.float32 if acc != "fp64" else np.float64
+            )
+            got = fr.reduce(X, "sequential", **kw)
+            assert same(got, fr.reduce_reference(X, "sequential", **kw)), (run, sign, got)
+
+
+@needs_jit
+@pytest.mark.parametrize("acc", ACCS)
 @pytest.mark.parametrize("m", [1, 3, 12])
 def test_stochastic_narrow_folds_equal_the_numpy_fold(acc, m):
     n = 301

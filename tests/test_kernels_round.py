@@ -19,6 +19,7 @@ from test_tall import splitmix_uniform
 
 import fpreduce as fr
 from fpreduce.base import jit
+from fpreduce.core import _kernels_round as kr
 from fpreduce.core import routes
 from fpreduce.core.exact import add_exact
 from fpreduce.core.formats import get_format
@@ -155,3 +156,60 @@ def fp64_sr_law(x, y, u):
         return s
     other = float(np.nextafter(s, math.inf if err > 0 else -math.inf))
     return other if Fraction(u) < abs(err) / abs(Fraction(other) - Fraction(s)) else s
+
+
+def fma_triples(count=3000, seed=5):
+    """(a, b, c) with wide exponents, products that cancel c (to zero, to a few bits), ties, signed zeros,
+    overflow and specials: float64."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(count) * np.exp2(rng.integers(-530, 500, count))
+    b = rng.standard_normal(count) * np.exp2(rng.integers(-530, 500, count))
+    c = rng.standard_normal(count) * np.exp2(rng.integers(-1074, 1000, count))
+    k = count // 3
+    c[:k] = -(a[:k] * b[:k]) * rng.choice([1.0, 1.0 + 2.0**-52, 1.0 - 2.0**-53, 0.5], k)  # cancellation
+    a[k : 2 * k] = rng.integers(1, 1 << 26, k) * 2.0**-26 + 1.0  # short significands: ties of the product
+    b[k : 2 * k] = rng.integers(1, 1 << 27, k) * 2.0**-27 + 1.0
+    c[k : 2 * k] = rng.choice([0.0, 2.0**-53, -(2.0**-53), 2.0**-100], k)
+    special = [(0.0, -1.0, 0.0), (-0.0, 1.0, -0.0), (0.0, 1.0, -0.0), (1.0, -1.0, 1.0), (2.0**600, 2.0**600, 1.0)]
+    special += [(-(2.0**600), 2.0**600, 1.0), (math.inf, 0.0, 1.0), (math.inf, 1.0, -math.inf), (math.nan, 1.0, 1.0)]
+    special += [(2.0**-600, 2.0**-600, 0.0), (-(2.0**-600), 2.0**-500, -0.0), (3.0, 2.0**-1074, 2.0**-1074)]
+    return list(zip(a.tolist(), b.tolist(), c.tolist(), strict=True)) + special
+
+
+def test_fma_rounds_the_exact_value_once():
+    """``fma``: plain (Fractions) equals the exact value rounded, laws checked by numpy; compiled equals plain."""
+    fma = kr.plain()["fma"]
+    ts = fma_triples()
+    got = np.array([fma(*t) for t in ts])
+    for (a, b, c), g in zip(ts, got, strict=True):
+        if not all(map(math.isfinite, (a, b, c, g))):
+            assert same(g, a * b + c), (a, b, c, g)  # special values, overflow: IEEE's
+            continue
+        exact = Fraction(a) * Fraction(b) + Fraction(c)
+        lo, hi = Fraction(np.nextafter(g, -math.inf)), Fraction(np.nextafter(g, math.inf))
+        assert (lo + Fraction(g)) / 2 <= exact <= (hi + Fraction(g)) / 2, (a, b, c, g)  # nearest
+        if exact == (lo + Fraction(g)) / 2 or exact == (hi + Fraction(g)) / 2:  # a tie: the even one
+            assert bits(g) % 2 == 0, (a, b, c, g)
+        if exact == 0:
+            assert same(g, a * b + c), (a, b, c, g)  # IEEE's signed zero
+    A, B, C = (np.array(v) for v in zip(*ts, strict=True))
+    pa, pb = A[:-12], B[:-12]
+    prod, err = pa * pb, np.array([fma(x, y, -(x * y)) for x, y in zip(pa, pb, strict=True)])
+    ok = np.isfinite(prod) & (np.abs(prod) > 2.0**-900)  # Dekker: a * b == prod + err exactly (no underflow)
+    assert all(
+        Fraction(x) * Fraction(y) == Fraction(p) + Fraction(e)
+        for x, y, p, e in zip(pa[ok], pb[ok], prod[ok], err[ok], strict=True)
+    )
+    if jit.enabled():
+        kr.compile_all()
+        from numba import njit
+
+        @njit
+        def each(A, B, C, out):
+            for i in range(A.size):
+                out[i] = kr.fma(A[i], B[i], C[i])
+
+        out = np.empty(A.size)
+        each(A, B, C, out)
+        assert np.array_equal(np.isnan(out), np.isnan(got))
+        assert np.array_equal(out[~np.isnan(out)].view(np.uint64), got[~np.isnan(got)].view(np.uint64))

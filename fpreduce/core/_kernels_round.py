@@ -33,6 +33,9 @@ of them. ``u`` comes from :func:`uniform`, the counter-based generator (splitmix
 key, element, addition); :func:`element_seed` is its first half, the same for every
 addition of an element, computed once per element by the folds.
 
+:func:`fma` (``a * b + c`` rounded once: ``llvm.fma`` compiled, exact rationals in plain
+Python) serves the chains' Veltkamp split (:mod:`fpreduce.core._chain`).
+
 The functions run as plain Python (the bit casts through ``struct``; :func:`plain` gives
 them even after compiling: tests check them against the exact rounder one value at a
 time) and are made numba functions by :func:`compile_all`, with LLVM bit casts, when
@@ -41,8 +44,10 @@ the folds compile.
 
 from __future__ import annotations
 
+import math
 import struct
 import types
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -71,6 +76,19 @@ def f64_bits(x):  # type: ignore[no-untyped-def]
 def bits_f64(b):  # type: ignore[no-untyped-def]
     """The float64 of an int64 bit pattern."""
     return struct.unpack("<d", struct.pack("<q", b))[0]
+
+
+def fma(a, b, c):  # type: ignore[no-untyped-def]
+    """``a * b + c`` rounded once to nearest even (plain Python: exact rationals; compiled: ``llvm.fma``)."""
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
+        return a * b + c  # Inf and NaN as IEEE's: the product's own special value is already exact
+    r = Fraction(a) * Fraction(b) + Fraction(c)
+    if r == 0:
+        return a * b + c  # an exact zero: either a * b and c are zeros (IEEE's sign of their sum) or a * b == -c, +0
+    try:
+        return float(r)  # correctly rounded, ties to even
+    except OverflowError:
+        return math.inf if r > 0 else -math.inf
 
 
 # the generator (fpreduce.base.counter: plain Python, and inlined where a kernel calls it)
@@ -335,7 +353,7 @@ _NAMES = (
 )
 
 
-_PLAIN = {name: globals()[name] for name in (*_NAMES, *_WORDS, "f64_bits", "bits_f64", "f32_bits", "bits_f32")}
+_PLAIN = {name: globals()[name] for name in (*_NAMES, *_WORDS, "f64_bits", "bits_f64", "f32_bits", "bits_f32", "fma")}
 
 
 def plain() -> dict[str, Any]:
@@ -356,6 +374,19 @@ def cast(src: Any, dst: Any, llvm: Any) -> Any:
             return builder.bitcast(args[0], llvm)
 
         return dst(src), codegen
+
+    return intrinsic(typer)
+
+
+def _fma(intrinsic: Any, types: Any, ir: Any) -> Any:
+    """:func:`fma` as a numba intrinsic: ``llvm.fma.f64``, one fused instruction where the processor has FMA."""
+    d = ir.DoubleType()
+
+    def typer(typingctx, a, b, c):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            return builder.call(builder.module.declare_intrinsic("llvm.fma", [d], ir.FunctionType(d, [d, d, d])), args)
+
+        return types.float64(types.float64, types.float64, types.float64), codegen
 
     return intrinsic(typer)
 
@@ -389,6 +420,7 @@ def compile_all() -> None:
         fn = g["left_wide"] if X.dtype == types.float64 else g["left_round"]
         return lambda X, perm, j, grid, z1: fn(X, perm, j, grid, z1)
 
+    g["fma"] = _fma(intrinsic, types, ir)
     g["f64_bits"] = cast(types.float64, types.int64, ir.IntType(64))
     g["bits_f64"] = cast(types.int64, types.float64, ir.DoubleType())
     g["f32_bits"] = cast32(types.float32, types.int64, True)

@@ -468,7 +468,7 @@ def _fold_left(X, perm, ops, base, out, kind, grid, key, offset):  # type: ignor
     elif (
         ops.shape[0] == 0
         and X.dtype == np.float32
-        and (kind in (Kind.SPLIT_SUB, Kind.BITS) or (kind < Kind.SPLIT_SUB and X.shape[1] > 1))
+        and (kind in (Kind.SPLIT, Kind.SPLIT_SUB, Kind.BITS) or (kind == Kind.NATIVE and X.shape[1] > 1))
     ):
         _chain.kernels()[0](X, perm, out, kind, grid, key, offset)
     else:

@@ -314,8 +314,14 @@ def _fold_route(  # type: ignore[no-untyped-def]
         if pairwise:
             return Decision(Route.CHAIN_PAIRWISE, (*why, f"{m} <= {CHAIN} columns"), kind)
         narrow = p <= 24
-        if order is not None and narrow and (kind in (Kind.SPLIT_SUB, Kind.BITS) or (kind < Kind.SPLIT_SUB and m > 1)):
-            return Decision(Route.CHAIN, (*why, f"{m} <= {CHAIN} columns: a chain per column"), kind, order=order)
+        if order is not None and narrow and (kind != Kind.NATIVE or m > 1):  # (one fp32 column: its own chain)
+            why = [*why, f"{m} <= {CHAIN} columns: a chain per column"]
+            if m == 1 and kind in (Kind.SPLIT, Kind.SPLIT_SUB):
+                why.append(
+                    "one column: the exact float64 sum rounded by Veltkamp's split, its product by one FMA, "
+                    "beside the chain; an inexact sum, a zero, a subnormal or overflow by the exact rounder"
+                )
+            return Decision(Route.CHAIN, tuple(why), kind, order=order)
         return Decision(Route.COLUMNS, (*why, f"{m} <= {CHAIN} columns: a register per column"), kind, order=order)
     narrow = p <= 24
     if order is not None:
