@@ -234,8 +234,9 @@ class Lanes(NamedTuple):
     fp16_check: bool  # the rows' inputs are fp16 values checked as read (:func:`fp16_flags`), not by raw bits
 
 
+@functools.lru_cache(maxsize=64)
 def lanes(p: int, emin: int, max_finite: float, fp16_check: bool = False) -> Lanes:
-    """The :class:`Lanes` of a format of p <= 24 bits and emin >= -126.
+    """The :class:`Lanes` of a format of p <= 24 bits and emin >= -126 (cached: asked on every call of the folds).
 
     A float32 sum of a magnitude above ``limit`` may round beyond the largest finite value (or is Inf or NaN).
     """

@@ -415,12 +415,13 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: Kind, dec: routes.Decision,
     perm, ops, base, grid, key, offset = args
     m = X.shape[1]
     out = np.empty(m, dtype=X.dtype)  # X's dtype: one compiled kernel per dtype
-    nbuf = max(int(-ops[:, 0].min(initial=0)), 1) + 1  # and a spare row
-    width = max(_WIDTH, min(_WIDE, _BUDGET // nbuf))  # long runs of each row (prefetch), the live rows in L2
-    spans = split(m, dec.threads) if m > 0 else [(0, 0)]  # a thread's columns each, and its own buffers
-    bufs = [np.empty((nbuf, min(width, max(b - a, 1))), dtype=X.dtype) for a, b in spans]
     sc = xs = one = np.float32(1.0)
     left = dec.route in (R.CHAIN, R.CHAIN_PAIRWISE, R.COLUMNS)
+    if not left:  # the row blocks' buffers (the left folds keep their sums in registers)
+        nbuf = max(int(-ops[:, 0].min(initial=0)), 1) + 1  # and a spare row
+        width = max(_WIDTH, min(_WIDE, _BUDGET // nbuf))  # long runs of each row (prefetch), the live rows in L2
+        spans = split(m, dec.threads) if m > 0 else [(0, 0)]  # a thread's columns each, and its own buffers
+        bufs = [np.empty((nbuf, min(width, max(b - a, 1))), dtype=X.dtype) for a, b in spans]
     if dec.route is R.WIDE_LEFT:
         assert dec.kind is not None
         got, done = _narrow.fold_left(X, perm, dec.kind, grid, key, offset, low, threads=dec.threads)

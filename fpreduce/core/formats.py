@@ -12,6 +12,7 @@ every pattern, NaN patterns to ``nan``.
 from __future__ import annotations
 
 import difflib
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -196,9 +197,11 @@ def spellings(name: str) -> list[str]:
     return [name, *(a for a, n in ALIASES.items() if n == name), *lib]
 
 
+@functools.lru_cache(maxsize=64)
 def _dtype_format(dt: np.dtype) -> str:
     """The format of a numpy (or ml_dtypes) dtype, by the table: ml_dtypes' other float8 types (``float8_e4m3``:
-    IEEE-like, with Inf; the ``fnuz`` ones) are other formats and are refused, never taken for a neighbour."""
+    IEEE-like, with Inf; the ``fnuz`` ones) are other formats and are refused, never taken for a neighbour.
+    Cached by dtype: numpy's ``dtype.name`` alone costs microseconds, and every ``reduce`` asks."""
     if dt.kind in "iub":
         raise InvalidArgument(f"expected a floating-point format, got dtype {dt.name}")
     known = {**LIBRARY_DTYPES["numpy"], **LIBRARY_DTYPES["ml_dtypes"]}

@@ -21,6 +21,7 @@ sum); tests/test_routes.py checks every route, format and mode on edge data.
 from __future__ import annotations
 
 import enum
+import functools
 from typing import NamedTuple
 
 from fpreduce.core import _hwround as hw
@@ -76,6 +77,11 @@ def grid_of(fa: Format, mode: Mode) -> Grid:
 
 def kind_of(fa: Format, mode: Mode) -> tuple[Kind, Grid]:
     """The compiled folds' rounding :class:`Kind` and :class:`Grid` for an accumulator format and mode."""
+    return _kind_of(fa, mode, hw.available())  # (cached: the route table and the folds ask on every call)
+
+
+@functools.lru_cache(maxsize=256)
+def _kind_of(fa: Format, mode: Mode, directed_in_hardware: bool) -> tuple[Kind, Grid]:
     grid = grid_of(fa, mode)
     p = fa.precision
     if grid.hw and hw.native(fa):
