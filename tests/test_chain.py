@@ -67,12 +67,10 @@ def test_one_column_overflows_and_ties_at_the_top_as_the_reference(acc, mode):
     runs += [[top, q], [top / 2, top / 4, top / 4, top / 8, -top], [top - q, q / 2, -q, q / 2, 1.0]]
     rng = np.random.default_rng(len(acc))
     runs.append(list(top * rng.choice([1 / 8, 1 / 16, 3 / 16, 2.0**-f.precision, -1 / 4], 97)))
-    kw = {"input": _inp(acc), "accumulate": acc, "rounding": mode}
+    kw = {"input": acc, "accumulate": acc, "rounding": mode}  # the format's own values (fp64's: float64)
     for run in runs:
         for sign in (1.0, -1.0):
-            X = fr.round_to(sign * np.array(run)[:, None], _inp(acc)).astype(
-                np.float32 if acc != "fp64" else np.float64
-            )
+            X = fr.round_to(sign * np.array(run)[:, None], acc).astype(np.float32 if acc != "fp64" else np.float64)
             got = fr.reduce(X, "sequential", **kw)
             assert same(got, fr.reduce_reference(X, "sequential", **kw)), (run, sign, got)
 
