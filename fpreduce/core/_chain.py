@@ -186,7 +186,7 @@ def _hw_m(X, perm, out, mode, L, sc, S, top, over):  # type: ignore[no-untyped-d
         k = 1
         while k < X.shape[0]:  # unclamped while the sums stay below the top: the check a predicted branch
             r = _narrow.add_hw(v, np.float32(X[k if ident else perm[k], 0]) * sc, mode, L, top, over, False)
-            if _narrow.f2u(r) & np.uint32(0x7FFFFFFF) > top:
+            if _narrow.f2u(r) & np.uint32(_narrow._ABS32) > top:
                 break
             v = r
             k += 1

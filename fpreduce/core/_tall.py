@@ -442,7 +442,7 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: Kind, dec: routes.Decision,
             Kind.BITS,
         ):  # SPLIT or LANES then, if a NaN came out, the exact scalar path (Inf/NaN, beyond range)
             if left:
-                _fold_left(X, perm, ops, base, out, int(k), grid, key, offset)
+                _fold_left(X, perm, ops, base, out, int(k), grid, key, offset, dec.route)
             else:
                 X, xs = (X * xs, one) if k == Kind.BITS and xs != one else (X, xs)  # (the scalar path: X as it is)
                 parts = zip(bufs, spans, strict=True)
@@ -459,18 +459,16 @@ def _run(X: np.ndarray, args: tuple[Any, ...], kind: Kind, dec: routes.Decision,
     return np.multiply(out, one / sc) if sc != one else out  # the scaled result scaled back, exactly
 
 
-def _fold_left(X, perm, ops, base, out, kind, grid, key, offset):  # type: ignore[no-untyped-def]
-    """A few columns: pairwise (no ops, ``base`` -1), and float32 left folds of kinds 2 and 3, and of kinds
-    0 and 1 on more than one column (interleaved) by :mod:`._chain`; one column of kind 0 or 1, float64
-    (fp64 and formats over 24 bits) and other trees by :func:`_left_columns`."""
-    if ops.shape[0] == 0 and base < 0:
+def _fold_left(X, perm, ops, base, out, kind, grid, key, offset, route):  # type: ignore[no-untyped-def]
+    """A few columns by the kernel of ``route`` (the route table's choice, :func:`fpreduce.core.routes.tree_route`):
+    ``CHAIN_PAIRWISE`` and ``CHAIN`` (float32 rows, a left fold) by :mod:`._chain`, ``COLUMNS`` (one fp32
+    column, float64 rows, other trees) by :func:`_left_columns`."""
+    if route is R.CHAIN_PAIRWISE:
         bounds, progs = _chain.pairwise_blocks(X.shape[0])
         _chain.kernels()[1](X, out, kind, grid, key, offset, bounds, progs)
-    elif (
-        ops.shape[0] == 0
-        and X.dtype == np.float32
-        and (kind in (Kind.SPLIT, Kind.SPLIT_SUB, Kind.BITS) or (kind == Kind.NATIVE and X.shape[1] > 1))
-    ):
+    elif route is R.CHAIN:
+        assert X.dtype == np.float32  # (narrow accumulators load float32)
+        assert ops.shape[0] == 0  # (a left fold: the rows in ``perm``)
         _chain.kernels()[0](X, perm, out, kind, grid, key, offset)
     else:
         _kernels()[1](X, perm, ops, base, out, kind, grid, key, offset)
