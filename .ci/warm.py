@@ -38,8 +38,7 @@ GROUPS = {
         fr.reduce(X64, "sequential", input="fp64", accumulate="fp32", algorithm="binned", rounding="up"),
     ],
     "misc": lambda: [  # stochastic folds, atomics, compensated sums, primitives, the exact scan, the runner's metrics
-        fr.reduce(X, "sequential", accumulate="bf16", rounding="stochastic", seed=1),
-        fr.reduce(X[:, :3], "sequential", accumulate="bf16", rounding="stochastic", seed=1),
+        fr.reduce(X[:, :3], "sequential", accumulate="bf16", rounding="stochastic", seed=1),  # (wide rows: "modes")
         fr.reduce(X, "atomic", accumulate="bf16", seed=1),
         fr.reduce(X, "sequential", accumulate="bf16", algorithm="kahan"),
         fr.partial_sums(X[:, :3], accumulate="bf16"),
@@ -53,6 +52,8 @@ GROUPS = {
     ],
     "modes": lambda: every_mode(),
     "words": lambda: words(),
+    "fp16_rows": lambda: fp16_rows(),
+    "fp16_inputs": lambda: fp16_inputs(),
 }
 
 MODES = ("nearest_even", "toward_zero", "up", "down", "stochastic")
@@ -61,21 +62,45 @@ MODES = ("nearest_even", "toward_zero", "up", "down", "stochastic")
 def every_mode() -> None:
     """Every rounding mode of the kernels compiled per mode (the tests' rings, few columns, and the software
     directed modes of fp32 rows that the processor's rounding otherwise takes): 30-60 s of compiling in the
-    first test process that needs each, measured on a cold cache."""
+    first test process that needs each, measured on a cold cache. The few columns (core/_chain.py) come last, and
+    this group after "wide" and "words": by then the other process has compiled the row-block fold and the chain
+    ("rows", "chain": its first groups) into the cache, which this one loads instead of compiling them again
+    (30-40 s of CPU each when both did)."""
     from fpreduce.core import _hwround
 
     for mode in MODES:
-        fr.reduce(X[:5, :1], "ring:nccl", input="bf16", accumulate="bf16", rounding=mode, seed=1)
         for acc in ("bf16", "fp16", "fp32"):
             fr.reduce(X[:4, :2100], "ring:nccl", accumulate=acc, rounding=mode, seed=1)
     with _hwround.disabled():
         for mode in MODES[1:4]:
-            for plan, m in (("sequential", 4100), ("pairwise", 4100), ("sequential", 1), ("sequential", 12)):
+            for plan in ("sequential", "pairwise"):
                 for acc in ("fp32", "fp64", "bf16", "fp16"):
-                    fr.reduce(X[:, :m], plan, input="bf16", accumulate=acc, rounding=mode)
+                    fr.reduce(X[:, :4100], plan, input="bf16", accumulate=acc, rounding=mode)
     fr.reduce(
         X[:2, :200], "sequential", input="fp32", accumulate="bf16", algorithm="binned", rounding="stochastic", seed=5
     )
+    for mode in MODES:
+        fr.reduce(X[:5, :1], "ring:nccl", input="bf16", accumulate="bf16", rounding=mode, seed=1)
+    with _hwround.disabled():
+        for mode in MODES[1:4]:
+            for m in (1, 12):
+                for acc in ("fp32", "fp64", "bf16", "fp16"):
+                    fr.reduce(X[:, :m], "sequential", input="bf16", accumulate=acc, rounding=mode)
+
+
+def fp16_rows() -> None:
+    """The left folds of float32 rows into fp16 (the tests' fast-path, edge and hardware-rounding tests): to
+    nearest, and in each directed mode (the processor's rounding, scaled onto float32's grid) from bf16 inputs
+    and from fp16 inputs (whose rows are checked as read): a kernel each, ~4 s."""
+    fr.reduce(X, "sequential", input="fp16", accumulate="fp16")
+    for mode in MODES[1:4]:
+        fr.reduce(X, "sequential", input="bf16", accumulate="fp16", rounding=mode)
+
+
+def fp16_inputs() -> None:
+    """fp16 inputs into fp16 in each directed mode (fp16 inputs checked as read; see :func:`fp16_rows`)."""
+    for mode in MODES[1:4]:
+        fr.reduce(X, "sequential", input="fp16", accumulate="fp16", rounding=mode)
 
 
 def words() -> None:
@@ -95,6 +120,9 @@ def words() -> None:
         fr.reduce(E4, "sequential", accumulate=acc, rounding=mode)
     for acc in ("fp8_e5m2", "fp32", "bf16"):
         fr.reduce(E5, "sequential", accumulate=acc)
+    for mode in MODES[1:4]:  # every directed mode of bf16 and fp8_e4m3 words (tests/test_narrow.py)
+        fr.reduce(B, "sequential", accumulate="bf16", rounding=mode)
+        fr.reduce(E4, "sequential", accumulate="fp8_e4m3", rounding=mode)
 
 
 def run_default() -> None:

@@ -294,22 +294,13 @@ def _left_m(X, perm, j, how, c, mode, z1):  # type: ignore[no-untyped-def]
 def left_round(X, perm, j, grid, z1):  # type: ignore[no-untyped-def]
     """The left fold of column j of X, rows in the order ``perm`` (empty: in order), element seed ``z1``.
 
-    One loop per mode for p <= 23 bits (a constant mode shortens each addition's latency),
-    in float64 (:func:`add_round`: a shorter chain than float32's, whose lanes a single
-    column does not use).
+    In float64 words (:func:`add_round`: a shorter chain than float32's, whose lanes a single column does
+    not use), the mode a variable. The route table sends the left folds of a few columns of the formats of
+    p <= 23 bits to :mod:`._chain`; only fp32's and fp64's come here (``_tall``'s ``COLUMNS``), so one loop
+    is compiled, not one per mode (~25 s of CPU on a first use, for loops no route ran).
     """
     how, c, mode = _consts(grid)
-    if how > 0:  # fp32, fp64: the mode left a variable (less to compile)
-        return _left_m(X, perm, j, how, c, mode, z1)
-    if mode == 0:
-        return _left_m(X, perm, j, 1, c, 0, z1)
-    if mode == 1:
-        return _left_m(X, perm, j, 1, c, 1, z1)
-    if mode == 2:
-        return _left_m(X, perm, j, 1, c, 2, z1)
-    if mode == 3:
-        return _left_m(X, perm, j, 1, c, 3, z1)
-    return _left_m(X, perm, j, 1, c, 4, z1)
+    return _left_m(X, perm, j, max(how, 1), c, mode, z1)
 
 
 def rows_wide(D, A, B, grid, z, t):  # type: ignore[no-untyped-def]
