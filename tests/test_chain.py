@@ -76,6 +76,36 @@ def test_one_column_overflows_and_ties_at_the_top_as_the_reference(acc, mode):
 
 
 @needs_jit
+@pytest.mark.parametrize("acc", ["bf16", "tf32", "fp16", "fp8_e4m3", "fp8_e5m2"])
+@pytest.mark.parametrize("inp", ["own", "fp32"])
+def test_one_column_below_the_least_normal_rounds_as_the_reference(acc, inp):
+    """One column to nearest even whose sums fall below 2**emin, where the chain takes the float64 sum as it is
+    (a value of the format): sums crossing 2**emin both ways, exact zeros of both signs; the format's own values,
+    and fp32 inputs off its grid (ties to even on the subnormals' grid and to zero of either sign as loaded)."""
+    f = get_format(acc)
+    q, tiny = 2.0 ** (f.emin - f.precision + 1), 2.0**f.emin  # the least subnormal, the least normal
+    rng = np.random.default_rng(f.precision)
+    if inp == "own":
+        runs = [[q, q, -3 * q, tiny - q, q, -q, -tiny], list(q * rng.integers(-9, 10, 101)), [tiny, -q, -q, q]]
+        runs += [[-0.0, -0.0], [q, -q], [-q, q, -0.0], [-q, -q], [0.0, -0.0, -q, q]]
+    else:
+        runs = [[q, q / 2], [3 * q, q / 2], [q / 4, q / 8], [-q / 4, q / 8], [tiny - q, q / 2], [tiny, -q / 2]]
+        runs += [
+            [tiny / 3, tiny / 3, tiny / 3, -tiny / 5],
+            list(rng.choice([q, -q, q / 2, 0.75 * q, -1.25 * q, tiny / 3], 97)),
+        ]
+    kw = {"input": acc if inp == "own" else "fp32", "accumulate": acc}
+    for run in runs:
+        for sign in (1.0, -1.0):
+            X = (sign * np.array(run, dtype=np.float32))[:, None]
+            assert fr.explain(X, "sequential", **kw).route.value == "chain"
+            got = fr.reduce(X, "sequential", **kw)
+            want = fr.reduce_reference(X, "sequential", **kw)
+            assert same(got, want), (run, sign, got, want)
+            assert np.signbit(got[0]) == np.signbit(want[0]), (run, sign)
+
+
+@needs_jit
 @pytest.mark.parametrize("acc", ACCS)
 @pytest.mark.parametrize("m", [1, 3, 12])
 def test_stochastic_narrow_folds_equal_the_numpy_fold(acc, m):

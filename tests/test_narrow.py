@@ -270,22 +270,26 @@ def test_fp64_accumulator_adds_float32_rows_as_read(inp, mode):
 @needs_jit
 @pytest.mark.parametrize("fmt", ["fp16", "fp8_e4m3", "fp8_e5m2"])
 def test_grid_flags_accept_exactly_the_formats_finite_values(fmt):
-    """grid_flags (the loader's compiled input check) is 0 iff v is finite and round_to(v, fmt) == v.
+    """grid_flags (the fold loops' compiled input check) and grid_bits (the loader's, on the bits alone) are 0 iff v
+    is finite and round_to(v, fmt) == v: random patterns, the format's values, their neighbours, its subnormals
+    and the halves between them, Inf, NaN, beyond its range and below its least subnormal.
 
     Kept on the private kernel on purpose (issue 24): a check that refuses a value of the format only costs a
     rerun, the same bits, so no public route shows that half of the law (the other half, that no non-value is
     taken as is, shows in the bits: test_wide_rows_check_their_inputs_as_they_are_read in test_tall)."""
     f = get_format(fmt)
     _narrow.compile_all()
-    flags = _narrow.grid_flags
     scale, L, _, _, _, _ = _narrow.lanes(f.precision, f.emin, f.max_finite)
+    q = 2.0 ** (f.emin - f.precision + 1)  # the least subnormal
     rng = np.random.default_rng(7)
     pats = (rng.integers(0, 2**32, 3000, dtype=np.uint64) & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         near = np.nextafter(values(fmt, 1000, 8).astype(np.float32), np.float32(np.inf))
         inf = np.array([np.nan, np.inf, -np.inf, 2 * f.max_finite, -4 * f.max_finite, 2.0**-149], dtype=np.float32)
-        v = np.concatenate([pats, values(fmt, 3000, 9).astype(np.float32), near, inf])
+        subs = q * np.concatenate([np.arange(-64, 65), np.arange(-64, 64) + 0.5, [2.0**f.precision + 1, 0.25]])
+        v = np.concatenate([pats, values(fmt, 3000, 9).astype(np.float32), near, inf, subs.astype(np.float32)])
         ok = np.isfinite(v) & (fr.round_to(v.astype(np.float64), fmt) == v)
-    got = np.array([flags(x, np.float32(scale), L, np.float32(f.max_finite)) == 0 for x in v])
-    assert np.array_equal(got, ok)
+    for flags in (_narrow.grid_flags, _narrow.grid_bits):
+        got = np.array([flags(x, np.float32(scale), L, np.float32(f.max_finite)) == 0 for x in v])
+        assert np.array_equal(got, ok), flags
     assert 2000 < ok.sum() < v.size - 2000  # both answers occur

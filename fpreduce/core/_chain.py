@@ -120,7 +120,12 @@ def step(s, x, mode, c, U, chain=True):  # type: ignore[no-untyped-def]
     ``s`` (the previous sum, known early) and a sum of another sign takes :func:`slow`;
     else from the sum's sign. :func:`slow` also takes inexact sums (``v - s != x`` or
     ``v - x != s``: by Fast2Sum's lemma one of them is exact, so an inexact sum fails
-    one), zeros, subnormals, overflow, NaN and Inf.
+    one), zeros, subnormals, overflow, NaN and Inf; but in mode 5 a sum below 2**emin is
+    the answer itself: ``s`` and ``x`` are values of the format (the engine loads inputs into
+    it), multiples of its least subnormal 2**q, and so is their exact sum, which float64 holds
+    (p <= 26) and which below 2**emin is a subnormal or zero of the format; a zero sum's
+    sign is float64's to nearest, the format's. (fp16 and fp8 data near zero took the exact rounder at every step: 10^5
+    fp8_e4m3 values of about 0.01 cost 18.7 ns per addition.)
     """
     d, low, tinyb, maxb = c[0], c[1], c[2], c[3]
     v = s + x
@@ -144,6 +149,8 @@ def step(s, x, mode, c, U, chain=True):  # type: ignore[no-untyped-def]
         return t - (t - v)
     if ok:  # one predicted branch: off the chain
         return kr.bits_f64((b + A) & ~low)
+    if mode == 5 and mag < tinyb:  # (exact: a multiple of 2**q below 2**emin <= 2**(q + 52))
+        return v  # below 2**emin: a multiple of the least subnormal, so a value of the format (zeros: RN's sign)
     return slow(s, x, mode, c, U)
 
 
