@@ -124,8 +124,8 @@ def step(s, x, mode, c, U, chain=True):  # type: ignore[no-untyped-def]
     the answer itself: ``s`` and ``x`` are values of the format (the engine loads inputs into
     it), multiples of its least subnormal 2**q, and so is their exact sum, which float64 holds
     (p <= 26) and which below 2**emin is a subnormal or zero of the format; a zero sum's
-    sign is float64's to nearest, the format's. (fp16 and fp8 data near zero took the exact rounder at every step: 10^5
-    fp8_e4m3 values of about 0.01 cost 18.7 ns per addition.)
+    sign is float64's to nearest, the format's. (Before, the exact rounder at every step: 10^5
+    fp16 values of about 1e-7, every partial sum subnormal, took 14 ns per addition, now 3.9.)
     """
     d, low, tinyb, maxb = c[0], c[1], c[2], c[3]
     v = s + x

@@ -513,8 +513,8 @@ def _load(
             return A, _narrow.FP16_CHECK
         if fin.emin > -126 and fin.max_finite <= np.finfo(np.float32).max:  # fp16, fp8: one compiled pass
             ln = _narrow.lanes(fin.precision, fin.emin, fin.max_finite)
-            # a few columns (not ``lazy``): a chain of ~4 ns per addition, to which the bits' check adds nothing
-            # visible while an assist per subnormal input tripled it; wide rows: a fold of ~0.4 ns per addition
+            # a few columns or one row (not ``lazy``): a chain of ~4 ns per addition, to which the bits' check adds
+            # nothing visible, while an assist per subnormal input tripled it; wide rows: a fold of ~0.4 ns per addition
             bits = not lazy
             if _kernels()[3](A.reshape(-1), np.float32(ln.scale), ln.L, np.float32(fin.max_finite), bits):
                 return A, 0
