@@ -270,9 +270,10 @@ def test_fp64_accumulator_adds_float32_rows_as_read(inp, mode):
 @needs_jit
 @pytest.mark.parametrize("fmt", ["fp16", "fp8_e4m3", "fp8_e5m2"])
 def test_grid_flags_accept_exactly_the_formats_finite_values(fmt):
-    """grid_flags (the fold loops' compiled input check) and grid_bits (the loader's, on the bits alone) are 0 iff v
-    is finite and round_to(v, fmt) == v: random patterns, the format's values, their neighbours, its subnormals
-    and the halves between them, Inf, NaN, beyond its range and below its least subnormal.
+    """grid_flags and grid_bits (the loader's compiled input checks: by products, on the bits alone), and fp16's
+    fp16_flags and fp16_scaled_flags (the fold loops'), are 0 iff v is finite and round_to(v, fmt) == v: random
+    patterns, the format's values, their neighbours, its subnormals and the halves between them, Inf, NaN, beyond
+    its range and below its least subnormal.
 
     Kept on the private kernel on purpose (issue 24): a check that refuses a value of the format only costs a
     rerun, the same bits, so no public route shows that half of the law (the other half, that no non-value is
@@ -292,4 +293,7 @@ def test_grid_flags_accept_exactly_the_formats_finite_values(fmt):
     for flags in (_narrow.grid_flags, _narrow.grid_bits):
         got = np.array([flags(x, np.float32(scale), L, np.float32(f.max_finite)) == 0 for x in v])
         assert np.array_equal(got, ok), flags
+    if fmt == "fp16":  # the fold loops' fp16 checks: without products (fp16_flags), and by grid_flags' products
+        for flags in (_narrow.fp16_flags, _narrow.fp16_scaled_flags):
+            assert np.array_equal(np.array([flags(x) == 0 for x in v]), ok), flags
     assert 2000 < ok.sum() < v.size - 2000  # both answers occur
