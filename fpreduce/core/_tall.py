@@ -207,15 +207,19 @@ def _any_bits(bits, mask):  # type: ignore[no-untyped-def]
     return (acc & mask) != 0
 
 
-def _all_in(x, scale, L, maxf, bits):  # type: ignore[no-untyped-def]
+def _all_in(x, scale, L, maxf, how):  # type: ignore[no-untyped-def]
     """Whether every float32 ``x[i]`` is a finite value of a format of emin > -126 (fp16, fp8; NaN and Inf
-    fail: the loader handles them): one branch-free pass of :func:`fpreduce.core._narrow.grid_bits` (``bits``: the
-    same answer at a steady ~0.45 ns per element, none of the microcode assists that :func:`grid_flags`'s products
-    cost on the format's subnormals, ~10 ns each) or of ``grid_flags`` (~0.25 ns per element on other values)."""
+    fail: the loader handles them): one branch-free pass of a check of :mod:`fpreduce.core._narrow`, the same
+    answer by each: ``how`` 1 :func:`grid_bits` (a steady ~0.45 ns per element), 2 :func:`fp16_flags` (fp16's,
+    on float32 normals), 0 :func:`grid_flags` (~0.25 ns per element, but a microcode assist, ~10 ns, on each of
+    the format's subnormals)."""
     bad = np.uint32(0)
-    if bits:
+    if how == 1:
         for i in range(x.size):
             bad |= _narrow.grid_bits(x[i], scale, L, maxf)
+    elif how == 2:
+        for i in range(x.size):
+            bad |= _narrow.fp16_flags(x[i])
     else:
         for i in range(x.size):
             bad |= _narrow.grid_flags(x[i], scale, L, maxf)
@@ -514,9 +518,10 @@ def _load(
         if fin.emin > -126 and fin.max_finite <= np.finfo(np.float32).max:  # fp16, fp8: one compiled pass
             ln = _narrow.lanes(fin.precision, fin.emin, fin.max_finite)
             # a few columns or one row (not ``lazy``): a chain of ~4 ns per addition, to which the bits' check adds
-            # nothing visible, while an assist per subnormal input tripled it; wide rows: a fold of ~0.4 ns per addition
-            bits = not lazy
-            if _kernels()[3](A.reshape(-1), np.float32(ln.scale), ln.L, np.float32(fin.max_finite), bits):
+            # nothing visible, while an assist per subnormal input tripled it; wide rows: a fold of ~0.4 ns per
+            # addition, fp16's own check (no assists), fp8's grid_flags
+            how = 1 if not lazy else 2 if fin.name == "fp16" else 0
+            if _kernels()[3](A.reshape(-1), np.float32(ln.scale), ln.L, np.float32(fin.max_finite), how):
                 return A, 0
     ldr = _Loader(A, fin, fa, ar.mode, ar.rng, np.dtype(np.float32 if narrow else np.float64))
     ldr.premul = load.premul
