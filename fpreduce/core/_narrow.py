@@ -94,9 +94,10 @@ FP16_CHECK = 0x80001FFF
 
 def grid_flags(v, scale, L, maxf):  # type: ignore[no-untyped-def]
     """Nonzero (within ``L | 1``) unless the float32 ``v`` is a finite value of the format scaled by ``scale``
-    (module docstring: ``v * scale`` exact, its low bits ``L`` zero, ``|v| <= maxf``). Two products: the check of
-    the fold loops (fp16 rows checked as read); on the format's subnormals, which scale to float32 subnormals, each
-    product costs a microcode assist (:func:`grid_bits` has none)."""
+    (module docstring: ``v * scale`` exact, its low bits ``L`` zero, ``|v| <= maxf``). Two products: the input
+    check of fp8's wide rows and of the loops that scale fp16 inputs (:func:`fp16_scaled_flags`); on the format's
+    subnormals, which scale to float32 subnormals, each product costs a microcode assist (:func:`grid_bits` and
+    :func:`fp16_flags` have none)."""
     w = v * scale
     off = (w * (np.float32(1.0) / scale) != v) | (abs(v) > maxf)  # inexact (or NaN), or beyond the format
     return (f2u(w) & L) | (np.uint32(1) if off else np.uint32(0))
