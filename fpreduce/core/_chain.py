@@ -22,7 +22,9 @@ keeps on that chain only what depends on the running sum, for every format of at
 * whether ``v`` is exact (``v - s == x`` and ``v - x == s``), in range and of the sign of
   ``s`` is a branch the processor predicts; it leaves the chain. Anything else (an
   inexact sum, a zero, a subnormal, overflow, NaN, Inf) takes
-  :func:`fpreduce.core._kernels_round.add_round`, the exact rounder: the same bits.
+  :func:`fpreduce.core._kernels_round.add_round`, the exact rounder: the same bits; but
+  one column to nearest even (mode 5) takes a sum below 2**emin, a zero or a subnormal of
+  the format, as it is (:func:`step`).
 * the stochastic draw ``U`` depends only on the element seed and the addition index,
   so it is computed beside the chain.
 

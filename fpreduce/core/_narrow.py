@@ -109,8 +109,8 @@ def grid_bits(v, scale, L, maxf):  # type: ignore[no-untyped-def]
     would fall below float32's least normal exponent (the bits the scaling shifts out). No float arithmetic, so no
     microcode assist on the format's subnormals: the one-pass input check (``_tall._all_in``) of 2^22 fp16 values
     of about 1e-6 takes 0.45 ns per element, 10.5 by :func:`grid_flags`. On other values it takes about twice
-    :func:`grid_flags`'s 0.25 ns (in the fold loops, 20-40% slower on 64 x 2^16 normal fp16 data), so those and
-    the wide rows' check keep :func:`grid_flags`."""
+    :func:`grid_flags`'s 0.25 ns (in the fold loops, 20-40% slower on 64 x 2^16 normal fp16 data), so the fold
+    loops and the wide rows' check use :func:`fp16_flags` (fp16) and :func:`grid_flags` (fp8, scaled loops)."""
     es = np.int32(f2u(scale) >> np.uint32(23)) - np.int32(127)  # log2(scale) (loop invariants: hoisted)
     nl = np.int32(f2u(np.float32(L + np.uint32(1))) >> np.uint32(23)) - np.int32(127)  # log2(L + 1)
     b = f2u(v) & np.uint32(_ABS32)

@@ -319,7 +319,8 @@ def _fold_route(  # type: ignore[no-untyped-def]
             if m == 1 and kind in (Kind.SPLIT, Kind.SPLIT_SUB):
                 why.append(
                     "one column: the exact float64 sum rounded by Veltkamp's split, its product by one FMA, "
-                    "beside the chain; an inexact sum, a zero, a subnormal or overflow by the exact rounder"
+                    "beside the chain; a sum below 2**emin (a zero or subnormal) as it is; an inexact sum or "
+                    "overflow by the exact rounder"
                 )
             return Decision(Route.CHAIN, tuple(why), kind, order=order)
         return Decision(Route.COLUMNS, (*why, f"{m} <= {CHAIN} columns: a register per column"), kind, order=order)
