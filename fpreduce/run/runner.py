@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from fpreduce._version import __version__
+from fpreduce.base import threads
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.engine import reduce
 from fpreduce.core.exact import exact_sum_scan
@@ -222,6 +223,7 @@ def _measure(
     inputs: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]],
     keys: list[tuple[str, int]],
     ys: list[np.ndarray],
+    reruns: list[np.ndarray | None],
     n: int,
     st: _Step,
     times: dict[str, float],
@@ -230,13 +232,21 @@ def _measure(
     t0 = time.perf_counter()
     sums = {k: _Inputs(Xr, X) for k, (Xr, X) in inputs.items()}
     t1 = time.perf_counter()
+    exact = []
     for i, spec in enumerate(specs):
         inp = sums[keys[i]]
         st.underflow[i] += inp.underflow
-        hi, lo, cr, absum = inp.correctly_rounded(spec, n)
+        exact.append(inp.correctly_rounded(spec, n))
+
+    def arm(i: int) -> None:
+        spec, j = specs[i], st.partner[i]
+        hi, lo, cr, absum = exact[i]
         st.err[i].add(ys[i], hi, lo, cr, get_format(spec.out_format), absum)
-        j = st.partner[i]
         st.cmp[i].add(ys[i], ys[j], get_format(_wider(spec.out_format, specs[j].out_format)))
+        y2 = reruns[i]
+        st.rerun[i].add(ys[i] if y2 is None else y2, ys[i], get_format(spec.out_format))  # None: y2 is y
+
+    threads.run(arm, [(i,) for i in range(len(specs))])
     t2 = time.perf_counter()
     times["exact"] += t1 - t0
     times["metrics"] += t2 - t1
@@ -327,8 +337,9 @@ def _compute_step(
                 t1 = time.perf_counter()
                 shared = ahead.pop(c).result()
                 times["source"] += time.perf_counter() - t1  # the time waited for them
-            inputs, keys = _reduce_chunk(cfg, source, arms, st, c, (lo, hi), shared, times)
-            _measure(specs, inputs, keys, [y[lo - s_lo : hi - s_lo] for y in st.ys], e.workers, st, times)
+            inputs, keys, reruns = _reduce_chunk(cfg, source, arms, st, c, (lo, hi), shared, times)
+            ys = [y[lo - s_lo : hi - s_lo] for y in st.ys]
+            _measure(specs, inputs, keys, ys, reruns, e.workers, st, times)
             if after_chunk is not None:
                 after_chunk(st)
     return st
@@ -343,7 +354,7 @@ def _reduce_chunk(
     span: tuple[int, int],
     shared: np.ndarray | None,
     times: dict[str, float],
-) -> tuple[dict[tuple[str, int], tuple[np.ndarray, np.ndarray]], list[tuple[str, int]]]:
+) -> tuple[dict[tuple[str, int], tuple[np.ndarray, np.ndarray]], list[tuple[str, int]], list[np.ndarray | None]]:
     """Every arm reduces elements lo..hi-1 (chunk ``c``, ``span``) of the step into ``st.ys``, and again
     with its re-seeded order policy into ``st.rerun`` (compared at once, not kept). ``shared``: the
     chunk's gradients (None: a model's, drawn here from each arm's replica).
@@ -356,6 +367,7 @@ def _reduce_chunk(
     lo, hi = span
     inputs: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
     keys = []
+    reruns: list[np.ndarray | None] = []
     for i, a in enumerate(arms):
         spec = a.spec
         t1 = time.perf_counter()
@@ -377,10 +389,8 @@ def _reduce_chunk(
             y2 = y if st.reruns[i] is None else _reduce(Xr, st.reruns[i], spec, _seed(spec, sk), lo, m)
         times["engine"] += time.perf_counter() - t1
         st.ys[i][lo - st.base : hi - st.base] = y
-        t1 = time.perf_counter()
-        st.rerun[i].add(y2, y, get_format(spec.out_format))  # y2 is y: identical by construction
-        times["metrics"] += time.perf_counter() - t1
-    return inputs, keys
+        reruns.append(None if y2 is y else y2)
+    return inputs, keys, reruns
 
 
 def _record(
