@@ -263,23 +263,19 @@ def _rows_m(D, A, B, how, c, mode, z, t):  # type: ignore[no-untyped-def]
 def rows_round(D, A, B, grid, z, t):  # type: ignore[no-untyped-def]
     """D[j] <- A[j] + B[j] (rows) by :func:`add_any`; ``grid`` as ``_tall._kind``'s.
 
-    Stochastic: addition ``t``, element seeds ``z[j]``. One loop per mode for the formats
-    of p <= 23 bits, the mode a constant in each (numba folds the other modes' selects
-    away and vectorizes it), one loop each for fp32 and fp64.
+    Stochastic: addition ``t``, element seeds ``z[j]``. Two loops, the mode a variable in both:
+    one in float32 words (the formats of p <= 11 bits and emin >= -126), one for fp32 and fp64.
+    The rows of bf16 and tf32, and of fp16 and fp8 inputs checked as read, go to ``_narrow``;
+    those that come here (fp32 inputs into fp16 or fp8 in a directed mode, NaN reruns) ran
+    as fast with one loop per mode constant (64 x 2**16 fp32 into fp16 up, pairwise:
+    6.1-6.3 ns per addition before, 6.1-6.8 after), whose compilation cost ~19 s of CPU more
+    on the row-block fold's first use.
     """
     how, c, mode = _consts(grid)
-    if how > 0:  # fp32, fp64: the mode left a variable (less to compile)
+    if how > 0:  # fp32, fp64
         _rows_m(D, A, B, how, c, mode, z, t)
-    elif mode == 0:
-        _rows_m(D, A, B, 0, c, 0, z, t)
-    elif mode == 1:
-        _rows_m(D, A, B, 0, c, 1, z, t)
-    elif mode == 2:
-        _rows_m(D, A, B, 0, c, 2, z, t)
-    elif mode == 3:
-        _rows_m(D, A, B, 0, c, 3, z, t)
     else:
-        _rows_m(D, A, B, 0, c, 4, z, t)
+        _rows_m(D, A, B, 0, c, mode, z, t)
 
 
 def _left_m(X, perm, j, how, c, mode, z1):  # type: ignore[no-untyped-def]

@@ -297,14 +297,9 @@ def _fold_kernel(X, perm, ops, root, out, bufs, kind, grid, key, e0, Xb, xs, c0,
             for t in range(ops.shape[0]):
                 o, a, b = ops[t, 0], ops[t, 1], ops[t, 2]
                 d = phys[spare]
-                if a >= 0 and b >= 0:
-                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], X[perm[b], lo : lo + w], kind, grid, z, t, xs, xs)
-                elif a >= 0:
-                    _add_rows(bufs[d, :w], X[perm[a], lo : lo + w], bufs[phys[-1 - b], :w], kind, grid, z, t, xs, one)
-                elif b >= 0:
-                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], X[perm[b], lo : lo + w], kind, grid, z, t, one, xs)
-                else:
-                    _add_rows(bufs[d, :w], bufs[phys[-1 - a], :w], bufs[phys[-1 - b], :w], kind, grid, z, t, one, one)
+                A = X[perm[a], lo : lo + w] if a >= 0 else bufs[phys[-1 - a], :w]  # a row of X, or a partial sum
+                B = X[perm[b], lo : lo + w] if b >= 0 else bufs[phys[-1 - b], :w]
+                _add_rows(bufs[d, :w], A, B, kind, grid, z, t, xs if a >= 0 else one, xs if b >= 0 else one)
                 phys[spare], phys[-1 - o] = phys[-1 - o], d
             res = phys[-1 - root]
             for k in range(n if Xb.shape[0] > 0 else 0):
