@@ -128,6 +128,17 @@ def test_same_config_same_bits(tmp_path):
     assert (a.dir / "config.toml").read_bytes() == (b.dir / "config.toml").read_bytes()
 
 
+def test_the_arms_metrics_on_one_thread_or_many_are_the_same_bits(tmp_path, monkeypatch):
+    """The runner measures the arms on the thread pool when it may use more than one core: each arm's
+    statistics are its own, so metrics.csv does not depend on the threads."""
+    rows = {}
+    for t in ("1", "3"):
+        monkeypatch.setenv("FPREDUCE_THREADS", t)
+        rows[t] = (run_experiment(cfg_from(), tmp_path / t).dir / "metrics.csv").read_bytes()
+    assert rows["1"] == rows["3"]
+    assert rows["1"].count(b"\n") == 1 + 4 * 3  # a header and 4 steps x 3 arms
+
+
 def test_interrupted_run_is_readable_and_resumes_to_the_same_bits(tmp_path):
     full = run_experiment(cfg_from(), tmp_path / "full")
 

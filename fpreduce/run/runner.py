@@ -228,7 +228,12 @@ def _measure(
     st: _Step,
     times: dict[str, float],
 ) -> None:
-    """One chunk's exact sums, and every arm's metrics against them and against its ``compare_to`` arm."""
+    """One chunk's exact sums, and every arm's metrics against them, against its ``compare_to`` arm and its rerun
+    (``reruns[i]``; None: the result itself).
+
+    The arms' metrics run on the thread pool when this process may use more than one core (one task per arm:
+    each arm's statistics are its own, added chunk after chunk in order, so the values do not depend on it).
+    On 64 x 2**20 bf16, 3 arms, the run's wall time fell 2-8%."""
     t0 = time.perf_counter()
     sums = {k: _Inputs(Xr, X) for k, (Xr, X) in inputs.items()}
     t1 = time.perf_counter()
@@ -246,7 +251,8 @@ def _measure(
         y2 = reruns[i]
         st.rerun[i].add(ys[i] if y2 is None else y2, ys[i], get_format(spec.out_format))  # None: y2 is y
 
-    threads.run(arm, [(i,) for i in range(len(specs))])
+    parts = [(i,) for i in range(len(specs))]
+    threads.run(arm, parts) if threads.available() > 1 else [arm(*a) for a in parts]
     t2 = time.perf_counter()
     times["exact"] += t1 - t0
     times["metrics"] += t2 - t1
@@ -356,12 +362,12 @@ def _reduce_chunk(
     times: dict[str, float],
 ) -> tuple[dict[tuple[str, int], tuple[np.ndarray, np.ndarray]], list[tuple[str, int]], list[np.ndarray | None]]:
     """Every arm reduces elements lo..hi-1 (chunk ``c``, ``span``) of the step into ``st.ys``, and again
-    with its re-seeded order policy into ``st.rerun`` (compared at once, not kept). ``shared``: the
+    with its re-seeded order policy (compared by :func:`_measure`, not kept). ``shared``: the
     chunk's gradients (None: a model's, drawn here from each arm's replica).
 
     Returns the chunk's inputs, ``(input format, id of the array) -> (rounded, as
-    drawn)``, and each arm's key into them: arms sharing inputs share their rounding
-    and exact sum.
+    drawn)``, each arm's key into them (arms sharing inputs share their rounding
+    and exact sum), and each arm's rerun result (None: a fixed order, the result itself).
     """
     e, m, step = cfg.experiment, source.elements, st.index
     lo, hi = span
