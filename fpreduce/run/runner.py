@@ -251,8 +251,11 @@ def _measure(
         y2 = reruns[i]
         st.rerun[i].add(ys[i] if y2 is None else y2, ys[i], get_format(spec.out_format))  # None: y2 is y
 
-    parts = [(i,) for i in range(len(specs))]
-    threads.run(arm, parts) if threads.available() > 1 else [arm(*a) for a in parts]
+    if threads.available() > 1:
+        threads.run(arm, [(i,) for i in range(len(specs))])
+    else:
+        for i in range(len(specs)):
+            arm(i)
     t2 = time.perf_counter()
     times["exact"] += t1 - t0
     times["metrics"] += t2 - t1
