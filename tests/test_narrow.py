@@ -112,7 +112,7 @@ def test_wide_left_fold_equals_numpy_and_reference(acc, mode, specials):
 @pytest.mark.parametrize("acc", ["fp32", "bf16", "fp16", "fp8_e4m3"])
 @pytest.mark.parametrize("mode", ["nearest_even", *DIRECTED])
 def test_folds_by_column_blocks_and_row_groups(acc, mode):
-    """Wide folds (stochastic ones apart) add four rows at a time in one pass over a block of 2**13 columns: for
+    """Wide folds (stochastic ones apart) add four rows at a time in one pass over a block of 2**16 columns: for
     every count of rows (groups of four, the rows after them, none) and across block edges (two whole blocks and a
     short one) the bits are numpy's twin's and, on columns at the edges, the Fraction reference's; the rows stored
     as their own words (ml_dtypes) give the same bits."""
@@ -121,8 +121,9 @@ def test_folds_by_column_blocks_and_row_groups(acc, mode):
     f = get_format(acc)
     inp = acc if f.precision < 11 else "bf16"
     fi = get_format(inp)
-    m = 2 * 8192 + 37
-    cols = np.r_[0:16, 8184:8200, 2 * 8192 - 8 : m]
+    b = 1 << 16
+    m = 2 * b + 37
+    cols = np.r_[0:16, b - 8 : b + 8, 2 * b - 8 : m]
     kw = {"input": inp, "accumulate": acc, "rounding": mode}
     for n in (2, 4, 5, 9):
         x = np.stack([values(inp, m, 20 + r) for r in range(n)])
