@@ -48,6 +48,8 @@ GROUPS = {
         fr.exact_sum(np.ones((1 << 14, 2), dtype=np.float32)),  # tall float32 columns: the buckets, no scan
         fr.reduce(np.ones((300, 64), dtype=np.float32), "atomic", accumulate="bf16", seed=1),  # 2-byte orders
         fr.reduce(X64[:, :64], "sequential", input="fp64", accumulate="fp64", algorithm="kahan"),
+        fr.round_inputs(X64[:, :8], "bf16", 1),  # stochastic rounding of inputs: float64 and float32 data
+        fr.round_inputs(X[:, :8], "bf16", 1),
         run_default(),
     ],
     "modes": lambda: every_mode(),

@@ -7,6 +7,7 @@ wide addends are rounded once per addition (Fraction); counter-based input round
 does not depend on how the array is cut.
 """
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -19,6 +20,7 @@ from fpreduce.base import counter, jit
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.core.exact import add_exact, round_float
 from fpreduce.core.formats import get_format
+from fpreduce.core.primitives import INPUT_T
 from fpreduce.strategies import arrays, shapes
 
 PAIRS = [("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "bf16"), ("fp16", "fp32"), ("fp32", "fp64")]
@@ -153,6 +155,46 @@ def test_stochastic_inputs_are_a_neighbour_and_do_not_depend_on_the_cut(fmt, see
         np.concatenate([fr.round_inputs(X[:, :4], fmt, seed), fr.round_inputs(X[:, 4:], fmt, seed, offset=4)], 1), R
     )
     assert same(fr.round_inputs(X[:2], fmt, seed), R[:2])
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "tf32", "fp16", "fp8_e4m3", "fp8_e5m2", "fp32"])
+def test_stochastic_inputs_follow_the_law_on_edges_compiled_numpy_and_threads(fmt, monkeypatch):
+    """Every rounding of an input goes to the neighbour above exactly when its uniform (an independent splitmix64)
+    is below the exact fraction (Fractions), on each format's edges: zeros of both signs, the least subnormal and
+    below it, the least normal, the top and beyond it (overflow: Inf, NaN without Inf), Inf, NaN, float64
+    subnormals and huge values, float32 and float64 data; the compiled pass (1 and 3 threads) and numpy agree."""
+    from test_tall import splitmix_uniform
+
+    f = get_format(fmt)
+    q0, top = 2.0 ** (f.emin - f.precision + 1), f.max_finite
+    ulp_top = 2.0 ** (f.emax - f.precision + 1)
+    edges = [0.0, -0.0, q0, -q0, q0 / 4, q0 * 0.75, -q0 * 1.5, 2.0**f.emin, 2.0**f.emin - q0 / 3, 1.0, -1.0 - q0]
+    edges += [top, -top, top + ulp_top / 4, -(top + ulp_top * 0.75), 2 * top, 5e-324, -1e300, np.inf, -np.inf, np.nan]
+    rng = np.random.default_rng(3)
+    x = np.array(edges + list(rng.standard_normal(40) * np.exp2(rng.integers(f.emin - 12, f.emax + 2, 40))))
+    X = np.tile(x, (5, 1)) * np.array([[1.0], [-1.0], [1.0], [3.0], [0.5]])  # five rows: five counters each
+    seed = 11
+    key = int(np.random.default_rng(seed).integers(0, 2**63))
+    big = math.inf if f.has_inf else math.nan
+    got = fr.round_inputs(X, fmt, seed)
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            v = float(X[i, j])
+            if math.isnan(v) or math.isinf(v):
+                want = v if (math.isnan(v) or f.has_inf) else math.nan
+            else:
+                e = math.frexp(v)[1] - 1 if v else f.emin
+                q = Fraction(2) ** (max(e, f.emin) - f.precision + 1)
+                lo = math.floor(Fraction(v) / q) * q
+                r = lo + q if Fraction(splitmix_uniform(key, j, INPUT_T + i)) < (Fraction(v) - lo) / q else lo
+                want = math.copysign(big, v) if abs(r) > Fraction(top) else math.copysign(float(r), v)
+            assert same(np.float64(got[i, j]), np.float64(want)), (fmt, i, j, v, got[i, j], want)
+    with jit.disabled():
+        assert same(fr.round_inputs(X, fmt, seed), got)
+    monkeypatch.setenv("FPREDUCE_THREADS", "3")
+    assert same(fr.round_inputs(X, fmt, seed), got)
+    F = X[:, np.isfinite(x) & (abs(x) < 3e38)].astype(np.float32)  # float32 data: read as they are, no float64 copy
+    assert same(fr.round_inputs(F, fmt, seed), fr.round_inputs(F.astype(np.float64), fmt, seed))
 
 
 def test_stochastic_inputs_are_unbiased_and_overflow_to_inf():

@@ -53,13 +53,21 @@ class _Draws:
 
 
 def load(A: np.ndarray, ldr: _Loader, key: int, offset: int) -> np.ndarray:
-    """A's rows in the accumulator format, float64: rounded to the input format (nearest even, as
-    the engine's loader ``ldr``), scaled by its ``premul`` and converted to its ``fa`` stochastically."""
+    """A's rows in the accumulator format: rounded to the input format (nearest even, as the engine's
+    loader ``ldr``), scaled by its ``premul`` and converted to its ``fa`` stochastically.
+
+    float32 data stays float32 on the way (its values are the input format's after the rounding
+    to nearest, which float32 holds: no float64 copy), and the result is float32 when ``fa``'s values
+    are float32's (the engine's loader then checks it in one pass, rather than rounding a float64
+    copy again); float64 otherwise, and with ``premul`` (its products are float64's)."""
     fin = ldr.fin
-    a = np.asarray(_Loader(A, fin, fin, Mode.NEAREST_EVEN, None, np.dtype(np.float64))(A), dtype=np.float64)
+    wide = A.dtype != np.float32 or ldr.premul is not None
+    a = np.asarray(_Loader(A, fin, fin, Mode.NEAREST_EVEN, None, np.dtype(np.float64 if wide else np.float32))(A))
     if ldr.premul is not None:
         a = np.asarray(_scale(a, ldr.premul, fin, Mode.STOCHASTIC, _Draws(key, offset, SCALE_T)), dtype=np.float64)
-    return a if ldr.fits else _sr_inputs(a, ldr.fa, key, offset)  # counter INPUT_T + i, as round_inputs
+    if ldr.fits:
+        return a
+    return _sr_inputs(a, ldr.fa, key, offset, dtype=ldr.fa.value_dtype)  # counter INPUT_T + i, as round_inputs
 
 
 def after(res: np.ndarray, n: float, fa: Format, key: int, offset: int) -> np.ndarray:
