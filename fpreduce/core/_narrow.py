@@ -32,7 +32,7 @@ vectorizes in float32 lanes (16 per AVX-512 register):
 :func:`left_rows` is the left fold of wide rows in place in the output, for the
 nearest-even kinds 0, 1 and 2 of ``_tall`` and this module's kind 5, with the input
 check of ``_tall`` (an OR of the rows' bits) done as each row is read. It goes by
-blocks of 2**13 columns (their partial sums stay in L1) and adds four rows at a time
+blocks of 2**16 columns (their partial sums in L2) and adds four rows at a time
 in one pass over a block (:func:`_row_kind`): each column's additions in order, the
 partial sum in register between them, four rows streaming side by side. One core reads
 memory faster from four streams than from one: on 64 x 2**20 bf16 words (Emerald Rapids),
