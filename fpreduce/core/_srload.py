@@ -52,14 +52,15 @@ class _Draws:
         return uniforms(self.key, e[None, :], t[:, None])
 
 
-def load(A: np.ndarray, ldr: _Loader, key: int, offset: int) -> np.ndarray:
+def load(A: np.ndarray, ldr: _Loader, key: int, offset: int, threads: int | None = None) -> np.ndarray:
     """A's rows in the accumulator format: rounded to the input format (nearest even, as the engine's
     loader ``ldr``), scaled by its ``premul`` and converted to its ``fa`` stochastically.
 
     float32 data stays float32 on the way (its values are the input format's after the rounding
     to nearest, which float32 holds: no float64 copy), and the result is float32 when ``fa``'s values
     are float32's (the engine's loader then checks it in one pass, rather than rounding a float64
-    copy again); float64 otherwise, and with ``premul`` (its products are float64's)."""
+    copy again); float64 otherwise, and with ``premul`` (its products are float64's). ``threads``: the
+    reduction's (None: every core)."""
     fin = ldr.fin
     wide = A.dtype != np.float32 or ldr.premul is not None
     a = np.asarray(_Loader(A, fin, fin, Mode.NEAREST_EVEN, None, np.dtype(np.float64 if wide else np.float32))(A))
@@ -67,7 +68,7 @@ def load(A: np.ndarray, ldr: _Loader, key: int, offset: int) -> np.ndarray:
         a = np.asarray(_scale(a, ldr.premul, fin, Mode.STOCHASTIC, _Draws(key, offset, SCALE_T)), dtype=np.float64)
     if ldr.fits:
         return a
-    return _sr_inputs(a, ldr.fa, key, offset, dtype=ldr.fa.value_dtype)  # counter INPUT_T + i, as round_inputs
+    return _sr_inputs(a, ldr.fa, key, offset, dtype=ldr.fa.value_dtype, threads=threads)  # INPUT_T + i: round_inputs
 
 
 def after(res: np.ndarray, n: float, fa: Format, key: int, offset: int) -> np.ndarray:
@@ -75,10 +76,10 @@ def after(res: np.ndarray, n: float, fa: Format, key: int, offset: int) -> np.nd
     return _scale(res, ("after", n), fa, Mode.STOCHASTIC, _Draws(key, offset, AFTER_T))
 
 
-def output(res: np.ndarray, fo: Format, key: int, offset: int) -> np.ndarray:
+def output(res: np.ndarray, fo: Format, key: int, offset: int, threads: int | None = None) -> np.ndarray:
     """The results rounded stochastically to the output format (counter ``OUTPUT_T``): one row of
     :func:`fpreduce.core.primitives._sr_inputs`, the same law. Compiled, 64 x 2**18 fp32 summed in fp32 with a
     bf16 output: 2.57-2.58 -> 1.66-1.68 ns per addition, the reduction alone 1.45-1.51 (numpy's rounding took
     ~70 ns per result)."""
     r = np.asarray(res)
-    return _sr_inputs(r.reshape(1, -1), fo, key, offset, OUTPUT_T, dtype=fo.value_dtype).reshape(r.shape)
+    return _sr_inputs(r.reshape(1, -1), fo, key, offset, OUTPUT_T, fo.value_dtype, threads).reshape(r.shape)

@@ -201,7 +201,7 @@ def reduce(
         load.premul = (avg, float(n))
     counter = m is Mode.STOCHASTIC and alg == "plain"  # every rounding draws by element (module _srload)
     if counter and (not load.fits or load.premul is not None):
-        A = _srload.load(A, load, int(ar.sr_key()), int(offset))  # values of fa now
+        A = _srload.load(A, load, int(ar.sr_key()), int(offset), threads)  # values of fa now
         load = _Loader(A, fa, fa, m, rng, ar.dtype)
     dec = decide(Case.of(alg, p, A, load, int(offset), total, threads))
     if alg == "binned" or alg == "exact":
@@ -286,7 +286,7 @@ def _finish(
             else _scale(res, ("after", float(n)), fa, m, rng)
         )
     if fo is not fa and counter:
-        res = _srload.output(res, fo, int(ar.sr_key()), offset)
+        res = _srload.output(res, fo, int(ar.sr_key()), offset, ar.threads)
     elif fo is not fa and not (own and not after and round_in_place(res, fo, m, ar.threads)):
         res = round_to(res, fo, m, rng, threads=ar.threads)
     return np.asarray(res, dtype=fo.value_dtype)
