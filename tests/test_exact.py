@@ -498,6 +498,68 @@ def test_compiled_column_scan_equals_numpy_path(cols, nonfinite, dtype):
     for j in range(len(cols)):
         if not fast.nonfinite[j]:
             assert fast.fraction(j) == slow.fraction(j) == sum(Fraction(float(v)) for v in X[:, j])
+    from fpreduce.core._exact_proof import _float64_exact_columns, _scan
+
+    assert np.array_equal(_scan(X)[6], _float64_exact_columns(X, 53 if dtype == np.float64 else 24))
+
+
+def _proof_edges(dtype):
+    """Columns on each side of the float64 proof's bounds (three rows: ceil(log2 n) = 2): ``a`` has 21
+    significant bits, so ``[a, a * 2**-k]`` needs k + 21 + 2 bits, 53 for k = 30 and 54 for k = 31; partial sums
+    reaching 2**1024 or not; all zero, -0.0, one subnormal, Inf, NaN."""
+    a = 1.0 + 2.0**-20
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    cols = [
+        [a, a * 2.0**-30],  # on the bound: proved
+        [a, a * 2.0**-31],  # one past it: not
+        [-a, a * 2.0**-30, a],
+        [1.0 + 2.0 ** (1 - np.finfo(dtype).nmant - 1), 2.0**-40],  # every significand bit used: not
+        [1.5, 2.0**-40, -(2.0**-41)],  # few significant bits: proved (shared trailing zeros)
+        [2.0**1021, 2.0**1021],  # (fp64) e_max + 2 = 1024: proved; the next binade may overflow: not
+        [2.0**1022, 2.0**1022],
+        [float(np.finfo(dtype).max), -float(np.finfo(dtype).max)],
+        [0.0, -0.0],
+        [-0.0, -0.0],
+        [tiny, 0.0],
+        [tiny, 1.0],
+        [tiny, 2.0**-100],
+        [np.inf, 1.0],
+        [np.nan, 1.0],
+        [-np.inf, np.inf],
+        [a, 2.0**-30],  # on the bound, its least magnitude a power of two (the binade's first value): proved
+    ]
+    rows = max(len(c) for c in cols)
+    X = np.zeros((rows, len(cols)), dtype=dtype)
+    with np.errstate(over="ignore"):
+        for j, c in enumerate(cols):
+            X[: len(c), j] = c
+    return X
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("width", [1, 16, 1100])  # a column at a time; one block; two blocks
+def test_the_scans_proof_is_numpys_at_its_bounds(dtype, width):
+    """The compiled scan proves a column's float64 sum exact exactly where numpy's four-pass proof does, at the
+    bounds of both (and, where both prove it, the sum is the Fraction sum)."""
+    from fpreduce.base import jit
+
+    if not jit.enabled():
+        pytest.skip("numba not installed: only the numpy path exists")
+    import fpreduce.core.exact as E
+    from fpreduce.core._exact_proof import _float64_exact_columns, _scan
+
+    base = _proof_edges(dtype)
+    X = np.ascontiguousarray(np.tile(base, (1, -(-width // base.shape[1])))[:, : max(width, base.shape[1])])
+    want = _float64_exact_columns(X, 53 if dtype == np.float64 else 24)
+    got = _scan(X)[6]
+    assert np.array_equal(got, want)
+    assert want[[0, 2, 4, 16]].all()
+    assert not want[[1, 3]].any()
+    assert dtype == np.float32 or (want[5] and not want[6])
+    ex = E.exact_sum(X)
+    for j in np.flatnonzero(want):
+        assert ex.lo[j] == 0
+        assert Fraction(float(ex.hi[j])) == sum(Fraction(float(v)) for v in X[:, j])
 
 
 @pytest.mark.parametrize("shape", [(64, 3000), (3, 1025), (1000, 7), (1, 2049)])
@@ -549,7 +611,10 @@ def test_the_scan_gives_the_same_bits_on_any_number_of_threads(monkeypatch):
     for t in ("1", "2", "3"):
         monkeypatch.setenv("FPREDUCE_THREADS", t)
         ex, zeros, absum = E.exact_sum_scan(X)
-        got.append((ex.hi.tobytes(), ex.lo.tobytes(), zeros, absum.tobytes(), *(a.tobytes() for a in _scan(X)[:3])))
+        scan = _scan(X)
+        got.append(
+            (ex.hi.tobytes(), ex.lo.tobytes(), zeros, absum.tobytes(), *(scan[i].tobytes() for i in (0, 1, 2, 6)))
+        )
     assert got[0] == got[1] == got[2]
     mag = X.view(np.uint32) & np.uint32(0x7FFFFFFF)
     assert got[0][2] == np.count_nonzero(X == 0)

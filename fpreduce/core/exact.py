@@ -301,7 +301,7 @@ def _scanned(
         scan = _scan(a) if jit.enabled() else None
         if scan is not None:
             zeros, absum = scan[4], scan[5].reshape(out_shape)
-        ok = _float64_exact_columns(a, sigbits, scan)
+        ok = _float64_exact_columns(a, sigbits) if scan is None else scan[6]
         if ok.any():
             return _with_fast_columns(a, ok, out_shape, sigbits, None if scan is None else scan[3]), zeros, absum
     return _exact_general(a, out_shape, sigbits), zeros, absum
@@ -314,26 +314,32 @@ def _with_fast_columns(
     sigbits: int,
     acc: NDArray[np.float64] | None = None,
 ) -> ExactSum:
+    """The exact sum from the float64 row-order sums ``acc`` (computed here if None; else the caller's, which
+    becomes ``hi``) of the columns ``ok`` proved exact, and the general path's for the others."""
     c = a.shape[1]
-    fast = np.flatnonzero(ok)
+    fast = None if ok.all() else np.flatnonzero(ok)  # (None, the usual case: every column proved)
     with np.errstate(invalid="ignore", over="ignore"):
         if acc is None:
             acc = a[0].astype(np.float64)  # row by row: the fastest float64 column sum in numpy
             for row in a[1:]:
                 acc += row
-        s = acc[fast]  # exact where proved: hi, and lo = 0 (any order gives the same bits)
-    hi = np.empty(c)
+        s = acc if fast is None else acc[fast]  # exact where proved: hi, and lo = 0 (any order gives the same bits)
     lo = np.zeros(c)
     special = np.zeros(c)
     nonfinite = np.zeros(c, dtype=bool)
     negzero = np.zeros(c, dtype=bool)
     zero = np.flatnonzero(s == 0)
     if zero.size:  # the sum is -0.0 only if every term is -0.0
-        z = a[:, fast[zero]]
+        cols = zero if fast is None else fast[zero]
+        z = a[:, cols]
         nz = np.all((z == 0) & np.signbit(z), axis=0)
-        negzero[fast[zero]] = nz
+        negzero[cols] = nz
         s[zero] = np.where(nz, -0.0, 0.0)
-    hi[fast] = s
+    if fast is None:
+        hi = s
+    else:
+        hi = np.empty(c)
+        hi[fast] = s
     slow = np.flatnonzero(~ok)
     rest: ExactSum | None = None
     if slow.size:
