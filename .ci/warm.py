@@ -51,6 +51,7 @@ GROUPS = {
         fr.round_inputs(X64[:, :8], "bf16", 1),  # stochastic rounding of inputs: float64 and float32 data
         fr.round_inputs(X[:, :8], "bf16", 1),
         run_default(),
+        scaling(),
     ],
     "modes": lambda: every_mode(),
     "words": lambda: words(),
@@ -125,6 +126,22 @@ def words() -> None:
     for mode in MODES[1:4]:  # every directed mode of bf16 and fp8_e4m3 words (tests/test_narrow.py)
         fr.reduce(B, "sequential", accumulate="bf16", rounding=mode)
         fr.reduce(E4, "sequential", accumulate="fp8_e4m3", rounding=mode)
+
+
+def scaling() -> None:
+    """The scaling by the worker count of p <= 24-bit formats (core/_kernels_round.py scale_kernel): a loop per
+    divide or multiply and mode, ~1 s each, float32 values, and float64 ones up and stochastically (the tests')."""
+    from fpreduce.core import arith
+    from fpreduce.core._srload import _Draws
+    from fpreduce.core.formats import get_format
+    from fpreduce.core.rounding import Mode
+
+    for kind in ("premultiply", "predivide", "ddp"):
+        for mode in Mode:
+            draws = _Draws(1, 0, 0) if mode is Mode.STOCHASTIC else None
+            arith._scale(X[:2, :8], (kind, 3.0), get_format("bf16"), mode, draws, 1)
+            if mode in (Mode.UP, Mode.STOCHASTIC):
+                arith._scale(X64[:2, :8], (kind, 3.0), get_format("bf16"), mode, draws, 1)
 
 
 def run_default() -> None:

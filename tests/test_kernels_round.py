@@ -213,3 +213,65 @@ def test_fma_rounds_the_exact_value_once():
         each(A, B, C, out)
         assert np.array_equal(np.isnan(out), np.isnan(got))
         assert np.array_equal(out[~np.isnan(out)].view(np.uint64), got[~np.isnan(got)].view(np.uint64))
+
+
+def _scale_edges(f):
+    """Values of ``f`` where a product or quotient by the worker count lands on the format's edges: its least
+    subnormal and a few (their quotients fall below it, or on half of it), the least normal, the top, signed
+    zeros, Inf and NaN of both signs, and spread normal values."""
+    rng = np.random.default_rng(5)
+    smin = 2.0 ** (f.emin - f.precision + 1)
+    edge = [0.0, -0.0, smin, -smin, 2 * smin, 3 * smin, -5 * smin, 7 * smin, 2.0**f.emin, -(2.0**f.emin)]
+    edge += [float(f.max_finite), -float(f.max_finite), np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.5]
+    spread = rng.standard_normal(200) * np.exp2(rng.integers(f.emin - f.precision, f.emax, 200))
+    with np.errstate(over="ignore"):
+        return fr.round_to(np.concatenate([edge, spread]), f)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "tf32", "fp16", "fp8_e4m3", "fp8_e5m2", "fp32"])
+def test_compiled_scaling_is_numpys_and_the_fraction_reference(fmt):
+    """The compiled scaling by the worker count (``_kernels_round.scale_rows``: premultiply, predivide, after, ddp)
+    gives numpy's ``_scale`` bits in every mode (stochastic: counter-based draws) on the format's edges, on float32
+    and float64 values, on 1 and 3 threads; to nearest and directed, the exact product or quotient (ddp: torch's
+    float32 product) rounded once by the Fraction reference."""
+    if not jit.enabled():
+        pytest.skip("numba not installed: only the numpy path exists")
+    from fpreduce.core import arith
+    from fpreduce.core._reference import round_fraction
+    from fpreduce.core._srload import _Draws
+    from fpreduce.core.rounding import Mode
+
+    f = get_format(fmt)
+    x = _scale_edges(f)
+    X = np.stack([x, x[::-1]]).astype(np.float32)
+    for kind in ("premultiply", "predivide", "after", "ddp"):
+        for n in (3, 64) if fmt != "bf16" else (1, 3, 7, 64):
+            for mode in Mode:
+                draws = _Draws(99, 5, 1 << 60) if mode is Mode.STOCHASTIC else None
+                A = X.astype(np.float64) if (fmt == "bf16" and mode in (Mode.UP, Mode.STOCHASTIC)) else X
+                got = arith._scale(A, (kind, float(n)), f, mode, draws, 1)
+                with jit.disabled():
+                    want = arith._scale(A, (kind, float(n)), f, mode, draws)
+                assert got.dtype == want.dtype
+                w = np.uint64 if got.dtype == np.float64 else np.uint32
+                assert np.array_equal(got.view(w), want.view(w)), (kind, n, mode, A[got.view(w) != want.view(w)])
+                if mode is Mode.STOCHASTIC:
+                    continue
+                for v, y in zip(A[0].astype(np.float64), got[0].astype(np.float64), strict=True):
+                    if not math.isfinite(v):
+                        continue
+                    if kind == "ddp":
+                        p = float(np.float32(Fraction(v) * Fraction(float(np.float32(1.0 / n)))))
+                        ref = round_fraction(Fraction(p), f, "nearest_even") if math.isfinite(p) else p
+                    elif kind == "premultiply":
+                        d = float(fr.round_to(np.array([1.0 / n]), f)[0])
+                        ref = round_fraction(Fraction(v) * Fraction(d), f, mode.value)
+                    else:
+                        ref = round_fraction(Fraction(v) / n, f, mode.value)
+                    assert y == ref, (kind, n, mode, v, y, ref)
+                    assert y == 0 or math.copysign(1, y) == math.copysign(1, v)
+    wide = np.tile(X, (1, 40))  # 9,120 columns: three threads split them
+    for mode in (Mode.DOWN, Mode.STOCHASTIC):
+        draws = _Draws(7, 11, 1 << 60) if mode is Mode.STOCHASTIC else None
+        one, three = (arith._scale(wide, ("predivide", 7.0), f, mode, draws, t) for t in (1, 3))
+        assert np.array_equal(one.view(np.uint32), three.view(np.uint32))

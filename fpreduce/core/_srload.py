@@ -56,24 +56,25 @@ def load(A: np.ndarray, ldr: _Loader, key: int, offset: int, threads: int | None
     """A's rows in the accumulator format: rounded to the input format (nearest even, as the engine's
     loader ``ldr``), scaled by its ``premul`` and converted to its ``fa`` stochastically.
 
-    float32 data stays float32 on the way (its values are the input format's after the rounding
-    to nearest, which float32 holds: no float64 copy), and the result is float32 when ``fa``'s values
-    are float32's (the engine's loader then checks it in one pass, rather than rounding a float64
-    copy again); float64 otherwise, and with ``premul`` (its products are float64's). ``threads``: the
-    reduction's (None: every core)."""
+    float32 data, and bf16, fp16 or fp8 arrays, stay float32 on the way (their values are the input
+    format's after the rounding to nearest, which float32 holds: no float64 copy), and so do the products
+    or quotients of ``premul`` for an input format whose values are float32's; the result is float32
+    when ``fa``'s values are float32's (the engine's loader then checks it in one pass, rather than
+    rounding a float64 copy again); float64 otherwise. ``threads``: the reduction's (None: every core)."""
     fin = ldr.fin
-    wide = A.dtype != np.float32 or ldr.premul is not None
+    wide = A.dtype == np.float64
     a = np.asarray(_Loader(A, fin, fin, Mode.NEAREST_EVEN, None, np.dtype(np.float64 if wide else np.float32))(A))
     if ldr.premul is not None:
-        a = np.asarray(_scale(a, ldr.premul, fin, Mode.STOCHASTIC, _Draws(key, offset, SCALE_T)), dtype=np.float64)
+        a = np.asarray(_scale(a, ldr.premul, fin, Mode.STOCHASTIC, _Draws(key, offset, SCALE_T), threads))
     if ldr.fits:
         return a
     return _sr_inputs(a, ldr.fa, key, offset, dtype=ldr.fa.value_dtype, threads=threads)  # INPUT_T + i: round_inputs
 
 
-def after(res: np.ndarray, n: float, fa: Format, key: int, offset: int) -> np.ndarray:
-    """The sums divided by n, each rounded stochastically to ``fa`` (counter ``AFTER_T``)."""
-    return _scale(res, ("after", n), fa, Mode.STOCHASTIC, _Draws(key, offset, AFTER_T))
+def after(res: np.ndarray, n: float, fa: Format, key: int, offset: int, threads: int | None = None) -> np.ndarray:
+    """The sums divided by n, each rounded stochastically to ``fa`` (counter ``AFTER_T``; ``threads``: the
+    reduction's)."""
+    return _scale(res, ("after", n), fa, Mode.STOCHASTIC, _Draws(key, offset, AFTER_T), threads)
 
 
 def output(res: np.ndarray, fo: Format, key: int, offset: int, threads: int | None = None) -> np.ndarray:

@@ -21,7 +21,10 @@ a float64 overflow follows :func:`~fpreduce.core.rounding.overflow_value`.
 * ``_Loader``: blocks of X made representable in the input format, then in the
   accumulator's (and premultiplied, predivided or scaled as DDP does when averaging).
 * ``_scale``: one IEEE multiply or divide, correctly rounded (averaging); fp64 by ``_scale64``, scaled
-  by 2**±600 first so that no remainder underflows or overflows.
+  by 2**±600 first so that no remainder underflows or overflows. With numba, the formats of p <= 24 bits
+  take the compiled :func:`fpreduce.core._kernels_round.scale_rows` (the one bit rounder, ``round_bits``):
+  the same bits. 64 x 2**18 bf16 words summed in bf16, one thread, premultiplied: 11-12 -> 3.2 ns per
+  addition to nearest, 164-198 -> 5.0 stochastically (counter-based draws); divided after: 2.9 -> 0.93.
 
 Used by :mod:`fpreduce.core.engine`, its fast path and :mod:`fpreduce.core.algorithms`;
 imports neither, so the three share it without a circle.
@@ -32,7 +35,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from fpreduce.core.formats import Format
+from fpreduce.base import jit
+from fpreduce.base import threads as pool
+from fpreduce.core import _kernels_round as kr
+from fpreduce.core.formats import NATIVE_DTYPES, Format
+from fpreduce.core.grid import MODE_CODES
 from fpreduce.core.options import Average
 from fpreduce.core.rounding import (
     Mode,
@@ -187,6 +194,7 @@ class _Loader:
         self.fits = fin.precision <= fa.precision and fin.emin >= fa.emin and fin.emax <= fa.emax
         self.native = A.dtype == np.float32 and fin.precision >= 24  # float32 values are fp32 values
         self.premul: tuple[Average, float] | None = None  # (premultiply, predivide or ddp, N)
+        self.threads: int | None = None  # the reduction's, for the compiled scaling (None: every core)
 
     def _representable(self, a: np.ndarray) -> bool:
         """Cheap exact test that float32 ``a`` already holds values of a bf16/tf32 input format.
@@ -205,9 +213,12 @@ class _Loader:
     def __call__(self, a: np.ndarray) -> np.ndarray:
         """A new array (or a read-only view) of ``a``'s values in the accumulator domain."""
         if not self.native and not self._representable(a):
+            own = a.dtype.itemsize < 4 and a.dtype.name == NATIVE_DTYPES[self.fin.name]  # the input format's words
             if a.dtype != np.float32 and a.dtype != np.float64:
                 a = a.astype(np.float32)  # float16 / bfloat16 / fp8 widen exactly
-            if a.dtype == np.float32 and self.fin.precision <= 11 and self.fin.emin != -126:  # fp16, fp8
+            if own:
+                pass  # its values already: no rounding (NaNs made canonical below, as the rounding makes them)
+            elif a.dtype == np.float32 and self.fin.precision <= 11 and self.fin.emin != -126:  # fp16, fp8
                 a = a.copy()
                 _nearest_small_inplace(a, self.fin, np.empty(a.size, dtype=np.uint32))
             else:
@@ -216,7 +227,7 @@ class _Loader:
             if nan.any():
                 a[nan] = np.nan  # canonical quiet NaN (see _nearest32_inplace)
         if self.premul is not None:
-            a = _scale(a, self.premul, self.fin, self.mode, self.rng)
+            a = _scale(a, self.premul, self.fin, self.mode, self.rng, self.threads)
         if not self.fits:
             a = round_to(a, self.fa, self.mode, self.rng)
         return a if a.dtype == self.dtype else a.astype(self.dtype)
@@ -236,16 +247,23 @@ def _two_product(a: NDArray[np.float64], b: float) -> tuple[NDArray[np.float64],
     return p, e
 
 
-def _scale(a: np.ndarray, how: tuple[Average, float], f: Format, mode: Mode, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _scale(
+    a: np.ndarray, how: tuple[Average, float], f: Format, mode: Mode, rng, threads: int | None = None
+) -> np.ndarray:  # type: ignore[no-untyped-def]
     """One IEEE multiply by round(1/n) (``premultiply``) or divide by n (``predivide``, ``after``), correctly
     rounded to f; ``ddp``: torch's ``grad * (1. / n)``, in float32 (float64 for fp64), to nearest even, then to f.
 
     To nearest even the float64 product or quotient is IEEE's (fp64) or double-rounds innocuously (p <= 24,
     53 >= 2p + 2). In the other modes a narrow f takes the float64 result and its remainder (the exact
     TwoProduct error, or the exact division remainder over n): f's values (>= 2**-149) keep the remainder far
-    above float64's underflow. fp64 has no wider type: :func:`_scale64`.
+    above float64's underflow. fp64 has no wider type: :func:`_scale64`. ``rng``: a Generator (its stream, in
+    numpy), or counter-based draws (``fpreduce.core._srload``: compiled where numba is, :func:`_scale_compiled`,
+    over ``threads``).
     """
     kind, n = how
+    out = _scale_compiled(a, how, f, mode, rng, threads)
+    if out is not None:
+        return out
     x = np.asarray(a, dtype=np.float64)
     if kind == "ddp":
         wide = f.precision == 53
@@ -267,6 +285,39 @@ def _scale(a: np.ndarray, how: tuple[Average, float], f: Format, mode: Mode, rng
             err = np.where(np.isfinite(s) & np.isfinite(err), err, 0.0)
             out = _round_with_remainder(s, err, f, mode, rng)
     return np.asarray(out, dtype=f.value_dtype if a.dtype != np.float64 else np.float64)
+
+
+def _scale_compiled(
+    a: np.ndarray, how: tuple[Average, float], f: Format, mode: Mode, rng, threads: int | None
+) -> np.ndarray | None:  # type: ignore[no-untyped-def]
+    """:func:`_scale` by :func:`fpreduce.core._kernels_round.scale_rows` (columns split over ``threads``: None,
+    every core) for a format of p <= 24 bits and float32 or float64 values of one or two dimensions, to nearest,
+    directed, or stochastic with counter-based draws (not a Generator's stream); None for the others."""
+    kind, n = how
+    if not (
+        jit.enabled()
+        and f.precision <= 24
+        and a.dtype in (np.float32, np.float64)
+        and a.ndim in (1, 2)
+        and a.size
+        and (mode is not Mode.STOCHASTIC or not isinstance(rng, np.random.Generator))
+    ):
+        return None
+    if kind == "ddp":
+        d = float(np.float32(1.0 / n))
+    else:
+        d = float(np.ravel(round_to(np.array([1.0 / n]), f))[0]) if kind == "premultiply" else float(n)
+    A = np.ascontiguousarray(a).reshape(1, -1) if a.ndim == 1 else np.ascontiguousarray(a)
+    out = np.empty(A.shape, dtype=f.value_dtype if a.dtype != np.float64 else np.float64)
+    c = (53 - f.precision, f.emin + 1023, float(f.max_finite), np.inf if f.has_inf else np.nan, bool(f.has_inf))
+    sr = mode is Mode.STOCHASTIC
+    key, offset, base = (rng.key, rng.offset, rng.base) if sr else (0, 0, 0)
+    code = 2 if kind == "ddp" else 1 if kind == "premultiply" else 0
+    rows, cols = A.shape
+    spans = pool.split(cols, pool.resolve(threads, A.size))
+    fn = kr.scale_kernel(code, 0 if code == 2 else MODE_CODES[mode])  # (torch's: to nearest, whatever the mode)
+    pool.run(fn, [(A, out, d, c, np.uint64(key), offset, base, lo, hi) for lo, hi in spans])
+    return out.reshape(a.shape)
 
 
 def _product_or_quotient(

@@ -198,7 +198,7 @@ def reduce(
     ar = _Arith(fa, m, rng, threads)
     load = _Loader(A, fin, fa, m, rng, ar.dtype)
     if avg == "premultiply" or avg == "predivide" or avg == "ddp":
-        load.premul = (avg, float(n))
+        load.premul, load.threads = (avg, float(n)), threads
     counter = m is Mode.STOCHASTIC and alg == "plain"  # every rounding draws by element (module _srload)
     if counter and (not load.fits or load.premul is not None):
         A = _srload.load(A, load, int(ar.sr_key()), int(offset), threads)  # values of fa now
@@ -281,9 +281,9 @@ def _finish(
     fa, m, rng = ar.fa, ar.mode, ar.rng
     if after:
         res = (
-            _srload.after(res, float(n), fa, int(ar.sr_key()), offset)
+            _srload.after(res, float(n), fa, int(ar.sr_key()), offset, ar.threads)
             if counter
-            else _scale(res, ("after", float(n)), fa, m, rng)
+            else _scale(res, ("after", float(n)), fa, m, rng, ar.threads)
         )
     if fo is not fa and counter:
         res = _srload.output(res, fo, int(ar.sr_key()), offset, ar.threads)
