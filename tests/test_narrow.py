@@ -298,3 +298,25 @@ def test_grid_flags_accept_exactly_the_formats_finite_values(fmt):
         for flags in (_narrow.fp16_flags, _narrow.fp16_scaled_flags):
             assert np.array_equal(np.array([flags(x) == 0 for x in v]), ok), flags
     assert 2000 < ok.sum() < v.size - 2000  # both answers occur
+
+
+def test_every_finite_word_widens_to_its_value():
+    """The compiled widening of bf16, fp16, fp8_e4m3 and fp8_e5m2 words (the word folds' reads) gives every finite
+    word's float32 value bit for bit (ml_dtypes' and numpy's conversions), subnormals and signed zeros included."""
+    if not jit.enabled():
+        pytest.skip("numba not installed: the words are widened by numpy")
+    import ml_dtypes
+
+    _narrow.compile_all()
+    cases = (
+        (_narrow.bf16_value, np.uint16, np.uint16, ml_dtypes.bfloat16),
+        (_narrow.fp16_value, np.int16, np.uint16, np.float16),
+        (_narrow.e4m3_value, np.int8, np.uint8, ml_dtypes.float8_e4m3fn),
+        (_narrow.e5m2_value, np.uint8, np.uint8, ml_dtypes.float8_e5m2),
+    )
+    for fn, word, bits, dt in cases:
+        w = np.arange(2 ** (8 * np.dtype(bits).itemsize), dtype=np.uint32).astype(bits)
+        want = w.view(dt).astype(np.float32)
+        got = np.array([fn(v) for v in w.view(word)], dtype=np.float32)
+        fin = np.isfinite(want)
+        assert np.array_equal(got[fin].view(np.uint32), want[fin].view(np.uint32)), dt
