@@ -213,7 +213,7 @@ class _Loader:
     def __call__(self, a: np.ndarray) -> np.ndarray:
         """A new array (or a read-only view) of ``a``'s values in the accumulator domain."""
         if not self.native and not self._representable(a):
-            own = a.dtype.itemsize < 4 and a.dtype.name == NATIVE_DTYPES[self.fin.name]  # the input format's words
+            own = a.dtype.itemsize < 4 and a.dtype.name == NATIVE_DTYPES.get(self.fin.name)  # the format's words
             if a.dtype != np.float32 and a.dtype != np.float64:
                 a = a.astype(np.float32)  # float16 / bfloat16 / fp8 widen exactly
             if own:
@@ -310,11 +310,9 @@ def _scale_compiled(
     A = np.ascontiguousarray(a).reshape(1, -1) if a.ndim == 1 else np.ascontiguousarray(a)
     out = np.empty(A.shape, dtype=f.value_dtype if a.dtype != np.float64 else np.float64)
     c = (53 - f.precision, f.emin + 1023, float(f.max_finite), np.inf if f.has_inf else np.nan, bool(f.has_inf))
-    sr = mode is Mode.STOCHASTIC
-    key, offset, base = (rng.key, rng.offset, rng.base) if sr else (0, 0, 0)
+    key, offset, base = (rng.key, rng.offset, rng.base) if mode is Mode.STOCHASTIC else (0, 0, 0)
     code = 2 if kind == "ddp" else 1 if kind == "premultiply" else 0
-    rows, cols = A.shape
-    spans = pool.split(cols, pool.resolve(threads, A.size))
+    spans = pool.split(A.shape[1], pool.resolve(threads, A.size))
     fn = kr.scale_kernel(code, 0 if code == 2 else MODE_CODES[mode])  # (torch's: to nearest, whatever the mode)
     pool.run(fn, [(A, out, d, c, np.uint64(key), offset, base, lo, hi) for lo, hi in spans])
     return out.reshape(a.shape)
