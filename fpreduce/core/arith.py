@@ -291,8 +291,9 @@ def _scale_compiled(
     a: np.ndarray, how: tuple[Average, float], f: Format, mode: Mode, rng, threads: int | None
 ) -> np.ndarray | None:  # type: ignore[no-untyped-def]
     """:func:`_scale` by :func:`fpreduce.core._kernels_round.scale_rows` (columns split over ``threads``: None,
-    every core) for a format of p <= 24 bits and float32 or float64 values of one or two dimensions, to nearest,
-    directed, or stochastic with counter-based draws (not a Generator's stream); None for the others."""
+    every core) for a format of p <= 24 bits and float32 or float64 values of one or two dimensions (read as
+    float32, which holds f's values), to nearest, directed, or stochastic with counter-based draws (not a
+    Generator's stream); None for the others."""
     kind, n = how
     if not (
         jit.enabled()
@@ -307,15 +308,16 @@ def _scale_compiled(
         d = float(np.float32(1.0 / n))
     else:
         d = float(np.ravel(round_to(np.array([1.0 / n]), f))[0]) if kind == "premultiply" else float(n)
-    A = np.ascontiguousarray(a).reshape(1, -1) if a.ndim == 1 else np.ascontiguousarray(a)
-    out = np.empty(A.shape, dtype=f.value_dtype if a.dtype != np.float64 else np.float64)
+    A = np.ascontiguousarray(a, dtype=np.float32)  # values of f: float32 holds them (one compiled dtype)
+    A = A.reshape(1, -1) if a.ndim == 1 else A
+    out = np.empty(A.shape, dtype=np.float32)
     c = (53 - f.precision, f.emin + 1023, float(f.max_finite), np.inf if f.has_inf else np.nan, bool(f.has_inf))
     key, offset, base = (rng.key, rng.offset, rng.base) if mode is Mode.STOCHASTIC else (0, 0, 0)
     code = 2 if kind == "ddp" else 1 if kind == "premultiply" else 0
     spans = pool.split(A.shape[1], pool.resolve(threads, A.size))
     fn = kr.scale_kernel(code, 0 if code == 2 else MODE_CODES[mode])  # (torch's: to nearest, whatever the mode)
     pool.run(fn, [(A, out, d, c, np.uint64(key), offset, base, lo, hi) for lo, hi in spans])
-    return out.reshape(a.shape)
+    return out.reshape(a.shape).astype(np.float64 if a.dtype == np.float64 else f.value_dtype, copy=False)
 
 
 def _product_or_quotient(

@@ -25,6 +25,11 @@ CASES = [
     ("bf16 -> bf16", {"accumulate": "bf16"}),
     ("bf16 -> bf16, toward_zero", {"accumulate": "bf16", "rounding": "toward_zero"}),
     ("bf16 -> bf16, stochastic", {"accumulate": "bf16", "rounding": "stochastic", "seed": 1}),
+    ("bf16 -> bf16, premultiplied by 1/N (NCCL's average)", {"accumulate": "bf16", "average": "premultiply"}),
+    (
+        "bf16 -> bf16, predivided by N, stochastic",
+        {"accumulate": "bf16", "average": "predivide", "rounding": "stochastic", "seed": 1},
+    ),  # fmt: skip
     ("bf16 -> bf16, nearest (float32 copy)", {"accumulate": "bf16", "copy": True}),
     (
         "bf16 -> bf16, stochastic (float32 copy)",
