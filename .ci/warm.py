@@ -130,7 +130,7 @@ def words() -> None:
 
 def scaling() -> None:
     """The scaling by the worker count of p <= 24-bit formats (core/_kernels_round.py scale_kernel): a loop per
-    divide or multiply and mode, ~1 s each (float32 values only: float64 ones are read as float32)."""
+    divide or multiply and mode, 1.4-2 s of CPU each (float32 values only: float64 ones are read as float32)."""
     from fpreduce.core import arith
     from fpreduce.core._srload import _Draws
     from fpreduce.core.formats import get_format
