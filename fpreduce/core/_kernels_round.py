@@ -322,12 +322,17 @@ def scale_value(x, how, d, c, mode, u):  # type: ignore[no-untyped-def]
     (``u``: the stochastic draw) by :func:`round_bits` from the float64 result ``s`` and its exact remainder (the
     product has none; the quotient's is ``x - s d``, exact by ``fma``, over ``d``: numpy's TwoProduct gives the
     same value); 2 torch's ``x * d`` (``d`` float32's 1/n, the product exact) rounded to float32, then to
-    nearest even. Zeros keep their sign, NaN stays, Inf stays (NaN for a format without Inf). A result below the
-    format's least subnormal ``smin`` (a product or quotient of its values may be one; a sum never is, which
-    :func:`round_bits` assumes) rounds to 0 or ``smin`` by the same laws: nearest even (``smin / 2`` to 0), the
-    directed modes, and the stochastic fraction ``((s - lo) + err) / smin``."""
+    nearest even; 3 ``x`` itself (any float64: rounding alone, the stochastic conversion of inputs and outputs
+    of ``fpreduce.core.primitives._sr_inputs``). Zeros keep their sign, NaN stays, Inf stays (NaN for a format
+    without Inf). A result below the format's least subnormal ``smin`` (a product, quotient or float64 value may
+    be one; a sum of the format's values never is, which :func:`round_bits` assumes) rounds to 0 or ``smin`` by
+    the same laws: nearest even (``smin / 2`` to 0), the directed modes, and the stochastic fraction
+    ``((s - lo) + err) / smin``."""
     sh, eminb, maxf, big, has_inf = c
-    if how == 2:
+    if how == 3:
+        s = x
+        err = 0.0
+    elif how == 2:
         s = np.float64(np.float32(x * d))
         err = 0.0
     elif how == 1:
@@ -369,12 +374,18 @@ def scale_rows(A, out, how, d, c, mode, key, offset, base, c0, c1):  # type: ign
 
 
 _SCALE: dict[tuple[int, int], Any] = {}
-_HOW = ("predivide or after", "premultiply", "ddp")
+_HOW = ("predivide or after", "premultiply", "ddp", "rounding alone")
 _MODE_NAMES = ("nearest even", "toward zero", "up", "down", "stochastic")
 
 
+def format_consts(f: Any) -> tuple[int, int, float, float, bool]:
+    """:func:`_consts`' constants (float64 words) of a :class:`~fpreduce.core.formats.Format` of p <= 52 bits."""
+    return 53 - f.precision, f.emin + 1023, float(f.max_finite), np.inf if f.has_inf else np.nan, bool(f.has_inf)
+
+
 def scale_kernel(how: int, mode: int) -> Any:
-    """:func:`scale_rows` compiled for one ``how`` (0 divide, 1 multiply, 2 torch's float32 multiply) and ``mode``
+    """:func:`scale_rows` compiled for one ``how`` (0 divide, 1 multiply, 2 torch's float32 multiply, 3 none) and
+    ``mode``
     (closure constants: the loop has no branch left and vectorizes; a first use compiles its own, 1.4-2 s of
     CPU). On 64 x 2**18 bf16 values, one thread: one loop with both as variables ran 11-14 ns per value (scalar,
     branching)."""

@@ -311,11 +311,11 @@ def _scale_compiled(
     A = np.ascontiguousarray(a, dtype=np.float32)  # values of f: float32 holds them (one compiled dtype)
     A = A.reshape(1, -1) if a.ndim == 1 else A
     out = np.empty(A.shape, dtype=np.float32)
-    c = (53 - f.precision, f.emin + 1023, float(f.max_finite), np.inf if f.has_inf else np.nan, bool(f.has_inf))
     key, offset, base = (rng.key, rng.offset, rng.base) if mode is Mode.STOCHASTIC else (0, 0, 0)
     code = 2 if kind == "ddp" else 1 if kind == "premultiply" else 0
     spans = pool.split(A.shape[1], pool.resolve(threads, A.size))
     fn = kr.scale_kernel(code, 0 if code == 2 else MODE_CODES[mode])  # (torch's: to nearest, whatever the mode)
+    c = kr.format_consts(f)
     pool.run(fn, [(A, out, d, c, np.uint64(key), offset, base, lo, hi) for lo, hi in spans])
     return out.reshape(a.shape).astype(np.float64 if a.dtype == np.float64 else f.value_dtype, copy=False)
 

@@ -24,17 +24,17 @@ left fold of element ``e`` draws counter ``t``; an input in row ``i`` draws coun
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
-from fpreduce.base import counter, jit
+from fpreduce.base import jit
 from fpreduce.base import threads as pool
 from fpreduce.base.dtypes import as_float_array
 from fpreduce.base.errors import InvalidArgument, unknown_name
 from fpreduce.base.fpflags import own_flags
+from fpreduce.core import _kernels_round as kr
 from fpreduce.core._steps import add_any_numpy, fold_rows, round_with_uniforms, uniforms
 from fpreduce.core.arith import _Loader
 from fpreduce.core.exact import ExactSum
@@ -82,54 +82,22 @@ def _sr_inputs(
     """The counter-based stochastic rounding of ``A`` (float32 or float64 values) onto ``f``: row i draws
     ``base + i``; returned as ``dtype`` (float64, or float32 for a format whose values are float32's).
 
-    Compiled (:func:`_sr_rows`, columns split over ``threads``: None, every core), else numpy's
+    Compiled (the core's bit rounder, ``_kernels_round.scale_kernel`` with no scaling: ``round_bits``' law,
+    up iff ``u < (x - lo) / quantum``; columns split over ``threads``: None, every core), else numpy's
     :func:`round_with_uniforms` over the uniforms of every element: the same bits. 64 x 2**18 fp32
     reduced into bf16 stochastically with ``threads=1``: 61 -> 7.8-8.2 ns per addition (bf16 inputs 2.5).
     """
     n, d = A.shape
     A = np.ascontiguousarray(A, dtype=A.dtype if A.dtype in (np.float32, np.float64) else np.float64)
-    if jit.enabled() and _SR_ROWS is not None and f.precision < 53 and A.size:
+    if jit.enabled() and f.precision < 53 and A.size:
         out: np.ndarray = np.empty(A.shape, dtype=dtype)
-        consts = (
-            np.uint64((f.emin + 1023) << 52),
-            np.uint64((f.precision - 1) << 52),  # quantum_bits' steps
-            float(f.max_finite),
-            np.inf if f.has_inf else np.nan,
-            bool(f.has_inf),
-        )
         spans = pool.split(d, pool.resolve(threads, n * d))
-        pool.run(_SR_ROWS, [(A, out, *consts, np.uint64(key), offset, base, a, b) for a, b in spans])
+        args = [(A, out, 1.0, kr.format_consts(f), np.uint64(key), offset, base, a, b) for a, b in spans]
+        pool.run(kr.scale_kernel(3, 4), args)
         return out
     e = np.arange(offset, offset + d, dtype=np.uint64)[None, :]
     t = (np.uint64(base) + np.arange(n, dtype=np.uint64))[:, None]
     return round_with_uniforms(A.astype(np.float64), f, uniforms(key, e, t)).astype(dtype, copy=False)
-
-
-def _sr_rows(A, out, emin_field, pshift, maxf, big, has_inf, key, offset, base, c0, c1):  # type: ignore[no-untyped-def]
-    """out[i, j] <- A[i, j] rounded stochastically (columns ``c0 <= j < c1``, element ``offset + j``, row i's counter
-    ``base + i``): :func:`round_with_uniforms`' steps on one value, with its uniform (the quantum 2**k from the
-    exponent field, ``y = x / 2**k`` exact, up iff ``u < y - floor(y)``, the sign kept; beyond ``maxf`` ±``big``;
-    NaN stays, Inf stays or is NaN without Inf)."""
-    z = np.empty(c1 - c0, dtype=np.uint64)
-    for j in range(c1 - c0):
-        z[j] = counter.draw(key, offset + c0 + j)  # the element's seed
-    for i in range(A.shape[0]):
-        row, res = A[i, c0:c1], out[i, c0:c1]
-        t = np.uint64(base + i)
-        for j in range(row.size):
-            x = np.float64(row[j])
-            u = counter.uniform(z[j], t)
-            field = x.view(np.uint64) & np.uint64(0x7FF0000000000000)
-            q = np.uint64(max(field, emin_field) - pshift).view(np.float64)
-            y = x / q
-            lo = np.floor(y)
-            r = math.copysign((lo + (1.0 if u < y - lo else 0.0)) * q, x)
-            r = math.copysign(big, x) if abs(r) > maxf else r
-            fin = abs(x) <= 1.7976931348623157e308
-            res[j] = r if fin else (x if (x != x) | has_inf else np.nan)
-
-
-_SR_ROWS = jit.jit(_sr_rows, "stochastic rounding of inputs")
 
 
 @own_flags
