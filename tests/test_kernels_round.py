@@ -230,7 +230,7 @@ def _scale_edges(f):
 
 @pytest.mark.parametrize("fmt", ["bf16", "tf32", "fp16", "fp8_e4m3", "fp8_e5m2", "fp32"])
 def test_compiled_scaling_is_numpys_and_the_fraction_reference(fmt):
-    """The compiled scaling by the worker count (``_kernels_round.scale_rows``: premultiply, predivide, after, ddp)
+    """The compiled scaling by the worker count (``_kernels_round.scale_kernel``: premultiply, predivide, after, ddp)
     gives numpy's ``_scale`` bits in every mode (stochastic: counter-based draws) on the format's edges, on float32
     and float64 values, on 1 and 3 threads; to nearest and directed, the exact product or quotient (ddp: torch's
     float32 product) rounded once by the Fraction reference."""

@@ -357,22 +357,6 @@ def scale_value(x, how, d, c, mode, u):  # type: ignore[no-untyped-def]
     return r if fin else (np.nan if (((s != s) & canonical) | ((s == s) & (not has_inf))) else s)
 
 
-def scale_rows(A, out, how, d, c, mode, key, offset, base, c0, c1):  # type: ignore[no-untyped-def]
-    """out[i, j] <- :func:`scale_value` of A[i, j] (columns ``c0 <= j < c1``, element ``offset + j``; stochastic:
-    row i draws counter ``base + i`` of the element's stream, as ``fpreduce.core._srload``'s draws). Compiled by
-    :func:`scale_kernel`, ``how`` and ``mode`` constants: the loop is branch free and vectorizes."""
-    z = np.zeros(c1 - c0, dtype=np.uint64)
-    if mode == 4:
-        for j in range(c1 - c0):
-            z[j] = element_seed(key, np.uint64(offset + c0 + j))
-    for i in range(A.shape[0]):
-        row, res = A[i, c0:c1], out[i, c0:c1]
-        t = np.uint64(base + i)
-        for j in range(row.size):
-            u = uniform(z[j], t) if mode == 4 else 0.0
-            res[j] = scale_value(np.float64(row[j]), how, d, c, mode, u)
-
-
 _SCALE: dict[tuple[int, int], Any] = {}
 _HOW = ("predivide or after", "premultiply", "ddp", "rounding alone")
 _MODE_NAMES = ("nearest even", "toward zero", "up", "down", "stochastic")
@@ -384,19 +368,34 @@ def format_consts(f: Any) -> tuple[int, int, float, float, bool]:
 
 
 def scale_kernel(how: int, mode: int) -> Any:
-    """:func:`scale_rows` compiled for one ``how`` (0 divide, 1 multiply, 2 torch's float32 multiply, 3 none) and
-    ``mode``
-    (closure constants: the loop has no branch left and vectorizes; a first use compiles its own, 1.4-2 s of
-    CPU). On 64 x 2**18 bf16 values, one thread: one loop with both as variables ran 11-14 ns per value (scalar,
-    branching)."""
+    """The scaling loop compiled for one ``how`` (0 divide, 1 multiply, 2 torch's float32 multiply, 3 none) and
+    ``mode``: ``kernel(A, out, d, c, key, offset, base, c0, c1)`` sets out[i, j] <- :func:`scale_value` of A[i, j]
+    (columns ``c0 <= j < c1``, element ``offset + j``; stochastic: row i draws counter ``base + i`` of the element's
+    stream, as ``fpreduce.core._srload``'s draws).
+
+    ``how`` and ``mode`` are closure constants: the loop has no branch left and vectorizes (on 64 x 2**18 bf16
+    values, one thread: one loop with both as variables ran 11-14 ns per value, scalar and branching). A first use
+    compiles its own, 1.4-2 s of CPU. The loop is the kernel's own body, not a function inlined into it: numba
+    copies an inlined function's whole tree of inlined callees (:func:`scale_value`'s) block by block, and that
+    copy was 40% of each kernel's compilation.
+    """
     if (how, mode) not in _SCALE:
         compile_all()
 
-        def scale_rows_of(A, out, d, c, key, offset, base, c0, c1):  # type: ignore[no-untyped-def]
-            scale_rows(A, out, how, d, c, mode, key, offset, base, c0, c1)
+        def scale_rows(A, out, d, c, key, offset, base, c0, c1):  # type: ignore[no-untyped-def]
+            z = np.zeros(c1 - c0, dtype=np.uint64)
+            if mode == 4:
+                for j in range(c1 - c0):
+                    z[j] = element_seed(key, np.uint64(offset + c0 + j))
+            for i in range(A.shape[0]):
+                row, res = A[i, c0:c1], out[i, c0:c1]
+                t = np.uint64(base + i)
+                for j in range(row.size):
+                    u = uniform(z[j], t) if mode == 4 else 0.0
+                    res[j] = scale_value(np.float64(row[j]), how, d, c, mode, u)
 
         what = f"scaling by the worker count ({_HOW[how]}, {_MODE_NAMES[0 if how == 2 else mode]})"
-        _SCALE[how, mode] = jit.kernel(scale_rows_of, what, 2.0)
+        _SCALE[how, mode] = jit.kernel(scale_rows, what, 2.0)
     return _SCALE[how, mode]
 
 
@@ -427,7 +426,6 @@ _NAMES = (
     "rows_wide",
     "left_wide",
     "scale_value",
-    "scale_rows",
 )
 
 

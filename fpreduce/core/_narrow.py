@@ -753,21 +753,6 @@ def scaled(grid: Grid) -> tuple[float, Grid] | None:
     return scale, out
 
 
-def left_segs(X, Xb, perms, segs, los, his, out, kind, mode, grid, lanes, key, e0):  # type: ignore[no-untyped-def]
-    """:func:`left_rows` of each piece ``i``: columns ``los[i] .. his[i] - 1`` in the row order ``perms[segs[i]]``
-    (a segment, or the part of one a thread folds)."""
-    seen = np.uint32(0)
-    big = np.uint32(0)
-    hwm = hw.code(kind, grid)
-    hw.begin(hwm)  # kinds 0 and 5 in a directed mode: the hardware rounds (the additions and exact scalings only)
-    for i in range(los.size):
-        a, b = los[i], his[i]
-        bits, mag = left_rows(X, Xb, perms[segs[i]], out[a:b], kind, mode, grid, lanes, key, e0 + a, a)
-        seen, big = join(seen, bits, Xb[0]), max(big, mag)
-    hw.end(hwm)
-    return seen, big
-
-
 _KINDS = {0: "fp32", 1: "bf16/tf32 to nearest", 2: "fp16/fp8 to nearest", 5: "narrow formats"}
 _MODES = ("", "toward zero", "up", "down", "stochastic") + tuple(
     f"{m} (hardware{w})" for w in ("", ", clamped", ", clamped, fp16 inputs") for m in ("toward zero", "up", "down")
@@ -776,14 +761,31 @@ _SEGS: dict[tuple[int, int], Any] = {}
 
 
 def _segs_kernel(kind: int, mode: int) -> Any:
-    """:func:`left_segs` compiled for one ``kind`` and row ``mode`` (closure constants, by which numba prunes
-    every other kind's and mode's loops before typing: a first use compiles its own loops, ~2 s, not all ~90 s)."""
+    """The left folds of wide rows compiled for one ``kind`` and row ``mode``: ``kernel(X, Xb, perms, segs, los,
+    his, out, grid, lanes, key, e0)`` runs :func:`left_rows` on each piece ``i``, columns ``los[i] .. his[i] - 1``
+    in the row order ``perms[segs[i]]`` (a segment, or the part of one a thread folds), and returns (the OR of the
+    rows' check, max |s|'s pattern).
+
+    ``kind`` and ``mode`` are closure constants, by which numba prunes every other kind's and mode's loops before
+    typing: a first use compiles its own loops, ~2 s, not all ~90 s. The loop over the pieces is the kernel's own
+    body, not a function inlined into it: numba copies an inlined function with its whole tree of inlined callees
+    block by block, each block with every variable of the function (a cost that grows as the square of its size).
+    """
     if (kind, mode) not in _SEGS:
 
-        def left_segs_of(X, Xb, perms, segs, los, his, out, grid, lanes, key, e0):  # type: ignore[no-untyped-def]
-            return left_segs(X, Xb, perms, segs, los, his, out, kind, mode, grid, lanes, key, e0)
+        def left_segs(X, Xb, perms, segs, los, his, out, grid, lanes, key, e0):  # type: ignore[no-untyped-def]
+            seen = np.uint32(0)
+            big = np.uint32(0)
+            hwm = hw.code(kind, grid)
+            hw.begin(hwm)  # kinds 0 and 5 in a directed mode: the hardware rounds (the additions, exact scalings)
+            for i in range(los.size):
+                a, b = los[i], his[i]
+                bits, mag = left_rows(X, Xb, perms[segs[i]], out[a:b], kind, mode, grid, lanes, key, e0 + a, a)
+                seen, big = join(seen, bits, Xb[0]), max(big, mag)
+            hw.end(hwm)
+            return seen, big
 
-        _SEGS[kind, mode] = jit.kernel(left_segs_of, f"left folds of wide rows ({describe(kind, mode)})", 2.0)
+        _SEGS[kind, mode] = jit.kernel(left_segs, f"left folds of wide rows ({describe(kind, mode)})", 2.0)
     return _SEGS[kind, mode]
 
 
@@ -806,7 +808,7 @@ _NAMES = (
         "_row_kind",
         "left_rows",
     ),
-    *("left_segs", "_sr_lanes", "_sr_rest", "_row_sr"),
+    *("_sr_lanes", "_sr_rest", "_row_sr"),
     *("_row_fp32", "_row_near", "_row_fp16", "_row_k5"),
     *("_row_soft", "_row_hw", "_row_hw_scaled", "_row_sr_each"),
     *("row_input", "first_row", "scale_back"),
@@ -843,10 +845,12 @@ def compile_all() -> None:
     g["u2f"] = cast(nt.uint32, nt.float32, ir.FloatType())
     if _hardware_half():
         g["fp16_value"] = _half_to_float(nt, ir)
-    jit.compile_names(g, _NAMES, "rows of narrow formats", calls=("rows5",))  # (left_segs: per kind and mode)
+    # _row_sr is a call of its own: it takes no constant its loops need, and inlined, numba copied its tree of
+    # stretches and fallbacks into every stochastic kernel (a third of their compilation)
+    jit.compile_names(g, _NAMES, "rows of narrow formats", calls=("rows5", "_row_sr"))  # (the folds: _segs_kernel)
     overload(_row_of, prefer_literal=True)(_pick_row)
     _words_typed(g, overload, nt)
-    _COMPILED.append(g["left_segs"])
+    _COMPILED.append(g["left_rows"])
 
 
 def _hardware_half() -> bool:
@@ -1035,7 +1039,7 @@ def outcome(
 
 def pieces(los: np.ndarray, his: np.ndarray, threads: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The segments ``[los[s], his[s])`` cut into ``threads`` spans of columns: per thread (segs, los, his) of its
-    pieces (:func:`left_segs`), each piece a part of one segment."""
+    pieces (:func:`_segs_kernel`), each piece a part of one segment."""
     if threads <= 1:
         return [(np.arange(los.size, dtype=np.int64), los, his)]
     spans = split(int(his.max(initial=0)), threads)

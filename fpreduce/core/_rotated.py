@@ -8,7 +8,7 @@ own (``_narrow.left_segs``) reads X column block by column block, every row of a
 at a stride of a whole row: at N = 1024 workers and 64 columns per segment, 256 bytes
 per 256 KB, and 6-7x the in-place numpy row adds.
 
-:func:`left_rot` reads X row after row instead, in two passes over ``B``. At position
+The kernels of :func:`_rot_kernel` read X row after row instead, in two passes over ``B``. At position
 ``q`` of the first pass, row ``B[q]`` starts the segments whose rotation begins there
 (``q == o_s``) and is added to those that began before (``q > o_s``): the first part of
 every segment's order, ``B[o_s:]``, in order. The second pass adds row ``B[q]`` to the
@@ -63,40 +63,6 @@ def _action(p, q, o):  # type: ignore[no-untyped-def]
     return 2 if q < o else 0
 
 
-def left_rot(X, Xb, B, offs, los, his, out, kind, mode, grid, lanes):  # type: ignore[no-untyped-def]
-    """out <- every segment ``[los[s], his[s])`` of X's columns folded left in the rows ``B`` rotated by
-    ``offs[s]``, row by row (module docstring); (the OR of the inputs' check, max |s|) as ``left_segs``.
-    ``mode``: the row loops' (``_narrow.row_mode``); compiled per kind and mode by :func:`_rot_kernel`."""
-    n = B.size
-    hwm = hw.code(kind, grid)
-    sc, c16 = _narrow.row_input(kind, lanes)  # (as left_rows)
-    z = np.zeros(0, dtype=np.uint64)
-    seen = np.uint32(0)
-    big = np.uint32(0)
-    hw.begin(hwm)
-    for p in range(2):
-        for q in range(n):
-            r = B[q]
-            s = 0
-            while s < los.size:
-                act = _action(p, q, offs[s])
-                e = s + 1
-                while e < los.size and his[e - 1] == los[e] and _action(p, q, offs[e]) == act:
-                    e += 1
-                lo, hi = los[s], his[e - 1]
-                x, xb, o = X[r][lo:hi], Xb[r][lo:hi], out[lo:hi]
-                if act == 1:
-                    seen = _narrow.join(seen, _narrow.first_row(o, x, xb, sc, c16), xb)
-                elif act == 2:
-                    bits, mag = _narrow._row_of(o, (x,), (xb,), kind, grid, lanes, mode, z, 0)
-                    seen, big = _narrow.join(seen, bits, xb), max(big, mag)
-                s = e
-    hw.end(hwm)
-    seen = _narrow.mark_sums(seen, out[los[0] : his[-1]], Xb[0][los[0] : his[-1]])
-    _narrow.scale_back(out[los[0] : his[-1]], sc, lanes.scale)  # (this call's columns: a thread's own)
-    return seen, big
-
-
 def fold_rot(
     X: np.ndarray,
     rot: tuple[np.ndarray, np.ndarray],
@@ -107,7 +73,7 @@ def fold_rot(
     threads: int = 1,
 ) -> tuple[np.ndarray | None, bool]:
     """``_narrow.fold_left`` of segments ``cols`` whose orders are the rotations ``rot`` (:func:`rotations`) of
-    one order, by :func:`left_rot`: the same (out, done), the same bits, on ``threads`` threads (each its span
+    one order, by :func:`_rot_kernel`: the same (out, done), the same bits, on ``threads`` threads (each its span
     of the columns). Not for stochastic rounding."""
     compile_all()
     lns = _narrow.row_params(kind, grid, low)
@@ -125,21 +91,52 @@ _ROT: dict[tuple[int, int], Any] = {}
 
 
 def _rot_kernel(kind: int, mode: int) -> Any:
-    """:func:`left_rot` compiled for one kind and row mode (closure constants, as ``_narrow``'s left folds)."""
+    """The ring's left folds row by row compiled for one kind and row mode (``_narrow.row_mode``; closure
+    constants, as ``_narrow``'s left folds, and the loop the kernel's own body, as theirs):
+    ``kernel(X, Xb, B, offs, los, his, out, grid, lanes)`` sets out <- every segment ``[los[s], his[s])`` of X's
+    columns folded left in the rows ``B`` rotated by ``offs[s]``, row by row (module docstring); (the OR of the
+    inputs' check, max |s|) as ``_narrow.left_segs``. Not for stochastic rounding."""
     if (kind, mode) not in _ROT:
 
-        def left_rot_of(X, Xb, B, offs, los, his, out, grid, lanes):  # type: ignore[no-untyped-def]
-            return left_rot(X, Xb, B, offs, los, his, out, kind, mode, grid, lanes)
+        def left_rot(X, Xb, B, offs, los, his, out, grid, lanes):  # type: ignore[no-untyped-def]
+            n = B.size
+            hwm = hw.code(kind, grid)
+            sc, c16 = _narrow.row_input(kind, lanes)  # (as left_rows)
+            z = np.zeros(0, dtype=np.uint64)
+            seen = np.uint32(0)
+            big = np.uint32(0)
+            hw.begin(hwm)
+            for p in range(2):
+                for q in range(n):
+                    r = B[q]
+                    s = 0
+                    while s < los.size:
+                        act = _action(p, q, offs[s])
+                        e = s + 1
+                        while e < los.size and his[e - 1] == los[e] and _action(p, q, offs[e]) == act:
+                            e += 1
+                        lo, hi = los[s], his[e - 1]
+                        x, xb, o = X[r][lo:hi], Xb[r][lo:hi], out[lo:hi]
+                        if act == 1:
+                            seen = _narrow.join(seen, _narrow.first_row(o, x, xb, sc, c16), xb)
+                        elif act == 2:
+                            bits, mag = _narrow._row_of(o, (x,), (xb,), kind, grid, lanes, mode, z, 0)
+                            seen, big = _narrow.join(seen, bits, xb), max(big, mag)
+                        s = e
+            hw.end(hwm)
+            seen = _narrow.mark_sums(seen, out[los[0] : his[-1]], Xb[0][los[0] : his[-1]])
+            _narrow.scale_back(out[los[0] : his[-1]], sc, lanes.scale)  # (this call's columns: a thread's own)
+            return seen, big
 
-        _ROT[kind, mode] = jit.kernel(left_rot_of, f"rings row by row ({_narrow.describe(kind, mode)})", 2.0)
+        _ROT[kind, mode] = jit.kernel(left_rot, f"rings row by row ({_narrow.describe(kind, mode)})", 2.0)
     return _ROT[kind, mode]
 
 
 def compile_all() -> None:
-    """Make this module's loop a numba function (inlined in the kernels of :func:`_rot_kernel`), once."""
+    """Make this module's helper a numba function (inlined in the kernels of :func:`_rot_kernel`), once."""
     if _COMPILED:
         return
     _narrow.compile_all()
     g = globals()
-    jit.compile_names(g, ("_action", "left_rot"), "rings row by row")
-    _COMPILED.append(g["left_rot"])
+    jit.compile_names(g, ("_action",), "rings row by row")
+    _COMPILED.append(g["_action"])

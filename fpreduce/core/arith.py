@@ -22,7 +22,7 @@ a float64 overflow follows :func:`~fpreduce.core.rounding.overflow_value`.
   accumulator's (and premultiplied, predivided or scaled as DDP does when averaging).
 * ``_scale``: one IEEE multiply or divide, correctly rounded (averaging); fp64 by ``_scale64``, scaled
   by 2**±600 first so that no remainder underflows or overflows. With numba, the formats of p <= 24 bits
-  take the compiled :func:`fpreduce.core._kernels_round.scale_rows` (the one bit rounder, ``round_bits``):
+  take the compiled :func:`fpreduce.core._kernels_round.scale_kernel` (the one bit rounder, ``round_bits``):
   the same bits. 64 x 2**18 bf16 words summed in bf16, one thread, premultiplied: 11-12 -> 3.2 ns per
   addition to nearest, 164-198 -> 5.0 stochastically (counter-based draws); divided after: 2.9 -> 0.93.
 
@@ -290,7 +290,7 @@ def _scale(
 def _scale_compiled(
     a: np.ndarray, how: tuple[Average, float], f: Format, mode: Mode, rng, threads: int | None
 ) -> np.ndarray | None:  # type: ignore[no-untyped-def]
-    """:func:`_scale` by :func:`fpreduce.core._kernels_round.scale_rows` (columns split over ``threads``: None,
+    """:func:`_scale` by :func:`fpreduce.core._kernels_round.scale_kernel` (columns split over ``threads``: None,
     every core) for a format of p <= 24 bits and float32 or float64 values of one or two dimensions (read as
     float32, which holds f's values), to nearest, directed, or stochastic with counter-based draws (not a
     Generator's stream); None for the others."""
