@@ -522,7 +522,9 @@ def compile_all() -> None:
     overload(bits_word, inline="always")(bits_word_of)
     overload(rows_any)(rows_by_dtype)  # the compiler picks by dtype: each kernel compiles its own loops only
     overload(left_any)(left_by_dtype)
-    entries = [n for n in _NAMES if n.startswith(("rows", "left")) and not n.endswith("_m")]
+    # the loops are calls, the scalar functions inlined: a loop inlined was copied with all three adders' trees
+    # (``how`` is pruned only after), 4.5 s of CPU per copy; as calls, compiled once per signature
+    entries = [n for n in _NAMES if n.startswith(("rows", "left", "_rows", "_left"))]
     jit.compile_names(g, _NAMES, "the bit rounder's row loops", calls=entries)  # the scalar functions inlined
     g["element_seed"] = jit.kernel(counter.draw, inline="always")  # (numba functions, as the rest of the module)
     g["uniform"] = jit.kernel(counter.uniform, inline="always")
