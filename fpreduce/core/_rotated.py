@@ -4,7 +4,7 @@ A ring all-reduce's reduce-scatter adds chunk ``s`` over the workers in the ring
 order, starting at a worker of its own: the row order of segment ``s`` is ``B[o_s],
 B[o_s + 1], ..., B[o_s - 1]`` (indices mod N) for one order ``B`` (NCCL's ring:
 ``B = 0..N-1``, ``o_s = s + 1``; gloo's: ``B = N-1..0``). Folding each segment on its
-own (``_narrow.left_segs``) reads X column block by column block, every row of a block
+own (``_narrow._segs_kernel``) reads X column block by column block, every row of a block
 at a stride of a whole row: at N = 1024 workers and 64 columns per segment, 256 bytes
 per 256 KB, and 6-7x the in-place numpy row adds.
 
@@ -14,7 +14,7 @@ The kernels of :func:`_rot_kernel` read X row after row instead, in two passes o
 every segment's order, ``B[o_s:]``, in order. The second pass adds row ``B[q]`` to the
 segments whose rotation wraps past it (``q < o_s``): the rest, ``B[:o_s]``, in order.
 Every segment's additions are thus its own left fold, in its own order, the same
-additions as ``left_segs``' (the same bits); only the order in which different
+additions as ``_segs_kernel``'s (the same bits); only the order in which different
 segments' additions are made changes, and those are independent. Adjacent segments
 with the same action at a row are one contiguous run (a ring's offsets rise with the
 columns: each row of a pass is two or three runs), each run one call of
@@ -95,7 +95,7 @@ def _rot_kernel(kind: int, mode: int) -> Any:
     constants, as ``_narrow``'s left folds, and the loop the kernel's own body, as theirs):
     ``kernel(X, Xb, B, offs, los, his, out, grid, lanes)`` sets out <- every segment ``[los[s], his[s])`` of X's
     columns folded left in the rows ``B`` rotated by ``offs[s]``, row by row (module docstring); (the OR of the
-    inputs' check, max |s|) as ``_narrow.left_segs``. Not for stochastic rounding."""
+    inputs' check, max |s|) as ``_narrow._segs_kernel``'s. Not for stochastic rounding."""
     if (kind, mode) not in _ROT:
 
         def left_rot(X, Xb, B, offs, los, his, out, grid, lanes):  # type: ignore[no-untyped-def]

@@ -101,7 +101,7 @@ _INFO: dict[Route, tuple[str, str, bool]] = {
     Route.COLUMNS: ("core._tall._left_columns", "a few columns, each sum in a register", True),
     Route.SR_NUMPY: ("core._sr_numpy._fold_numpy_sr", "stochastic fold in numpy (the compiled law)", False),
     Route.RING_ROWS: ("core._rotated.fold_rot", "a ring's rotated chunks, row by row, each row read once", True),
-    Route.SEGMENT_FOLDS: ("core._narrow.left_segs", "each segment folded left straight from X's rows", True),
+    Route.SEGMENT_FOLDS: ("core._narrow._segs_kernel", "each segment folded left straight from X's rows", True),
     Route.CHUNK_TREES: ("core._segments.fold_chunks", "each wide chunk by its own tree's route", False),
     Route.COMPENSATED: ("core._compensated", "compiled Kahan/Neumaier along the leaf order", True),
     Route.BLOCKS: ("core.engine._fold_blocks", "blocks of columns of one tree shape, each by its route", False),
