@@ -385,6 +385,30 @@ def test_a_nan_error_makes_the_maximum_nan_whatever_the_chunking() -> None:
     assert sm._max(-math.inf, 3.0) == 3.0
 
 
+def test_maxima_take_only_the_kept_elements_and_a_nan_among_them() -> None:
+    """The kernel takes the maxima in its pass (by the errors' bits): a NaN backward error (a sum |x| that is
+    NaN) makes err_backward NaN, while the errors of a result that is left out (NaN) and the infinite
+    relative error of a zero exact value count in no maximum."""
+    y = np.array([1.0, 2.0, np.nan, 8.0, 2.0**100], dtype=np.float32)
+    hi = np.array([1.0, 1.0, 1.0, 0.0, -(2.0**100)])
+    lo = np.zeros(5)
+    cr = y.copy()
+    fp32 = get_format("fp32")
+
+    def run(absum: np.ndarray) -> tuple[object, ...]:
+        e = sm.ErrorStats()
+        e.add(y, hi, lo, cr, fp32, absum)
+        r = e.row()
+        return tuple("nan" if math.isnan(v) else v for v in (r["err_backward"], r["err_max_rel"], r["err_max_ulp"]))
+
+    rel_max = 2.0  # |2**100 - -2**100| / 2**100; the zero exact value's error 8 has no relative error
+    ulp_max = 2.0**101 / 2.0**77  # ulp(2**100) in fp32 is 2**77
+    for got in _both(lambda: run(np.array([1.0, 2.0, 1.0, 16.0, np.inf]))):
+        assert got == (0.5, rel_max, ulp_max)  # 1/2 and 8/16; 2**101 / inf is 0
+    for got in _both(lambda: run(np.array([1.0, 2.0, 1.0, 16.0, np.nan]))):
+        assert got == ("nan", rel_max, ulp_max)
+
+
 def test_normwise_and_backward_errors_by_hand() -> None:
     """err_norm = ||y - s|| / ||s||, err_backward = max |y - s| / sum|x|; a zero exact sum counts in both."""
     y = np.array([1.0, 3.0, 2.0**-8, 0.0, np.inf], dtype=np.float32)
