@@ -13,6 +13,7 @@ import math
 from contextlib import nullcontext
 from fractions import Fraction
 
+import ml_dtypes
 import numpy as np
 import pytest
 from test_tall import splitmix_uniform
@@ -22,7 +23,7 @@ from fpreduce.base import jit
 from fpreduce.core import _kernels_round as kr
 from fpreduce.core import routes
 from fpreduce.core.exact import add_exact
-from fpreduce.core.formats import get_format
+from fpreduce.core.formats import NATIVE_DTYPES, get_format
 
 FORMATS = ["bf16", "fp16", "tf32", "fp32", "fp8_e4m3", "fp8_e5m2"]
 MODES = ["nearest_even", "toward_zero", "up", "down"]
@@ -275,3 +276,30 @@ def test_compiled_scaling_is_numpys_and_the_fraction_reference(fmt):
         draws = _Draws(7, 11, 1 << 60) if mode is Mode.STOCHASTIC else None
         one, three = (arith._scale(wide, ("predivide", 7.0), f, mode, draws, t) for t in (1, 3))
         assert np.array_equal(one.view(np.uint32), three.view(np.uint32))
+
+
+_WORD_TYPES = {"bf16": np.uint16, "fp16": np.uint16, "fp8_e4m3": np.uint8, "fp8_e5m2": np.uint8}
+
+
+@pytest.mark.parametrize("fmt", sorted(_WORD_TYPES))
+def test_the_nearest_scaling_of_every_finite_value_is_numpys(fmt):
+    """To nearest, the compiled scaling rounds a row without NaN, Inf or overflow from each value's bits alone
+    (``_kernels_round.nearest_value``): every finite value of the format, premultiplied, ddp-scaled and predivided
+    (``scale_value``'s loop) by worker counts whose products and quotients cross the subnormal range and land on
+    ties, gives numpy's ``_scale`` bits, signed zeros included."""
+    if not jit.enabled():
+        pytest.skip("numba not installed: only the numpy path exists")
+    from fpreduce.core import arith
+    from fpreduce.core.rounding import Mode
+
+    f = get_format(fmt)
+    words = np.arange(2 ** (8 * np.dtype(_WORD_TYPES[fmt]).itemsize), dtype=_WORD_TYPES[fmt])
+    x = words.view(getattr(ml_dtypes, NATIVE_DTYPES[fmt], None) or np.dtype(NATIVE_DTYPES[fmt])).astype(np.float32)
+    x = x[np.isfinite(x)]
+    X = np.stack([x, -x[::-1]])  # no NaN, Inf or overflow in a row: the bits' path answers for every value
+    for kind in ("premultiply", "ddp", "predivide"):
+        for n in (1, 3, 7, 64, 100, 1000):
+            got = arith._scale(X, (kind, float(n)), f, Mode.NEAREST_EVEN, None, 1)
+            with jit.disabled():
+                want = arith._scale(X, (kind, float(n)), f, Mode.NEAREST_EVEN, None)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (kind, n)

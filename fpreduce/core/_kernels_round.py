@@ -357,6 +357,22 @@ def scale_value(x, how, d, c, mode, u):  # type: ignore[no-untyped-def]
     return r if fin else (np.nan if (((s != s) & canonical) | ((s == s) & (not has_inf))) else s)
 
 
+def nearest_value(s, sh, eminb, maxf):  # type: ignore[no-untyped-def]
+    """``s`` (float64) rounded to nearest even onto a format of p <= 24 bits (``sh`` = 53 - p, ``eminb`` =
+    emin + 1023: :func:`format_consts`) from its bits alone, and whether that is :func:`scale_value`'s answer:
+    ``(value, ok)``, not ok for NaN, Inf and a result above ``maxf`` (the overflow rules stay
+    :func:`scale_value`'s). From 2**emin up the bits of ``|s|`` are rounded at bit ``sh`` (a carry moves into
+    the exponent: the next binade); below, ``|s| / smin`` (exact: a power of two) is rounded to an integer by
+    adding and taking off 2**52. The sign is ``s``'s: zeros keep theirs, a tiny value rounds to a signed zero."""
+    a = abs(s)
+    b = f64_bits(a)
+    r = bits_f64((b + ((1 << (sh - 1)) - 1) + ((b >> sh) & 1)) & ~((1 << sh) - 1))
+    low = eminb + sh - 52  # smin's exponent field
+    q = (a * bits_f64((2046 - low) << 52) + 4503599627370496.0) - 4503599627370496.0
+    r = q * bits_f64(low << 52) if a < bits_f64(eminb << 52) else r
+    return math.copysign(r, s), (s - s == 0.0) & (r <= maxf)
+
+
 _SCALE: dict[tuple[int, int], Any] = {}
 _HOW = ("predivide or after", "premultiply", "ddp", "rounding alone")
 _MODE_NAMES = ("nearest even", "toward zero", "up", "down", "stochastic")
@@ -378,6 +394,10 @@ def scale_kernel(how: int, mode: int) -> Any:
     compiles its own, 1.4-2 s of CPU. The loop is the kernel's own body, not a function inlined into it: numba
     copies an inlined function's whole tree of inlined callees (:func:`scale_value`'s) block by block: without
     that copy, compiling the 13 scaling loops takes 38% fewer Python calls (102.7M -> 63.2M).
+
+    To nearest, a product (premultiply, ddp) or a value rounded alone is rounded from its bits (:func:`nearest_value`) and a row
+    only falls back to :func:`scale_value`'s loop when it holds a NaN, an Inf or an overflow: on 64 x 8192 bf16
+    values, one thread, 0.54 -> 0.30 ms.
     """
     if (how, mode) not in _SCALE:
         compile_all()
@@ -389,6 +409,16 @@ def scale_kernel(how: int, mode: int) -> Any:
                     z[j] = element_seed(key, np.uint64(offset + c0 + j))
             for i in range(A.shape[0]):
                 row, res = A[i, c0:c1], out[i, c0:c1]
+                if mode == 0 and how != 0:  # a product (exact) or a value to nearest: its bits alone, and for a row
+                    missed = 0  # with a NaN, an Inf or an overflow, scale_value's loop below
+                    for j in range(row.size):
+                        x = np.float64(row[j])
+                        s = x * d if how == 1 else np.float64(np.float32(x * d)) if how == 2 else x
+                        r, ok = nearest_value(s, c[0], c[1], c[2])
+                        res[j] = r
+                        missed += not ok
+                    if missed == 0:
+                        continue
                 t = np.uint64(base + i)
                 for j in range(row.size):
                     u = uniform(z[j], t) if mode == 4 else 0.0
@@ -426,6 +456,7 @@ _NAMES = (
     "rows_wide",
     "left_wide",
     "scale_value",
+    "nearest_value",
 )
 
 

@@ -214,8 +214,10 @@ class _Loader:
         """A new array (or a read-only view) of ``a``'s values in the accumulator domain."""
         if not self.native and not self._representable(a):
             own = a.dtype.itemsize < 4 and a.dtype.name == NATIVE_DTYPES.get(self.fin.name)  # the format's words
-            if a.dtype != np.float32 and a.dtype != np.float64:
-                a = a.astype(np.float32)  # float16 / bfloat16 / fp8 widen exactly
+            if a.dtype.name == "bfloat16":  # bf16 words are float32's top halves: a shift (0.26 ms per 2**20
+                a = np.left_shift(a.view(np.uint16), 16, dtype=np.uint32).view(np.float32)  # against ml_dtypes' 0.33)
+            elif a.dtype != np.float32 and a.dtype != np.float64:
+                a = a.astype(np.float32)  # float16 / fp8 widen exactly
             if own:
                 pass  # its values already: no rounding (NaNs made canonical below, as the rounding makes them)
             elif a.dtype == np.float32 and self.fin.precision <= 11 and self.fin.emin != -126:  # fp16, fp8
