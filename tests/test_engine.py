@@ -627,10 +627,10 @@ def test_import_fpreduce_never_imports_torch():
 
 
 def test_scaled_averages_in_column_blocks_give_the_bits_of_one_pass(monkeypatch):
-    """A wide reduction whose every input is scaled (premultiply, predivide, ddp) runs in column blocks on threads
-    (``engine._in_blocks``): the bits of one pass over every column, for bf16 words and float32 rows, plans whose
-    trees vary over the elements (ring chunks, atomics), stochastic and directed rounding, NaN, Inf, huge and tiny
-    values, and a piece of a longer vector (offset, total)."""
+    """A wide reduction whose every input is scaled (premultiply, predivide, ddp) runs in column blocks on
+    threads (``engine._in_blocks``, a wrapper of ``reduce``): the bits of one pass over every column, for bf16
+    words and float32 rows, plans whose trees vary over the elements (ring chunks, atomics), stochastic and
+    directed rounding, NaN, Inf, huge and tiny values, and a piece of a longer vector (offset, total)."""
     from fpreduce.core import engine
 
     rng = np.random.default_rng(11)
@@ -646,12 +646,13 @@ def test_scaled_averages_in_column_blocks_give_the_bits_of_one_pass(monkeypatch)
         for plan, avg, acc, rnd in cases:
             kw = dict(input=inp, accumulate=acc, rounding=rnd, average=avg, seed=3, offset=500, total=5000)
             monkeypatch.setattr(engine, "_BLOCK_VALUES", 1 << 30)
-            assert not engine._scaled_in_blocks(A, "plain", avg, 3, "float")
+            assert not engine._scaled_in_blocks(A, kw)
             whole = fr.reduce(A, plan, **kw)
             monkeypatch.setattr(engine, "_BLOCK_VALUES", 6 * 128)  # blocks of 128 columns: 24 of them
-            assert engine._scaled_in_blocks(A, "plain", avg, 3, "float")
+            assert engine._scaled_in_blocks(A, kw)
             for threads in (1, 3):
                 got = fr.reduce(A, plan, threads=threads, **kw)
                 assert np.array_equal(got.view(np.uint32), whole.view(np.uint32)), (plan, avg, acc, rnd, threads)
-    assert not engine._scaled_in_blocks(X, "plain", "premultiply", np.random.default_rng(1), "float")
-    assert not engine._scaled_in_blocks(X, "plain", "none", 3, "float")
+    assert not engine._scaled_in_blocks(X, dict(average="premultiply", seed=np.random.default_rng(1)))
+    assert not engine._scaled_in_blocks(X, dict(average="premultiply", algorithm="kahan"))
+    assert not engine._scaled_in_blocks(X, dict(average="none"))

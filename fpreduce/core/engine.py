@@ -18,6 +18,7 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -122,7 +123,64 @@ def _span(offset: int, nel: int, total: int | None) -> int:
     return total
 
 
+_BLOCK_VALUES = 1 << 19  # values per column block of a reduction whose every input is scaled (2 MiB of float32: L2)
+
+
+def _scaled_in_blocks(X: ArrayLike, options: dict[str, Any]) -> bool:
+    """Whether :func:`reduce` runs in column blocks (:func:`_in_blocks`): a plain reduction of a wide numpy array
+    whose every input is scaled (``premultiply``, ``predivide``, ``ddp``), with a seed that is not a Generator
+    (whose stream would move from block to block) and a float result."""
+    return (
+        isinstance(X, np.ndarray)
+        and X.ndim == 2
+        and X.shape[0] > 0
+        and X.shape[1] >= 2 * max(_BLOCK_VALUES // X.shape[0], 64)
+        and get_algorithm(options.get("algorithm", "plain")) == "plain"
+        and get_average(options.get("average", "none")) in ("premultiply", "predivide", "ddp")
+        and get_result(options.get("result", "float")) == "float"
+        and not isinstance(options.get("seed"), np.random.Generator)
+    )
+
+
+def _in_blocks(fn: Callable[..., NDArray[np.floating]]) -> Callable[..., NDArray[np.floating]]:
+    """:func:`reduce` (``fn``) of ``X``'s columns in blocks of about :data:`_BLOCK_VALUES` values when
+    :func:`_scaled_in_blocks` says so: each block reduced whole (its inputs widened, scaled and folded while
+    they are in cache), the blocks spread over ``threads``: the same bits as at once, since a vector reduced
+    piece by piece (``offset``, ``total``) gives the bits of the whole.
+
+    At once, the scaling made three passes over a whole float32 copy of X (widened, NaN checked, scaled), each
+    into a new array as large. On 64 x 2**20 bf16 words to bf16: premultiply and ddp 182-190 ms at once on one
+    or two threads (7-8x the 63 in-place float32 adds), 109-110 ms in blocks on one thread and 69-72 ms on two;
+    predivide 183-194 ms, then 146 and 89. Blocks of 2**19 values (2 MiB of float32, this machine's L2) ran
+    faster than of 2**18 (per-call costs) and 2**20 or 2**21."""
+
+    @functools.wraps(fn)
+    def in_blocks(X: ArrayLike, plan: AnyPlan | str, **options: Any) -> NDArray[np.floating]:
+        if not _scaled_in_blocks(X, options):
+            return fn(X, plan, **options)
+        assert isinstance(X, np.ndarray)
+        n, nel = X.shape
+        offset, threads = options.pop("offset", 0), check_threads(options.pop("threads", None))
+        total = _span(offset, nel, options.pop("total", None))
+        w = max(_BLOCK_VALUES // n, 64) // 64 * 64
+        spans = [(lo, min(lo + w, nel)) for lo in range(0, nel, w)]
+        first = reduce(X[:, :w], plan, offset=offset, total=total, threads=1, **options)  # (a bad argument: here)
+        out = np.empty(nel, dtype=first.dtype)
+        out[:w] = first
+        parts = resolve_threads(threads, n * nel)
+
+        def work(k: int) -> None:
+            for lo, hi in spans[1 + k :: parts]:
+                out[lo:hi] = reduce(X[:, lo:hi], plan, offset=offset + lo, total=total, threads=1, **options)
+
+        run_threads(work, [(k,) for k in range(min(parts, len(spans) - 1))])
+        return out
+
+    return in_blocks
+
+
 @own_flags
+@_in_blocks
 def reduce(
     X: ArrayLike,
     plan: AnyPlan | str,
@@ -190,9 +248,6 @@ def reduce(
     1.0078125
     """
     m, threads = _check_args(plan, seed, rounding), check_threads(threads)
-    if _scaled_in_blocks(X, algorithm, average, seed, result):
-        options = dict(input=input, accumulate=accumulate, rounding=rounding, seed=seed, output=output, average=average)
-        return _in_blocks(X, plan, options, offset, total, threads)  # type: ignore[arg-type]
     A, p = _prepare(X, plan, seed, lazy=get_algorithm(algorithm) in _TREELESS, input=input, total=total)
     fin, fa = input_format(X, A, input), get_format(accumulate)
     fo = fa if output is None else get_format(output)
@@ -216,54 +271,6 @@ def reduce(
     own = isinstance(out, np.ndarray) and out.flags.owndata and not np.may_share_memory(out, A)  # (a fresh array)
     y = _finish(np.asarray(out, dtype=fa.value_dtype), avg == "after", n, fo, ar, counter, int(offset), own)
     return as_native(y, fo, X) if res == "native" else y  # type: ignore[no-any-return]
-
-
-_BLOCK_VALUES = 1 << 19  # values per column block of a reduction whose every input is scaled (2 MiB of float32: L2)
-
-
-def _scaled_in_blocks(X: ArrayLike, algorithm: object, average: object, seed: object, result: object) -> bool:
-    """Whether :func:`reduce` runs as :func:`_in_blocks`: a plain reduction of a wide numpy array whose every input
-    is scaled (``premultiply``, ``predivide``, ``ddp``), with a seed that is not a Generator (whose stream would
-    move from block to block)."""
-    return (
-        isinstance(X, np.ndarray)
-        and X.ndim == 2
-        and X.shape[0] > 0
-        and X.shape[1] >= 2 * max(_BLOCK_VALUES // X.shape[0], 64)
-        and get_algorithm(algorithm) == "plain"  # type: ignore[arg-type]
-        and get_average(average) in ("premultiply", "predivide", "ddp")  # type: ignore[arg-type]
-        and get_result(result) == "float"  # type: ignore[arg-type]
-        and not isinstance(seed, np.random.Generator)
-    )
-
-
-def _in_blocks(
-    X: np.ndarray, plan: AnyPlan | str, options: dict[str, object], offset: int, total: int | None, threads: int | None
-) -> NDArray[np.floating]:
-    """:func:`reduce` of ``X``'s columns in blocks of about :data:`_BLOCK_VALUES` values, each block reduced whole
-    (its inputs widened, scaled and folded while they are in cache) on one of ``threads`` threads: the same bits
-    as at once, since a vector reduced piece by piece (``offset``, ``total``) gives the bits of the whole.
-
-    At once, the scaling made three passes over a whole float32 copy of X (widened, NaN checked, scaled), each
-    into a new array as large. On 64 x 2**20 bf16 words to bf16: premultiply and ddp 182-190 ms at once on one
-    or two threads (7-8x the 63 in-place float32 adds), 109-110 ms in blocks on one thread and 69-72 ms on two;
-    predivide 183-194 ms, then 146 and 89. Blocks of 2**19 values (2 MiB of float32, this machine's L2) ran
-    faster than of 2**18 (per-call costs) and 2**20 or 2**21."""
-    n, nel = X.shape
-    total = _span(offset, nel, total)
-    w = max(_BLOCK_VALUES // n, 64) // 64 * 64
-    spans = [(lo, min(lo + w, nel)) for lo in range(0, nel, w)]
-    first = reduce(X[:, :w], plan, offset=offset, total=total, threads=1, **options)  # type: ignore[arg-type]
-    out = np.empty(nel, dtype=first.dtype)
-    out[:w] = first
-    parts = resolve_threads(threads, n * nel)
-
-    def work(k: int) -> None:
-        for lo, hi in spans[1 + k :: parts]:
-            out[lo:hi] = reduce(X[:, lo:hi], plan, offset=offset + lo, total=total, threads=1, **options)  # type: ignore[arg-type]
-
-    run_threads(work, [(k,) for k in range(min(parts, len(spans) - 1))])
-    return out
 
 
 def _check_args(plan: object, seed: object, rounding: str | Mode) -> Mode:
