@@ -656,3 +656,25 @@ def test_scaled_averages_in_column_blocks_give_the_bits_of_one_pass(monkeypatch)
     assert not engine._scaled_in_blocks(X, dict(average="premultiply", seed=np.random.default_rng(1)))
     assert not engine._scaled_in_blocks(X, dict(average="premultiply", algorithm="kahan"))
     assert not engine._scaled_in_blocks(X, dict(average="none"))
+
+
+def test_a_tensor_of_scaled_inputs_runs_in_blocks_and_a_native_result_stays_a_tensor(monkeypatch):
+    """A torch tensor's columns go through the same blocks (its values a view of its words), with the bits of
+    one pass; asked for a native result it is not blocked, and the result is a tensor as always."""
+    torch = pytest.importorskip("torch")
+    from fpreduce.core import engine
+
+    X = np.random.default_rng(2).standard_normal((5, 700)).astype(np.float32)
+    T = torch.from_numpy(X).to(torch.bfloat16)
+    kw = dict(accumulate="bf16", average="premultiply")
+    monkeypatch.setattr(engine, "_BLOCK_VALUES", 1 << 30)
+    whole = fr.reduce(T, "ring:nccl", **kw)
+    monkeypatch.setattr(engine, "_BLOCK_VALUES", 5 * 64)  # blocks of 64 columns
+    calls = []
+    monkeypatch.setattr(engine, "_span", lambda *a, f=engine._span: (calls.append(a), f(*a))[1])
+    got = fr.reduce(T, "ring:nccl", **kw)
+    assert np.array_equal(got.view(np.uint32), whole.view(np.uint32))
+    assert len(calls) > 700 // 64  # the wrapper's and every block's own
+    native = fr.reduce(T, "ring:nccl", result="native", **kw)
+    assert isinstance(native, torch.Tensor)
+    assert np.array_equal(native.float().numpy(), whole)

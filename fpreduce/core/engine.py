@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fpreduce.base import jit
-from fpreduce.base.dtypes import as_float_array
+from fpreduce.base.dtypes import as_float_array, is_tensor
 from fpreduce.base.errors import InvalidArgument
 from fpreduce.base.fpflags import own_flags
 from fpreduce.base.threads import check as check_threads
@@ -78,6 +78,9 @@ def _message(plan: str, X: ArrayLike, A: np.ndarray, input: object, total: objec
     return (A.shape[1] if total is None else int(total), input_format(X, A, input).bits // 8)  # type: ignore[call-overload]
 
 
+_NOT_FLOAT = "X must be a float array of shape (workers, elements), got {dtype}"
+
+
 def _prepare(
     X: ArrayLike,
     plan: AnyPlan | str,
@@ -91,7 +94,7 @@ def _prepare(
     plan, drawn from ``seed`` when it is an integer; with ``lazy``, the text ``sequential`` gives None and
     ``pairwise`` ``PAIRWISE`` (their trees are built only when needed: the compiled fold takes neither);
     ``input`` and ``total`` size the message of a plan chosen by it (``ompi:default``)."""
-    A = as_float_array(X, "X must be a float array of shape (workers, elements), got {dtype}")
+    A = as_float_array(X, _NOT_FLOAT)
     if A.ndim == 1:
         A = A[:, None]
     if A.ndim != 2:
@@ -156,9 +159,11 @@ def _in_blocks(fn: Callable[..., NDArray[np.floating]]) -> Callable[..., NDArray
 
     @functools.wraps(fn)
     def in_blocks(X: ArrayLike, plan: AnyPlan | str, **options: Any) -> NDArray[np.floating]:
-        if not _scaled_in_blocks(X, options):
+        A = as_float_array(X, _NOT_FLOAT) if is_tensor(X) else X  # (a tensor's values: a view of its words)
+        if not _scaled_in_blocks(A, options):
             return fn(X, plan, **options)
-        assert isinstance(X, np.ndarray)
+        assert isinstance(A, np.ndarray)
+        X = A
         n, nel = X.shape
         offset, threads = options.pop("offset", 0), check_threads(options.pop("threads", None))
         total = _span(offset, nel, options.pop("total", None))
