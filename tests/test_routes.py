@@ -217,6 +217,28 @@ def test_explain_says_what_and_why() -> None:
     assert fr.explain(X, "sequential", accumulate="fp32").rerun is None  # native additions answer every sum
 
 
+def test_explain_says_when_scaled_inputs_run_in_column_blocks() -> None:
+    """An average that scales every input runs in column blocks (``engine._in_blocks``): explain gives a block's
+    route (its columns, on one thread), the block width and the threads the blocks spread over; a narrow array, or
+    no scaling, runs at once and says nothing of blocks."""
+    from fpreduce.core import engine
+
+    X = np.ones((64, 1 << 16), np.float32)
+    w = engine._block_width(64)
+    dec = fr.explain(X, "sequential", input="bf16", accumulate="bf16", average="premultiply", threads=2)
+    assert (dec.blocks, dec.threads, dec.route) == (w, 2, fr.Route.WIDE_LEFT)
+    assert f"64 x {w}" in " ".join(dec.why)  # the block's shape, not the whole array's
+    assert dec.to_dict()["blocks"] == w
+    assert f"blocks:  {w} columns at a time" in str(dec)
+    for at_once in (
+        fr.explain(X, "sequential", input="bf16", accumulate="bf16", threads=2),
+        fr.explain(X[:, : 2 * w - 1], "sequential", input="bf16", accumulate="bf16", average="premultiply"),
+    ):
+        assert at_once.blocks == 0
+        assert "blocks" not in at_once.to_dict()
+        assert "blocks:" not in str(at_once)
+
+
 @pytest.mark.parametrize("fmt", ["bf16", "tf32", "fp16", "fp8_e5m2"])
 @pytest.mark.parametrize(("plan", "m"), [("sequential", 3), ("sequential", 2100), ("pairwise", 2100), ("ring", 2100)])
 @pytest.mark.parametrize("sign", [1.0, -1.0])

@@ -137,12 +137,17 @@ def _scaled_in_blocks(X: ArrayLike, options: dict[str, Any]) -> bool:
         isinstance(X, np.ndarray)
         and X.ndim == 2
         and X.shape[0] > 0
-        and X.shape[1] >= 2 * max(_BLOCK_VALUES // X.shape[0], 64)
+        and X.shape[1] >= 2 * _block_width(X.shape[0])
         and get_algorithm(options.get("algorithm", "plain")) == "plain"
         and get_average(options.get("average", "none")) in ("premultiply", "predivide", "ddp")
         and get_result(options.get("result", "float")) == "float"
         and not isinstance(options.get("seed"), np.random.Generator)
     )
+
+
+def _block_width(n: int) -> int:
+    """The columns of a block of :func:`_in_blocks` for ``n`` rows: about :data:`_BLOCK_VALUES` values."""
+    return max(_BLOCK_VALUES // n, 64) // 64 * 64
 
 
 def _in_blocks(fn: Callable[..., NDArray[np.floating]]) -> Callable[..., NDArray[np.floating]]:
@@ -167,7 +172,7 @@ def _in_blocks(fn: Callable[..., NDArray[np.floating]]) -> Callable[..., NDArray
         n, nel = X.shape
         offset, threads = options.pop("offset", 0), check_threads(options.pop("threads", None))
         total = _span(offset, nel, options.pop("total", None))
-        w = max(_BLOCK_VALUES // n, 64) // 64 * 64
+        w = _block_width(n)
         spans = [(lo, min(lo + w, nel)) for lo in range(0, nel, w)]
         first = reduce(X[:, :w], plan, offset=offset, total=total, threads=1, **options)  # (a bad argument: here)
         out = np.empty(nel, dtype=first.dtype)
@@ -300,7 +305,15 @@ def explain(X: ArrayLike, plan: AnyPlan | str, **options: object) -> Decision:
     >>> print(explain(np.ones((64, 1 << 12), np.float32), "ring", input="bf16", accumulate="bf16").route.value)
     ring_rows
     """
-    return decide(case_of(X, plan, **options))  # type: ignore[arg-type]
+    A = as_float_array(X, _NOT_FLOAT) if is_tensor(X) else X
+    if not _scaled_in_blocks(A, options):
+        return decide(case_of(X, plan, **options))  # type: ignore[arg-type]
+    assert isinstance(A, np.ndarray)
+    n, nel = A.shape  # every block's route: its columns', on one thread (the blocks spread over the threads)
+    w, threads, offset = _block_width(n), check_threads(options.pop("threads", None)), options.pop("offset", 0)
+    total = _span(offset, nel, options.pop("total", None))  # type: ignore[arg-type]
+    dec = decide(case_of(A[:, :w], plan, offset=offset, total=total, threads=1, **options))  # type: ignore[arg-type]
+    return replace(dec, blocks=w, threads=resolve_threads(threads, n * nel))
 
 
 def case_of(

@@ -170,6 +170,7 @@ class Decision:
     order: np.ndarray | None = None  # a left fold's row order (size 0: rows in order); None: a program
     threads: int = 1  # the threads that split the columns (the same bits for any number)
     words: bool = False  # X's rows read as the input format's 2- or 1-byte words (:attr:`Case.words`)
+    blocks: int = 0  # columns per block when every input is scaled (``fpreduce.core.engine._in_blocks``); 0: at once
 
     def __str__(self) -> str:
         return render(self.to_dict())
@@ -186,6 +187,8 @@ class Decision:
             doc["adds"] = KIND_WORDS[Kind(self.kind)]
         doc["threads"] = self.threads
         doc["words"] = self.words
+        if self.blocks:
+            doc["blocks"] = self.blocks
         doc["why"] = list(self.why)
         doc["rerun"] = None if self.rerun is None else self.rerun.value
         doc["each"] = None if self.inner is None else self.inner.to_dict()
@@ -205,6 +208,11 @@ def render(doc: dict[str, object], indent: str = "") -> str:
     if doc.get("threads", 1) != 1 or doc.get("words"):
         read = "X's rows read as the format's own words, no float32 copy" if doc.get("words") else "float32 rows"
         lines.append(f"threads: {doc['threads']} (columns split: the same bits for any number); {read}")
+    if doc.get("blocks"):
+        lines.append(
+            f"blocks:  {doc['blocks']} columns at a time (inputs widened, scaled and folded in cache), spread over"
+            " the threads"
+        )
     lines += [f"why:     {w}" for w in doc["why"]]  # type: ignore[attr-defined]
     if doc["rerun"] is not None:
         lines.append(f"rerun:   {doc['rerun']}, for a block whose sums leave the kernel's range (overflow, Inf, NaN)")
