@@ -303,3 +303,27 @@ def test_the_nearest_scaling_of_every_finite_value_is_numpys(fmt):
             with jit.disabled():
                 want = arith._scale(X, (kind, float(n)), f, Mode.NEAREST_EVEN, None)
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (kind, n)
+
+
+def test_bf16_words_scale_as_their_float32_copy_does():
+    """The compiled scaling reads bf16 words as they are (``as_value``): every bf16 pattern, NaNs of every payload
+    and sign, Inf and zeros included, scaled in every mode (stochastic: counter-based draws) by worker counts,
+    gives the bits of its float32 copy with the quiet NaN for every NaN (the engine's loader's copy)."""
+    if not jit.enabled():
+        pytest.skip("numba not installed: only the numpy path exists")
+    from fpreduce.core import arith
+    from fpreduce.core._srload import _Draws
+    from fpreduce.core.rounding import Mode
+
+    f = get_format("bf16")
+    words = np.arange(1 << 16, dtype=np.uint16).reshape(2, -1).view(ml_dtypes.bfloat16)
+    copy = words.astype(np.float32)
+    copy[np.isnan(copy)] = np.nan
+    assert np.isnan(copy).sum() == 2 * 127  # every NaN payload (7 fraction bits) of both signs
+    for kind in ("premultiply", "ddp", "predivide"):
+        for n in (3, 64, 1000):
+            for mode in Mode:
+                draws = _Draws(5, 7, 1 << 61) if mode is Mode.STOCHASTIC else None
+                got = arith._scale(words, (kind, float(n)), f, mode, draws, 1)
+                want = arith._scale(copy, (kind, float(n)), f, mode, draws, 1)
+                assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (kind, n, mode)

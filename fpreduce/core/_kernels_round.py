@@ -110,6 +110,15 @@ def word(s):  # type: ignore[no-untyped-def]
     return _WORD64
 
 
+def as_value(x):  # type: ignore[no-untyped-def]
+    """An input of the scaling as a float64: a float32 or float64 as it is, a bf16 word (uint16) widened, its
+    NaN the quiet NaN (as the engine's loader makes a float32 copy's NaNs). Compiled: chosen by ``x``'s type."""
+    if isinstance(x, np.uint16):
+        v = float((np.uint32(x) << np.uint32(16)).view(np.float32))
+        return np.nan if v != v else v
+    return np.float64(x)
+
+
 _WORD32 = (23, 127, 0x7FFFFFFF, 0x7F800000, 0x7FFFFF, 2.0**128)
 _WORD64 = (52, 1023, _ABS, 0x7FF0000000000000, _FRAC, np.inf)
 
@@ -386,8 +395,8 @@ def format_consts(f: Any) -> tuple[int, int, float, float, bool]:
 def scale_kernel(how: int, mode: int) -> Any:
     """The scaling loop compiled for one ``how`` (0 divide, 1 multiply, 2 torch's float32 multiply, 3 none) and
     ``mode``: ``kernel(A, out, d, c, key, offset, base, c0, c1)`` sets out[i, j] <- :func:`scale_value` of A[i, j]
-    (columns ``c0 <= j < c1``, element ``offset + j``; stochastic: row i draws counter ``base + i`` of the element's
-    stream, as ``fpreduce.core._srload``'s draws).
+    (float32 values, or bf16 words: :func:`as_value`; columns ``c0 <= j < c1``, element ``offset + j``; stochastic:
+    row i draws counter ``base + i`` of the element's stream, as ``fpreduce.core._srload``'s draws).
 
     ``how`` and ``mode`` are closure constants: the loop has no branch left and vectorizes (on 64 x 2**18 bf16
     values, one thread: one loop with both as variables ran 11-14 ns per value, scalar and branching). A first use
@@ -412,7 +421,7 @@ def scale_kernel(how: int, mode: int) -> Any:
                 if mode == 0 and how != 0:  # a product (exact) or a value to nearest: its bits alone, and for a row
                     missed = 0  # with a NaN, an Inf or an overflow, scale_value's loop below
                     for j in range(row.size):
-                        x = np.float64(row[j])
+                        x = as_value(row[j])
                         s = x * d if how == 1 else np.float64(np.float32(x * d)) if how == 2 else x
                         r, ok = nearest_value(s, c[0], c[1], c[2])
                         res[j] = r
@@ -422,7 +431,7 @@ def scale_kernel(how: int, mode: int) -> Any:
                 t = np.uint64(base + i)
                 for j in range(row.size):
                     u = uniform(z[j], t) if mode == 4 else 0.0
-                    res[j] = scale_value(np.float64(row[j]), how, d, c, mode, u)
+                    res[j] = scale_value(as_value(row[j]), how, d, c, mode, u)
 
         what = f"scaling by the worker count ({_HOW[how]}, {_MODE_NAMES[0 if how == 2 else mode]})"
         _SCALE[how, mode] = jit.kernel(scale_rows, what, 2.0)
@@ -440,7 +449,7 @@ def left_any(X, perm, j, grid, z1):  # type: ignore[no-untyped-def]
     return (left_wide if X.dtype == np.float64 else left_round)(X, perm, j, grid, z1)
 
 
-_WORDS = ("word", "word_bits", "bits_word")  # typed by the sum's word when compiled (overloads)
+_WORDS = ("word", "word_bits", "bits_word", "as_value")  # typed by their argument when compiled (overloads)
 _NAMES = (
     "round_bits",
     "add_round32",
@@ -548,7 +557,19 @@ def compile_all() -> None:
         fn = g["bits_f64"]
         return lambda b, s: fn(b)
 
+    def as_value_of(x):  # type: ignore[no-untyped-def]
+        if x != types.uint16:
+            return lambda x: np.float64(x)
+        widen = g["bits_f32"]
+
+        def bf16_value(x):  # type: ignore[no-untyped-def]
+            v = np.float64(widen(np.int64(x) << 16))
+            return v if v == v else np.nan
+
+        return bf16_value
+
     overload(word, inline="always")(word_of)  # the rounder's word, by the sum's type: one source, two words
+    overload(as_value, inline="always")(as_value_of)
     overload(word_bits, inline="always")(word_bits_of)
     overload(bits_word, inline="always")(bits_word_of)
     overload(rows_any)(rows_by_dtype)  # the compiler picks by dtype: each kernel compiles its own loops only

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from fpreduce.core._steps import uniforms
-from fpreduce.core.arith import _Loader, _scale
+from fpreduce.core.arith import _Loader, _scale, _scale_compiled
 from fpreduce.core.formats import Format
 from fpreduce.core.primitives import _sr_inputs
 from fpreduce.core.rounding import Mode
@@ -63,9 +63,16 @@ def load(A: np.ndarray, ldr: _Loader, key: int, offset: int, threads: int | None
     rounding a float64 copy again); float64 otherwise. ``threads``: the reduction's (None: every core)."""
     fin = ldr.fin
     wide = A.dtype == np.float64
-    a = np.asarray(_Loader(A, fin, fin, Mode.NEAREST_EVEN, None, np.dtype(np.float64 if wide else np.float32))(A))
-    if ldr.premul is not None:
-        a = np.asarray(_scale(a, ldr.premul, fin, Mode.STOCHASTIC, _Draws(key, offset, SCALE_T), threads))
+    draws = _Draws(key, offset, SCALE_T)
+    words = None  # bf16 words scaled as read (no float32 copy first; their NaNs the quiet NaN, as the copy's)
+    if ldr.premul is not None and A.dtype.name == "bfloat16" and fin.name == "bf16":
+        words = _scale_compiled(A, ldr.premul, fin, Mode.STOCHASTIC, draws, threads)
+    if words is not None:
+        a = words
+    else:
+        a = np.asarray(_Loader(A, fin, fin, Mode.NEAREST_EVEN, None, np.dtype(np.float64 if wide else np.float32))(A))
+        if ldr.premul is not None:
+            a = np.asarray(_scale(a, ldr.premul, fin, Mode.STOCHASTIC, draws, threads))
     if ldr.fits:
         return a
     return _sr_inputs(a, ldr.fa, key, offset, dtype=ldr.fa.value_dtype, threads=threads)  # INPUT_T + i: round_inputs

@@ -159,7 +159,8 @@ def _in_blocks(fn: Callable[..., NDArray[np.floating]]) -> Callable[..., NDArray
     At once, the scaling made three passes over a whole float32 copy of X (widened, NaN checked, scaled), each
     into a new array as large. On 64 x 2**20 bf16 words to bf16: premultiply and ddp 182-190 ms at once on one
     or two threads (7-8x the 63 in-place float32 adds), 109-110 ms in blocks on one thread and 69-72 ms on two;
-    predivide 183-194 ms, then 146 and 89. Blocks of 2**19 values (2 MiB of float32, this machine's L2) ran
+    predivide 183-194 ms, then 146 and 89 (with the words scaled as read, ``arith._scale_compiled``: premultiply
+    89 and 61-63 ms, predivide 126 and 70). Blocks of 2**19 values (2 MiB of float32, this machine's L2) ran
     faster than of 2**18 (per-call costs) and 2**20 or 2**21."""
 
     @functools.wraps(fn)
