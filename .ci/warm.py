@@ -130,16 +130,21 @@ def words() -> None:
 
 def scaling() -> None:
     """The scaling by the worker count of p <= 24-bit formats (core/_kernels_round.py scale_kernel): a loop per
-    divide or multiply and mode, 1.4-2 s of CPU each (float32 values only: float64 ones are read as float32)."""
+    divide or multiply and mode, 1.4-2 s of CPU each, for float32 values (float64 ones are read as float32) and bf16
+    words."""
+    import ml_dtypes
+
     from fpreduce.core import arith
     from fpreduce.core._srload import _Draws
     from fpreduce.core.formats import get_format
     from fpreduce.core.rounding import Mode
 
+    words = X[:2, :8].astype(ml_dtypes.bfloat16)  # (bf16 words: read as they are, a loop of their own)
     for kind in ("premultiply", "predivide", "ddp"):
         for mode in Mode:
             draws = _Draws(1, 0, 0) if mode is Mode.STOCHASTIC else None
             arith._scale(X[:2, :8], (kind, 3.0), get_format("bf16"), mode, draws, 1)
+            arith._scale(words, (kind, 3.0), get_format("bf16"), mode, draws, 1)
 
 
 def run_default() -> None:
