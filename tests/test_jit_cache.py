@@ -118,3 +118,39 @@ def test_threads_calling_a_lazy_kernel_first_make_it_once(monkeypatch):
         w.join()
     assert sorted(got) == [0, 2, 4, 6]
     assert len(made) == 1
+
+
+def test_module_setups_run_one_thread_at_a_time() -> None:
+    """``jit.serialized``: threads calling a module's setup together run it one after another (re-entrant: a
+    setup calls the setups of the modules below it), and every module that makes its functions numba functions
+    on first use does so through it (the engine's column blocks run on threads)."""
+    import threading
+    import time
+
+    from fpreduce.core import _binned, _chain, _hwround, _kernels_round, _narrow, _rotated, _rows64, _steps, _tall
+
+    inside: list[int] = []
+    overlaps: list[int] = []
+
+    @jit.serialized
+    def setup(depth: int = 0) -> None:
+        inside.append(depth)
+        if len(inside) > 1 + depth:
+            overlaps.append(len(inside))
+        time.sleep(0.02)
+        if depth == 0:
+            setup(1)
+        inside.pop()
+
+    threads = [threading.Thread(target=setup) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not overlaps
+    assert not inside
+    wrapper = jit.serialized(lambda: None).__code__
+    for fn in (_narrow.compile_all, _rows64.compile_all, _rotated.compile_all, _hwround.compile_all,
+               _kernels_round.compile_all, _tall._compile_helpers, _binned._compile_helpers, _steps._kernel,
+               _chain.kernels):  # fmt: skip
+        assert fn.__code__ is wrapper, fn

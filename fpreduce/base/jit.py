@@ -26,6 +26,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -216,6 +217,24 @@ def compile_names(
     for name in names:
         if isinstance(ns[name], plain):
             ns[name] = kernel(ns[name], what, inline="never" if name in calls else "always")
+
+
+_SETUP = threading.RLock()  # held while a module makes its functions numba functions (:func:`serialized`)
+
+
+def serialized(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, a module's setup (it makes the module's functions numba functions, rewriting its globals and
+    registering overloads, once), run by one thread at a time, under one re-entrant lock (a setup calls the
+    setups of the modules below it): threads that first use a module together (the column blocks of
+    ``fpreduce.core.engine``, a caller's own threads) would both rewrite it, one of them reading globals the
+    other has half rewritten."""
+
+    @functools.wraps(fn)
+    def setup(*args: Any, **kwargs: Any) -> Any:
+        with _SETUP:
+            return fn(*args, **kwargs)
+
+    return setup
 
 
 def jitable(fn: Callable[..., Any]) -> Callable[..., Any]:

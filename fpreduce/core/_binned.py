@@ -351,6 +351,7 @@ _KERNEL = jit.jit(_binned_kernel, "binned sums", 6.0)
 _HELPERS = ("_split", "_special_column", "_block_range", "_block_low", "_block_grids", "_block_bins", "_block_carry")
 
 
+@jit.serialized
 def _compile_helpers() -> None:
     """Make the kernel's helpers numba functions (numba resolves the kernel's globals when it compiles it)."""
     g = globals()

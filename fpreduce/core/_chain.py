@@ -523,6 +523,7 @@ _HELPERS = (
 )
 
 
+@jit.serialized
 def kernels() -> tuple[Callable[..., Any], Callable[..., Any]]:
     """(left_columns, pairwise_columns) compiled by numba (the caller checked that it is enabled)."""
     g = globals()

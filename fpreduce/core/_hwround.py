@@ -67,6 +67,7 @@ def native(fa: Format) -> bool:
     return False
 
 
+@jit.serialized
 def compile_all() -> None:
     """Make :func:`begin`, :func:`end` and :func:`code` numba functions (the mode set by LLVM's intrinsic), once."""
     g = globals()

@@ -507,6 +507,7 @@ def _fma(intrinsic: Any, types: Any, ir: Any) -> Any:
     return intrinsic(typer)
 
 
+@jit.serialized
 def compile_all() -> None:
     """Make this module's functions numba functions (the bit casts LLVM bitcasts), once."""
     g = globals()

@@ -827,6 +827,7 @@ def plain_add() -> Any:
     return ns["add_narrow"]
 
 
+@jit.serialized
 def compile_all() -> None:
     """Make this module's functions numba functions (compiled on first call), the bit casts LLVM bitcasts; once."""
     if _COMPILED:

@@ -132,6 +132,7 @@ def _rot_kernel(kind: int, mode: int) -> Any:
     return _ROT[kind, mode]
 
 
+@jit.serialized
 def compile_all() -> None:
     """Make this module's helper a numba function (inlined in the kernels of :func:`_rot_kernel`), once."""
     if _COMPILED:

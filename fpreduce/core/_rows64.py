@@ -95,6 +95,7 @@ def fold_fp64(A: np.ndarray, perm: np.ndarray, load: Any, ar: Any, grid: Grid, e
     return None if seen & low else out
 
 
+@jit.serialized
 def compile_all() -> None:
     """Make this module's loops numba functions (compiled on first call, cached on disk), once."""
     if _COMPILED:

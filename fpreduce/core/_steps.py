@@ -188,6 +188,7 @@ element_seed: Any = kr.element_seed
 _COMPILED: list[Callable[..., Any]] = []
 
 
+@jit.serialized
 def _kernel() -> Callable[..., Any] | None:
     """The compiled fold (its helpers compiled first, once), or None when the compiled kernels are off."""
     if not (jit.AVAILABLE and jit.enabled()):

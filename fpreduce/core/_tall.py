@@ -335,6 +335,7 @@ def _kernels() -> tuple[Callable[..., Any], ...]:
     return tuple(k for k in _COMPILED if k is not None)
 
 
+@jit.serialized
 def _compile_helpers() -> None:
     """Make the kernel's helpers numba functions (numba resolves the kernel's globals when it compiles it)."""
     g = globals()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from fpreduce.base import counter
-from fpreduce.base.jit import jit, kernel
+from fpreduce.base.jit import jit, kernel, serialized
 from fpreduce.base.jit import numba as jit_numba
 
 __all__ = ["HAVE_KERNEL", "atomic_kernel", "kernel_width", "run"]
@@ -266,25 +266,31 @@ def _jit_noalias(fn):  # type: ignore[no-untyped-def]
         return None
     compiled = []
 
+    @serialized
+    def make() -> None:
+        if compiled:
+            return
+        jit_numba()  # (the cache directory, before numba.core)
+        from numba.core.compiler import CompilerBase, DefaultPassBuilder
+
+        class NoAlias(CompilerBase):
+            def define_pipelines(self):  # type: ignore[no-untyped-def]
+                self.state.flags.noalias = True
+                return [DefaultPassBuilder.define_nopython_pipeline(self.state)]
+
+        def njit(f):  # type: ignore[no-untyped-def]
+            return kernel(f, "atomic orders", pipeline_class=NoAlias)
+
+        # the kernel's globals, resolved when numba compiles it: numba functions from here on
+        names = globals()
+        names["_prefetch"] = _numba_prefetch()
+        for name in _HELPERS:
+            names[name] = njit(names[name])
+        compiled.append(njit(fn))
+
     def call(*args):  # type: ignore[no-untyped-def]
         if not compiled:
-            jit_numba()  # (the cache directory, before numba.core)
-            from numba.core.compiler import CompilerBase, DefaultPassBuilder
-
-            class NoAlias(CompilerBase):
-                def define_pipelines(self):  # type: ignore[no-untyped-def]
-                    self.state.flags.noalias = True
-                    return [DefaultPassBuilder.define_nopython_pipeline(self.state)]
-
-            def njit(f):  # type: ignore[no-untyped-def]
-                return kernel(f, "atomic orders", pipeline_class=NoAlias)
-
-            # the kernel's globals, resolved when numba compiles it: numba functions from here on
-            names = globals()
-            names["_prefetch"] = _numba_prefetch()
-            for name in _HELPERS:
-                names[name] = njit(names[name])
-            compiled.append(njit(fn))
+            make()
         return compiled[0](*args)
 
     call.__name__ = call.__qualname__ = fn.__name__
