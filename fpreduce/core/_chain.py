@@ -1,8 +1,8 @@
 """Tall, narrow folds (one column, or a few): short dependent chains, for the engine's compiled fold.
 
 A left fold of one column is a chain: each addition waits for the one before, so its
-speed is the latency of one rounded addition, not its throughput. :func:`left_columns`
-keeps on that chain only what depends on the running sum, for every format of at most
+speed is the latency of one rounded addition, not its throughput. The folds of :func:`left_kernel`
+keep on that chain only what depends on the running sum, for every format of at most
 52 bits (bf16, tf32, fp16, fp8, fp32) in every mode:
 
 * the sum ``v = s + x`` of two values of such a format, in float64, is almost always
@@ -60,8 +60,9 @@ inlined here, starts a new cache. The rounding functions are passed to the loops
 inlines them; numba's own inlining of 9..15 specialized loops compiled 2..4 times
 slower). Compiled only: without numba the engine's numpy paths run (the same bits;
 tests/test_chain.py compares the kernels with ``reduce_reference`` and the numpy
-stochastic fold). Cold compile: ~20 s of CPU for :func:`left_columns`, ~10 s for
-:func:`pairwise_columns` (float32), ~6 s more for its float64 variant (fp64).
+stochastic fold). Cold compile: the left folds a kernel per kind and mode (:func:`left_kernel`; a first bf16
+column rounded up took 7.3 s of CPU with the helpers, 17.6 s when one kernel held every kind and mode), ~10 s
+for :func:`pairwise_columns` (float32), ~6 s more for its float64 variant (fp64).
 """
 
 from __future__ import annotations
@@ -278,76 +279,90 @@ def _rows_m(X, perm, out, mode, grid, c, Z, S, OK):  # type: ignore[no-untyped-d
         out[g] = S[g]
 
 
-def left_columns(X, perm, out, kind, grid, key, e0):  # type: ignore[no-untyped-def]
-    """out[j] <- the left fold of column j of X (rows in the order ``perm``, empty: in order).
+def left_kernel(kind: int, mode: int) -> Any:
+    """The left folds of a few columns compiled for one ``kind`` and ``mode`` (kind 3's rounding mode; 0 for the
+    others): ``kernel(X, perm, out, grid, key, e0)`` sets out[j] <- the left fold of column j of X (rows in the
+    order ``perm``, empty: in order).
 
     One column (kinds 1..3: bf16, tf32, fp16 and fp8 nearest even, by :func:`step`'s mode 5,
     and every format of p <= 52 bits in any mode): its chain in a register, rounded by
     :func:`step`; in a directed mode with the processor's rounding, :func:`_hw_columns`. More
     columns (every kind but 4): the columns' chains interleaved, kinds 0..2 by :func:`near`,
     kind 3 by :func:`step` (2..7 columns) or a row at a time by :func:`fast` (8 and more: a
-    vector). One loop per kind and mode (a constant mode keeps the chain short);
-    ``key``, ``e0``: the stochastic generator's key and the element of column 0.
+    vector). ``key``, ``e0``: the stochastic generator's key and the element of column 0.
+
+    ``kind`` and ``mode`` are closure constants, by which numba prunes every other kind's and mode's loops before
+    typing: a first use compiles its own (one kernel for all of them took 17.6 s of CPU for one bf16 column
+    rounded up, on a cold cache), as ``_narrow._segs_kernel`` does for wide rows.
     """
-    c = consts(grid)
-    mode = grid.mode if kind == 3 else 0
-    hwm = hw.code(kind, grid)
-    narrow = kind == 3 and grid.p <= 24 and grid.emin >= -126
-    if narrow and hw.code(5, grid) != 0:
-        _hw_columns(X, perm, out, grid)
-        return
-    hw.begin(hwm)  # kind 0 in a directed mode: the native additions in the hardware's mode
-    if X.shape[1] > 1:
-        Z = np.empty(X.shape[1], dtype=np.uint64)
-        for j in range(X.shape[1]):
-            Z[j] = kr.element_seed(key, e0 + j)
-        S = np.empty(X.shape[1], dtype=X.dtype)  # kinds 0..2 add in X's dtype
-        S64 = np.empty(X.shape[1], dtype=np.float64)
-        OK = np.empty(X.shape[1], dtype=np.bool_)
-        if kind < 3:
-            if kind == 0:
-                _many_m(X, perm, out, near, 0, 0, grid, c, Z, S)
-            elif kind == 1:
-                _many_m(X, perm, out, near, 1, 0, grid, c, Z, S)
-            else:
-                _many_m(X, perm, out, near, 2, 0, grid, c, Z, S)
-        elif X.shape[1] >= 8:  # a vector of columns (fewer: the scalar chains, their checks predicted)
-            if mode == 0:
-                _rows_m(X, perm, out, 0, grid, c, Z, S64, OK)
+    kernels()  # (the helpers: numba functions before a kernel compiles)
+    if (kind, mode) not in _LEFT:
+
+        def left_columns(X, perm, out, grid, key, e0):  # type: ignore[no-untyped-def]
+            c = consts(grid)
+            hwm = hw.code(kind, grid)
+            narrow = kind == 3 and grid.p <= 24 and grid.emin >= -126
+            if narrow and hw.code(5, grid) != 0:
+                _hw_columns(X, perm, out, grid)
+                return
+            hw.begin(hwm)  # kind 0 in a directed mode: the native additions in the hardware's mode
+            if X.shape[1] > 1:
+                Z = np.empty(X.shape[1], dtype=np.uint64)
+                for j in range(X.shape[1]):
+                    Z[j] = kr.element_seed(key, e0 + j)
+                S = np.empty(X.shape[1], dtype=X.dtype)  # kinds 0..2 add in X's dtype
+                S64 = np.empty(X.shape[1], dtype=np.float64)
+                OK = np.empty(X.shape[1], dtype=np.bool_)
+                if kind < 3:
+                    if kind == 0:
+                        _many_m(X, perm, out, near, 0, 0, grid, c, Z, S)
+                    elif kind == 1:
+                        _many_m(X, perm, out, near, 1, 0, grid, c, Z, S)
+                    else:
+                        _many_m(X, perm, out, near, 2, 0, grid, c, Z, S)
+                elif X.shape[1] >= 8:  # a vector of columns (fewer: the scalar chains, their checks predicted)
+                    if mode == 0:
+                        _rows_m(X, perm, out, 0, grid, c, Z, S64, OK)
+                    elif mode == 1:
+                        _rows_m(X, perm, out, 1, grid, c, Z, S64, OK)
+                    elif mode == 2:
+                        _rows_m(X, perm, out, 2, grid, c, Z, S64, OK)
+                    elif mode == 3:
+                        _rows_m(X, perm, out, 3, grid, c, Z, S64, OK)
+                    else:
+                        _rows_m(X, perm, out, 4, grid, c, Z, S64, OK)
+                elif mode == 0:
+                    _many_m(X, perm, out, chained, 3, 0, grid, c, Z, S64)
+                elif mode == 1:
+                    _many_m(X, perm, out, chained, 3, 1, grid, c, Z, S64)
+                elif mode == 2:
+                    _many_m(X, perm, out, chained, 3, 2, grid, c, Z, S64)
+                elif mode == 3:
+                    _many_m(X, perm, out, chained, 3, 3, grid, c, Z, S64)
+                else:
+                    _many_m(X, perm, out, chained, 3, 4, grid, c, Z, S64)
+                hw.end(hwm)
+                return
+            z1 = kr.element_seed(key, e0)
+            if mode == 0 and c[9] != 0.0:
+                out[0] = _left_m(X, perm, 0, 5, c, z1)
+            elif mode == 0:
+                out[0] = _left_m(X, perm, 0, 0, c, z1)
             elif mode == 1:
-                _rows_m(X, perm, out, 1, grid, c, Z, S64, OK)
+                out[0] = _left_m(X, perm, 0, 1, c, z1)
             elif mode == 2:
-                _rows_m(X, perm, out, 2, grid, c, Z, S64, OK)
+                out[0] = _left_m(X, perm, 0, 2, c, z1)
             elif mode == 3:
-                _rows_m(X, perm, out, 3, grid, c, Z, S64, OK)
+                out[0] = _left_m(X, perm, 0, 3, c, z1)
             else:
-                _rows_m(X, perm, out, 4, grid, c, Z, S64, OK)
-        elif mode == 0:
-            _many_m(X, perm, out, chained, 3, 0, grid, c, Z, S64)
-        elif mode == 1:
-            _many_m(X, perm, out, chained, 3, 1, grid, c, Z, S64)
-        elif mode == 2:
-            _many_m(X, perm, out, chained, 3, 2, grid, c, Z, S64)
-        elif mode == 3:
-            _many_m(X, perm, out, chained, 3, 3, grid, c, Z, S64)
-        else:
-            _many_m(X, perm, out, chained, 3, 4, grid, c, Z, S64)
-        hw.end(hwm)
-        return
-    z1 = kr.element_seed(key, e0)
-    if mode == 0 and c[9] != 0.0:
-        out[0] = _left_m(X, perm, 0, 5, c, z1)
-    elif mode == 0:
-        out[0] = _left_m(X, perm, 0, 0, c, z1)
-    elif mode == 1:
-        out[0] = _left_m(X, perm, 0, 1, c, z1)
-    elif mode == 2:
-        out[0] = _left_m(X, perm, 0, 2, c, z1)
-    elif mode == 3:
-        out[0] = _left_m(X, perm, 0, 3, c, z1)
-    else:
-        out[0] = _left_m(X, perm, 0, 4, c, z1)
-    hw.end(hwm)
+                out[0] = _left_m(X, perm, 0, 4, c, z1)
+            hw.end(hwm)
+
+        _LEFT[kind, mode] = jit.kernel(left_columns, f"column chains (kind {kind}, mode {mode})", 2.0)
+    return _LEFT[kind, mode]
+
+
+_LEFT: dict[tuple[int, int], Any] = {}
 
 
 def chained(x, y, kind, mode, grid, c, U):  # type: ignore[no-untyped-def]
@@ -503,7 +518,7 @@ def pairwise_blocks(n: int, block: int = _BLOCK) -> tuple[np.ndarray, np.ndarray
     return b, progs
 
 
-_ENTRIES = ("left_columns", "pairwise_columns")
+_ENTRIES = ("pairwise_columns",)
 _HELPERS = (
     "consts",
     "draw",
@@ -524,12 +539,13 @@ _HELPERS = (
 
 
 @jit.serialized
-def kernels() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """(left_columns, pairwise_columns) compiled by numba (the caller checked that it is enabled)."""
+def kernels() -> Callable[..., Any]:
+    """pairwise_columns compiled by numba, the helpers of :func:`left_kernel` made numba functions (the caller
+    checked that numba is enabled)."""
     g = globals()
     if isinstance(g["step"], type(kernels)):
         kr.compile_all()
         _narrow.compile_all()  # (and _hwround's)
         once = (*_ENTRIES, "slow", "near", "chained", "exact", "hwadd")  # the exact rounder compiled once, not inlined
         jit.compile_names(g, (*_HELPERS, *_ENTRIES), "column chains", calls=once)
-    return g["left_columns"], g["pairwise_columns"]
+    return g["pairwise_columns"]
