@@ -313,49 +313,19 @@ def left_kernel(kind: int, mode: int) -> Any:
                 S = np.empty(X.shape[1], dtype=X.dtype)  # kinds 0..2 add in X's dtype
                 S64 = np.empty(X.shape[1], dtype=np.float64)
                 OK = np.empty(X.shape[1], dtype=np.bool_)
-                if kind < 3:
-                    if kind == 0:
-                        _many_m(X, perm, out, near, 0, 0, grid, c, Z, S)
-                    elif kind == 1:
-                        _many_m(X, perm, out, near, 1, 0, grid, c, Z, S)
-                    else:
-                        _many_m(X, perm, out, near, 2, 0, grid, c, Z, S)
+                if kind < 3:  # (kind and mode are constants: each call below is one inlined loop)
+                    _many_m(X, perm, out, near, kind, 0, grid, c, Z, S)
                 elif X.shape[1] >= 8:  # a vector of columns (fewer: the scalar chains, their checks predicted)
-                    if mode == 0:
-                        _rows_m(X, perm, out, 0, grid, c, Z, S64, OK)
-                    elif mode == 1:
-                        _rows_m(X, perm, out, 1, grid, c, Z, S64, OK)
-                    elif mode == 2:
-                        _rows_m(X, perm, out, 2, grid, c, Z, S64, OK)
-                    elif mode == 3:
-                        _rows_m(X, perm, out, 3, grid, c, Z, S64, OK)
-                    else:
-                        _rows_m(X, perm, out, 4, grid, c, Z, S64, OK)
-                elif mode == 0:
-                    _many_m(X, perm, out, chained, 3, 0, grid, c, Z, S64)
-                elif mode == 1:
-                    _many_m(X, perm, out, chained, 3, 1, grid, c, Z, S64)
-                elif mode == 2:
-                    _many_m(X, perm, out, chained, 3, 2, grid, c, Z, S64)
-                elif mode == 3:
-                    _many_m(X, perm, out, chained, 3, 3, grid, c, Z, S64)
+                    _rows_m(X, perm, out, mode, grid, c, Z, S64, OK)
                 else:
-                    _many_m(X, perm, out, chained, 3, 4, grid, c, Z, S64)
+                    _many_m(X, perm, out, chained, 3, mode, grid, c, Z, S64)
                 hw.end(hwm)
                 return
             z1 = kr.element_seed(key, e0)
             if mode == 0 and c[9] != 0.0:
                 out[0] = _left_m(X, perm, 0, 5, c, z1)
-            elif mode == 0:
-                out[0] = _left_m(X, perm, 0, 0, c, z1)
-            elif mode == 1:
-                out[0] = _left_m(X, perm, 0, 1, c, z1)
-            elif mode == 2:
-                out[0] = _left_m(X, perm, 0, 2, c, z1)
-            elif mode == 3:
-                out[0] = _left_m(X, perm, 0, 3, c, z1)
             else:
-                out[0] = _left_m(X, perm, 0, 4, c, z1)
+                out[0] = _left_m(X, perm, 0, mode, c, z1)
             hw.end(hwm)
 
         _LEFT[kind, mode] = jit.kernel(left_columns, f"column chains (kind {kind}, mode {mode})", 2.0)
