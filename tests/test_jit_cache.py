@@ -152,5 +152,5 @@ def test_module_setups_run_one_thread_at_a_time() -> None:
     wrapper = jit.serialized(lambda: None).__code__
     for fn in (_narrow.compile_all, _rows64.compile_all, _rotated.compile_all, _hwround.compile_all,
                _kernels_round.compile_all, _tall._compile_helpers, _binned._compile_helpers, _steps._kernel,
-               _chain.kernels):  # fmt: skip
+               _chain._setup):  # fmt: skip
         assert fn.__code__ is wrapper, fn

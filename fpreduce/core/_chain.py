@@ -295,7 +295,7 @@ def left_kernel(kind: int, mode: int) -> Any:
     typing: a first use compiles its own (one kernel for all of them took 17.6 s of CPU for one bf16 column
     rounded up, on a cold cache), as ``_narrow._segs_kernel`` does for wide rows.
     """
-    kernels()  # (the helpers: numba functions before a kernel compiles)
+    _setup()  # (the helpers: numba functions before a kernel compiles)
     if (kind, mode) not in _LEFT:
 
         def left_columns(X, perm, out, grid, key, e0):  # type: ignore[no-untyped-def]
@@ -509,13 +509,18 @@ _HELPERS = (
 
 
 @jit.serialized
-def kernels() -> Callable[..., Any]:
-    """pairwise_columns compiled by numba, the helpers of :func:`left_kernel` made numba functions (the caller
+def _setup() -> None:
+    """Make the helpers of :func:`left_kernel` and :func:`pairwise_columns` numba functions, once (the caller
     checked that numba is enabled)."""
     g = globals()
-    if isinstance(g["step"], type(kernels)):
+    if isinstance(g["step"], type(_setup)):
         kr.compile_all()
         _narrow.compile_all()  # (and _hwround's)
         once = (*_ENTRIES, "slow", "near", "chained", "exact", "hwadd")  # the exact rounder compiled once, not inlined
         jit.compile_names(g, (*_HELPERS, *_ENTRIES), "column chains", calls=once)
-    return g["pairwise_columns"]
+
+
+def pairwise_kernel() -> Callable[..., Any]:
+    """:func:`pairwise_columns` compiled by numba (the caller checked that it is enabled)."""
+    _setup()
+    return globals()["pairwise_columns"]  # type: ignore[no-any-return]

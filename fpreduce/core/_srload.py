@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from fpreduce.core._steps import uniforms
-from fpreduce.core.arith import _Loader, _scale, _scale_compiled
+from fpreduce.core.arith import _Loader, _scale, _scale_words
 from fpreduce.core.formats import Format
 from fpreduce.core.primitives import _sr_inputs
 from fpreduce.core.rounding import Mode
@@ -64,9 +64,7 @@ def load(A: np.ndarray, ldr: _Loader, key: int, offset: int, threads: int | None
     fin = ldr.fin
     wide = A.dtype == np.float64
     draws = _Draws(key, offset, SCALE_T)
-    words = None  # bf16 words scaled as read (no float32 copy first; their NaNs the quiet NaN, as the copy's)
-    if ldr.premul is not None and A.dtype.name == "bfloat16" and fin.name == "bf16":
-        words = _scale_compiled(A, ldr.premul, fin, Mode.STOCHASTIC, draws, threads)
+    words = None if ldr.premul is None else _scale_words(A, ldr.premul, fin, Mode.STOCHASTIC, draws, threads)
     if words is not None:
         a = words
     else:

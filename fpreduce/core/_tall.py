@@ -471,7 +471,7 @@ def _fold_left(X, perm, ops, base, out, kind, grid, key, offset, route):  # type
     column, float64 rows, other trees) by :func:`_left_columns`."""
     if route is R.CHAIN_PAIRWISE:
         bounds, progs = _chain.pairwise_blocks(X.shape[0])
-        _chain.kernels()(X, out, kind, grid, key, offset, bounds, progs)
+        _chain.pairwise_kernel()(X, out, kind, grid, key, offset, bounds, progs)
     elif route is R.CHAIN:
         assert X.dtype == np.float32  # (narrow accumulators load float32)
         assert ops.shape[0] == 0  # (a left fold: the rows in ``perm``)

@@ -212,8 +212,8 @@ class _Loader:
 
     def __call__(self, a: np.ndarray) -> np.ndarray:
         """A new array (or a read-only view) of ``a``'s values in the accumulator domain."""
-        if self.premul is not None and a.dtype.name == "bfloat16" and self.fin.name == "bf16":  # bf16 words
-            scaled = _scale_compiled(a, self.premul, self.fin, self.mode, self.rng, self.threads)  # read as words
+        if self.premul is not None:
+            scaled = _scale_words(a, self.premul, self.fin, self.mode, self.rng, self.threads)
             if scaled is not None:
                 return self._accumulated(scaled)
         if not self.native and not self._representable(a):
@@ -295,6 +295,17 @@ def _scale(
             err = np.where(np.isfinite(s) & np.isfinite(err), err, 0.0)
             out = _round_with_remainder(s, err, f, mode, rng)
     return np.asarray(out, dtype=f.value_dtype if a.dtype != np.float64 else np.float64)
+
+
+def _scale_words(
+    a: np.ndarray, how: tuple[Average, float], f: Format, mode: Mode, rng, threads: int | None
+) -> np.ndarray | None:  # type: ignore[no-untyped-def]
+    """:func:`_scale_compiled` of bf16 words of a bf16 input, read as they are (no float32 copy and NaN pass
+    first: their NaNs the quiet NaN, as that copy's); None for other inputs, or without the compiled kernels
+    (the caller then copies and scales as before)."""
+    if a.dtype.name != "bfloat16" or f.name != "bf16":
+        return None
+    return _scale_compiled(a, how, f, mode, rng, threads)
 
 
 def _scale_compiled(

@@ -150,6 +150,20 @@ def _block_width(n: int) -> int:
     return max(_BLOCK_VALUES // n, 64) // 64 * 64
 
 
+def _blocks_of(X: ArrayLike, options: dict[str, Any]) -> tuple[np.ndarray, int, int, int, int] | None:
+    """How ``reduce(X, plan, **options)`` runs in column blocks: (X as an array, the block width, offset, total,
+    the threads the blocks spread over), ``offset``, ``total`` and ``threads`` taken out of ``options``; None
+    when it runs at once (:func:`_scaled_in_blocks`). One answer for :func:`_in_blocks` and :func:`explain`."""
+    A = as_float_array(X, _NOT_FLOAT) if is_tensor(X) else X  # (a tensor's values: a view of its words)
+    if not _scaled_in_blocks(A, options):
+        return None
+    assert isinstance(A, np.ndarray)
+    n, nel = A.shape
+    threads, offset = check_threads(options.pop("threads", None)), options.pop("offset", 0)
+    total = _span(offset, nel, options.pop("total", None))
+    return A, _block_width(n), offset, total, resolve_threads(threads, n * nel)
+
+
 def _in_blocks(fn: Callable[..., NDArray[np.floating]]) -> Callable[..., NDArray[np.floating]]:
     """:func:`reduce` (``fn``) of ``X``'s columns in blocks of about :data:`_BLOCK_VALUES` values when
     :func:`_scaled_in_blocks` says so: each block reduced whole (its inputs widened, scaled and folded while
@@ -165,20 +179,15 @@ def _in_blocks(fn: Callable[..., NDArray[np.floating]]) -> Callable[..., NDArray
 
     @functools.wraps(fn)
     def in_blocks(X: ArrayLike, plan: AnyPlan | str, **options: Any) -> NDArray[np.floating]:
-        A = as_float_array(X, _NOT_FLOAT) if is_tensor(X) else X  # (a tensor's values: a view of its words)
-        if not _scaled_in_blocks(A, options):
+        blocked = _blocks_of(X, options)
+        if blocked is None:
             return fn(X, plan, **options)
-        assert isinstance(A, np.ndarray)
-        X = A
-        n, nel = X.shape
-        offset, threads = options.pop("offset", 0), check_threads(options.pop("threads", None))
-        total = _span(offset, nel, options.pop("total", None))
-        w = _block_width(n)
+        X, w, offset, total, parts = blocked
+        nel = X.shape[1]
         spans = [(lo, min(lo + w, nel)) for lo in range(0, nel, w)]
         first = reduce(X[:, :w], plan, offset=offset, total=total, threads=1, **options)  # (a bad argument: here)
         out = np.empty(nel, dtype=first.dtype)
         out[:w] = first
-        parts = resolve_threads(threads, n * nel)
 
         def work(k: int) -> None:
             for lo, hi in spans[1 + k :: parts]:
@@ -306,15 +315,12 @@ def explain(X: ArrayLike, plan: AnyPlan | str, **options: object) -> Decision:
     >>> print(explain(np.ones((64, 1 << 12), np.float32), "ring", input="bf16", accumulate="bf16").route.value)
     ring_rows
     """
-    A = as_float_array(X, _NOT_FLOAT) if is_tensor(X) else X
-    if not _scaled_in_blocks(A, options):
+    blocked = _blocks_of(X, options)
+    if blocked is None:
         return decide(case_of(X, plan, **options))  # type: ignore[arg-type]
-    assert isinstance(A, np.ndarray)
-    n, nel = A.shape  # every block's route: its columns', on one thread (the blocks spread over the threads)
-    w, threads, offset = _block_width(n), check_threads(options.pop("threads", None)), options.pop("offset", 0)
-    total = _span(offset, nel, options.pop("total", None))  # type: ignore[arg-type]
+    A, w, offset, total, parts = blocked  # every block's route: its columns', on one thread
     dec = decide(case_of(A[:, :w], plan, offset=offset, total=total, threads=1, **options))  # type: ignore[arg-type]
-    return replace(dec, blocks=w, threads=resolve_threads(threads, n * nel))
+    return replace(dec, blocks=w, threads=parts)
 
 
 def case_of(

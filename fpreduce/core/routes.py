@@ -97,7 +97,7 @@ _INFO: dict[Route, tuple[str, str, bool]] = {
     Route.WIDE_LEFT: ("core._narrow.fold_left", "left fold of wide rows (float32, or their own words), in place", True),
     Route.ROW_BLOCKS: ("core._tall._fold_kernel", "the tree's program over blocks of columns", True),
     Route.CHAIN: ("core._chain.left_kernel", "left folds of a few columns, the checks off the chain", True),
-    Route.CHAIN_PAIRWISE: ("core._chain", "pairwise folds of a few columns by blocks of leaves", True),
+    Route.CHAIN_PAIRWISE: ("core._chain.pairwise_kernel", "pairwise folds of a few columns by blocks of leaves", True),
     Route.COLUMNS: ("core._tall._left_columns", "a few columns, each sum in a register", True),
     Route.SR_NUMPY: ("core._sr_numpy._fold_numpy_sr", "stochastic fold in numpy (the compiled law)", False),
     Route.RING_ROWS: ("core._rotated.fold_rot", "a ring's rotated chunks, row by row, each row read once", True),
